@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Taskgrid builds and tests with. Idempotent:
+# when everything is present it only checks (about a second) and changes nothing.
+#
+#   deploy/install-deps.sh          build + test packages
+#   deploy/install-deps.sh --python also the Python client's packages
+set -euo pipefail
+
+pkgs=(
+  cmake ninja-build g++ pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
+  grpc-proto procps python3
+)
+if [[ "${1:-}" == "--python" ]]; then
+  pkgs+=(python3-grpcio python3-protobuf)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
