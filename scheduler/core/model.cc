@@ -1,0 +1,105 @@
+#include "scheduler/core/model.h"
+
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+
+namespace taskgrid::core {
+
+namespace {
+template <typename T>
+void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
+  if (to.empty()) {
+    to = std::move(from);
+  } else {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  }
+  from.clear();
+}
+}  // namespace
+
+void WriteBatch::Append(WriteBatch&& other) {
+  MoveAppend(tasks, other.tasks);
+  MoveAppend(attempts, other.attempts);
+  MoveAppend(clear_attempts, other.clear_attempts);
+  MoveAppend(events, other.events);
+}
+
+TaskRow ToRow(const TaskRecord& t, bool insert) {
+  TaskRow r;
+  r.insert = insert;
+  r.id = t.id();
+  r.seq = t.seq;
+  r.queue = t.queue();
+  r.state = t.state;
+  r.attempt = t.attempt;
+  r.agent_id = t.agent_id;
+  r.create_us = ToUnixMicrosOrZero(t.create_time);
+  r.update_us = ToUnixMicrosOrZero(t.update_time);
+  r.next_run_us = ToUnixMicrosOrZero(t.next_run_time);
+  r.dispatch_us = ToUnixMicrosOrZero(t.dispatch_time);
+  r.start_us = ToUnixMicrosOrZero(t.start_time);
+  r.reason = t.reason;
+  if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) t.result.SerializeToString(&r.result);
+  if (insert) t.spec.SerializeToString(&r.spec);
+  return r;
+}
+
+AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a) {
+  AttemptRow r;
+  r.task_id = task_id;
+  r.attempt = a.attempt();
+  a.SerializeToString(&r.data);
+  return r;
+}
+
+absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored) {
+  const TaskRow& r = stored.row;
+  TaskRecord t;
+  if (!t.spec.ParseFromString(r.spec)) {
+    return absl::DataLossError(absl::StrCat("task ", r.id, ": stored spec does not parse"));
+  }
+  if (!v1::TaskState_IsValid(r.state)) {
+    return absl::DataLossError(absl::StrCat("task ", r.id, ": unknown stored state ", r.state));
+  }
+  t.seq = r.seq;
+  t.state = static_cast<v1::TaskState>(r.state);
+  t.attempt = r.attempt;
+  t.agent_id = r.agent_id;
+  t.create_time = FromUnixMicrosOrZero(r.create_us);
+  t.update_time = FromUnixMicrosOrZero(r.update_us);
+  t.next_run_time = FromUnixMicrosOrZero(r.next_run_us);
+  t.dispatch_time = FromUnixMicrosOrZero(r.dispatch_us);
+  t.start_time = FromUnixMicrosOrZero(r.start_us);
+  t.reason = r.reason;
+  if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
+    return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
+  }
+  for (const AttemptRow& a : stored.attempts) {
+    v1::Attempt parsed;
+    if (!parsed.ParseFromString(a.data)) {
+      return absl::DataLossError(
+          absl::StrCat("task ", r.id, ": stored attempt ", a.attempt, " does not parse"));
+    }
+    t.attempts.push_back(std::move(parsed));
+  }
+  return t;
+}
+
+void ToTaskProto(const TaskRecord& t, v1::Task* out) {
+  *out->mutable_spec() = t.spec;
+  out->set_state(t.state);
+  out->set_attempt(t.attempt);
+  out->set_agent_id(t.agent_id);
+  SetTimestamp(t.create_time, out->mutable_create_time());
+  SetTimestamp(t.update_time, out->mutable_update_time());
+  if (t.state == v1::TASK_STATE_SCHEDULED) {
+    SetTimestamp(t.next_run_time, out->mutable_next_run_time());
+  }
+  out->set_reason(t.reason);
+  if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) *out->mutable_result() = t.result;
+  for (const v1::Attempt& a : t.attempts) *out->add_attempts() = a;
+}
+
+}  // namespace taskgrid::core

@@ -1,0 +1,111 @@
+// The task record held in memory, and the rows it is stored as.
+//
+// A TaskRecord is the scheduler's whole knowledge of one task. The spec is
+// kept exactly as submitted (with id and queue filled in); effective values
+// such as the default max_attempts are computed where they are used, so a
+// resubmitted spec compares equal to the stored one.
+//
+// The rows are what crosses into the Store: plain values, so the store needs
+// no knowledge of scheduling. A WriteBatch is the unit of one transaction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "taskgrid/v1/task.pb.h"
+
+namespace taskgrid::core {
+
+struct TaskRecord {
+  v1::TaskSpec spec;
+  int64_t seq = 0;  // submit order, unique and increasing
+  v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
+  int32_t attempt = 0;
+  std::string agent_id;  // holder of the live attempt, if in flight
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time update_time = absl::InfinitePast();
+  absl::Time next_run_time = absl::InfinitePast();  // SCHEDULED: when it turns PENDING
+  absl::Time dispatch_time = absl::InfinitePast();  // of the live attempt
+  absl::Time start_time = absl::InfinitePast();     // of the live attempt
+  std::string reason;
+  v1::TaskResult result;              // of the last finished attempt
+  std::vector<v1::Attempt> attempts;  // finished attempts, oldest first
+
+  // Cached PlacementClass(spec.placement()); derived, never stored.
+  std::string placement_class;
+
+  const std::string& id() const { return spec.id(); }
+  const std::string& queue() const { return spec.queue(); }
+};
+
+// One row of the tasks table.
+struct TaskRow {
+  bool insert = false;  // true: a new row with its spec; false: status columns only
+  std::string id;
+  int64_t seq = 0;
+  std::string queue;
+  int32_t state = 0;
+  int32_t attempt = 0;
+  std::string agent_id;
+  int64_t create_us = 0;
+  int64_t update_us = 0;
+  int64_t next_run_us = 0;
+  int64_t dispatch_us = 0;
+  int64_t start_us = 0;
+  std::string reason;
+  std::string result;  // serialized v1::TaskResult
+  std::string spec;    // serialized v1::TaskSpec (set on insert)
+};
+
+// One finished attempt.
+struct AttemptRow {
+  std::string task_id;
+  int32_t attempt = 0;
+  std::string data;  // serialized v1::Attempt
+};
+
+// One state change: the event log that WatchTasks will serve.
+struct EventRow {
+  std::string task_id;
+  std::string queue;
+  int32_t from_state = 0;
+  int32_t to_state = 0;
+  int32_t attempt = 0;
+  std::string agent_id;
+  int64_t time_us = 0;
+  std::string reason;
+};
+
+struct WriteBatch {
+  std::vector<TaskRow> tasks;
+  std::vector<AttemptRow> attempts;
+  std::vector<std::string> clear_attempts;  // task ids whose history is cleared (reset)
+  std::vector<EventRow> events;
+
+  bool empty() const {
+    return tasks.empty() && attempts.empty() && clear_attempts.empty() && events.empty();
+  }
+  size_t size() const {
+    return tasks.size() + attempts.size() + clear_attempts.size() + events.size();
+  }
+  // Moves every row of `other` to the end of this batch.
+  void Append(WriteBatch&& other);
+};
+
+// What recovery reads back: a task row and its finished attempts.
+struct StoredTask {
+  TaskRow row;
+  std::vector<AttemptRow> attempts;
+};
+
+TaskRow ToRow(const TaskRecord& t, bool insert);
+AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a);
+absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored);
+
+// The API view of a record.
+void ToTaskProto(const TaskRecord& t, v1::Task* out);
+
+}  // namespace taskgrid::core

@@ -1,0 +1,47 @@
+// The scheduler's tunables: limits on input and the timing of agents.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+
+namespace taskgrid::core {
+
+struct SchedulerOptions {
+  // Input limits.
+  int64_t max_payload_bytes = 1 << 20;
+  int max_batch_size = 10'000;
+  int max_steps = 1'000;
+  int max_attempts_limit = 100;
+
+  // Queue lengths (non-terminal tasks); 0 means no limit.
+  int64_t default_queue_max_length = 0;
+  absl::flat_hash_map<std::string, int64_t> queue_max_length;
+
+  // Task defaults.
+  int32_t default_max_attempts = 3;
+  absl::Duration default_ack_timeout = absl::Seconds(10);
+  absl::Duration default_initial_backoff = absl::Seconds(1);
+  absl::Duration default_max_backoff = absl::Minutes(5);
+  double default_backoff_multiplier = 2.0;
+
+  // Agents.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // A lost agent that reconnects within this keeps its tasks; after a
+  // scheduler restart every agent gets a fresh window of this length.
+  absl::Duration reconnect_grace = absl::Seconds(5);
+  // Added to attempt_timeout before the scheduler expires a running attempt
+  // itself (the agent kills it at attempt_timeout and normally reports).
+  absl::Duration attempt_timeout_slack = absl::Seconds(5);
+  int64_t max_output_bytes = 64 << 10;
+
+  int64_t QueueMaxLength(const std::string& queue) const {
+    auto it = queue_max_length.find(queue);
+    return it == queue_max_length.end() ? default_queue_max_length : it->second;
+  }
+};
+
+}  // namespace taskgrid::core

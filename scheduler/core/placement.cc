@@ -1,0 +1,47 @@
+#include "scheduler/core/placement.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace taskgrid::core {
+
+int32_t SlotsOf(const v1::Placement& p) { return p.slots() > 0 ? p.slots() : 1; }
+
+bool Matches(const v1::Placement& p, const AgentRecord& agent) {
+  if (!p.agent_ids().empty() &&
+      std::find(p.agent_ids().begin(), p.agent_ids().end(), agent.id) == p.agent_ids().end()) {
+    return false;
+  }
+  for (const auto& [k, v] : p.required_labels()) {
+    auto it = agent.labels.find(k);
+    if (it == agent.labels.end() || it->second != v) return false;
+  }
+  return SlotsOf(p) <= agent.slots;
+}
+
+AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents) {
+  const int32_t need = SlotsOf(p);
+  AgentRecord* best = nullptr;
+  for (AgentRecord* a : agents) {
+    if (!a->connected() || a->free_slots() < need || !Matches(p, *a)) continue;
+    if (best == nullptr || a->free_slots() > best->free_slots() ||
+        (a->free_slots() == best->free_slots() && a->last_assigned < best->last_assigned)) {
+      best = a;
+    }
+  }
+  return best;
+}
+
+std::string PlacementClass(const v1::Placement& p) {
+  std::map<std::string, std::string> labels(p.required_labels().begin(),
+                                            p.required_labels().end());
+  std::vector<std::string> ids(p.agent_ids().begin(), p.agent_ids().end());
+  std::sort(ids.begin(), ids.end());
+  return absl::StrCat(SlotsOf(p), "|", absl::StrJoin(labels, ",", absl::PairFormatter("=")), "|",
+                      absl::StrJoin(ids, ","));
+}
+
+}  // namespace taskgrid::core

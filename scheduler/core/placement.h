@@ -1,0 +1,44 @@
+// Placement policy: which agent runs a task. Pure and narrow so that other
+// policies can replace it; the Scheduler owns the agents and the queues.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "taskgrid/v1/task.pb.h"
+
+namespace taskgrid::core {
+
+struct AgentRecord {
+  std::string id;
+  uint64_t conn = 0;  // the live stream; 0 while disconnected
+  absl::flat_hash_map<std::string, std::string> labels;
+  int32_t slots = 0;
+  int32_t used = 0;                        // slots held by live attempts
+  absl::Duration last_seen;                // monotonic
+  uint64_t last_assigned = 0;              // tie-break: least recently used first
+  absl::flat_hash_set<std::string> tasks;  // ids of the live attempts it holds
+
+  bool connected() const { return conn != 0; }
+  int32_t free_slots() const { return slots - used; }
+};
+
+// Slots a task occupies (the spec's 0 means 1).
+int32_t SlotsOf(const v1::Placement& p);
+
+// True when `agent` carries the labels and id the placement asks for,
+// regardless of free slots.
+bool Matches(const v1::Placement& p, const AgentRecord& agent);
+
+// The connected matching agent with room for the task: the most free slots
+// first, then the least recently assigned. nullptr when none fits.
+AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents);
+
+// The key grouping tasks that any given agent either can or cannot run.
+std::string PlacementClass(const v1::Placement& p);
+
+}  // namespace taskgrid::core

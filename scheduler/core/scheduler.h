@@ -1,0 +1,176 @@
+// Scheduler: the state of every task and agent, and every decision about
+// them. Pure logic: no gRPC, no SQLite, no threads; time from a Clock.
+//
+// Every operation mutates memory at once and records what must follow in
+// Effects: the rows to commit (one transaction) and the messages to send to
+// agents. The caller (service/Engine) commits the rows and only then sends
+// the messages and answers its client, so nothing leaves the process before
+// it is durable (DESIGN.md invariant 1). Should a commit fail, memory is
+// ahead of disk and the process must stop; restart recovers from disk.
+//
+// Every state change goes through Transition(), which checks the table of
+// state_machine.h and writes the task row and an event row (invariant 2).
+// Agent messages about a task are acted on only when (task_id, attempt,
+// agent) is the live attempt (invariant 3).
+//
+// Not thread-safe: one owner (the Engine, under its mutex). The Clock is
+// borrowed and must outlive the Scheduler.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "scheduler/core/deadline_table.h"
+#include "scheduler/core/model.h"
+#include "scheduler/core/options.h"
+#include "scheduler/core/placement.h"
+#include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/task_service.pb.h"
+
+namespace taskgrid::core {
+
+struct Outgoing {
+  uint64_t conn = 0;  // the agent stream to send on
+  v1::SchedulerMessage msg;
+};
+
+struct Effects {
+  WriteBatch batch;
+  std::vector<Outgoing> messages;   // send after `batch` committed, in order
+  std::vector<uint64_t> close_conns;  // streams to end (agent went silent)
+};
+
+struct ListFilter {
+  std::string queue;                 // empty: all
+  std::vector<v1::TaskState> states;  // empty: all
+  int page_size = 100;
+  int64_t after_seq = 0;  // from the page token
+};
+
+struct ListPage {
+  std::vector<const TaskRecord*> tasks;
+  int64_t next_after_seq = 0;  // 0: no more
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Clock* clock, SchedulerOptions opts);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const SchedulerOptions& options() const { return opts_; }
+
+  // Start-up: takes the tasks read back from the store. Ready tasks go to
+  // the ready queues, scheduled ones to the timer; in-flight ones stay with
+  // their agents, each agent getting a fresh reconnect grace window.
+  absl::Status Restore(std::vector<TaskRecord> tasks);
+
+  // --- Client operations. On error nothing changed. ---
+
+  // All or nothing; returns the tasks in request order (existing ones for an
+  // identical resubmit).
+  absl::StatusOr<std::vector<const TaskRecord*>> Submit(std::vector<v1::TaskSpec> specs);
+  absl::StatusOr<const TaskRecord*> Cancel(const std::string& id);
+  absl::StatusOr<const TaskRecord*> Retry(const std::string& id);
+  absl::StatusOr<const TaskRecord*> Reset(const std::string& id);
+  absl::StatusOr<const TaskRecord*> Pause(const std::string& id);
+  absl::StatusOr<const TaskRecord*> Resume(const std::string& id);
+
+  // nullptr when unknown.
+  const TaskRecord* Find(const std::string& id) const;
+  ListPage List(const ListFilter& filter) const;
+  // Every queue that holds tasks or has a configured limit; one when named.
+  std::vector<v1::QueueStats> Stats(const std::string& queue) const;
+
+  // --- Agents. `conn` identifies one stream; never reused. ---
+
+  // Hello on a new stream. Error: the hello is invalid (nothing changed).
+  absl::Status Connect(uint64_t conn, const v1::Hello& hello);
+  // The stream ended. The agent keeps its tasks for the reconnect grace.
+  void Disconnect(uint64_t conn);
+  // Heartbeat, Accept, Reject or Result on a stream that said Hello.
+  void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg);
+
+  // Time-driven work: scheduled tasks whose time came, expired deadlines,
+  // agents silent or lost past their grace. Call it often (the Engine does
+  // every few milliseconds; tests after FakeClock::Advance).
+  void Tick();
+
+  // What the operations since the last call require.
+  Effects TakeEffects();
+
+  // --- Introspection. ---
+  const AgentRecord* FindAgent(const std::string& id) const;
+  int64_t stale_messages() const { return stale_messages_; }
+  size_t task_count() const { return tasks_.size(); }
+  // Checks the cross-structure invariants (each in-flight task held by a
+  // known agent, queues hold exactly their states, slot and state counts).
+  absl::Status CheckInvariants() const;
+
+ private:
+  using ReadyKey = std::tuple<int64_t, int64_t, TaskRecord*>;  // -priority, seq
+  using ReadySet = std::set<ReadyKey>;
+  static constexpr int kNumStates = 11;
+
+  absl::Time Now() const;
+  absl::Duration Mono() const { return clock_->Monotonic(); }
+
+  // The one door for state changes.
+  void Transition(TaskRecord& t, v1::TaskState to, std::string reason);
+  // PENDING or SCHEDULED, depending on next_run_time.
+  v1::TaskState ReadyOrScheduled(TaskRecord& t);
+
+  void Dispatch();
+  // Ends the live attempt with `result` and moves the task on (retry, done).
+  void FinishAttempt(TaskRecord& t, v1::TaskResult result);
+  void LoseAgent(AgentRecord& a, const std::string& why);
+  void Send(uint64_t conn, v1::SchedulerMessage msg);
+  void SendCancel(const TaskRecord& t);
+  // The live attempt held by the agent on `conn`, or nullptr.
+  TaskRecord* LiveAttempt(const AgentRecord& a, const std::string& task_id, int32_t attempt);
+
+  void OnAccept(AgentRecord& a, const v1::Accept& m);
+  void OnReject(AgentRecord& a, const v1::Reject& m);
+  void OnResult(AgentRecord& a, const v1::Result& m);
+
+  int32_t MaxAttempts(const TaskRecord& t) const;
+  absl::Duration AckTimeout(const TaskRecord& t) const;
+  absl::Duration Backoff(const TaskRecord& t) const;
+  int64_t QueueLength(const std::string& queue) const;
+  TaskRecord* Mutable(const std::string& id);
+  absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
+  std::string NewTaskId();
+
+  const Clock* clock_;
+  SchedulerOptions opts_;
+  Effects effects_;
+
+  absl::flat_hash_map<std::string, std::unique_ptr<TaskRecord>> tasks_;
+  std::map<int64_t, TaskRecord*> by_seq_;
+  int64_t next_seq_ = 1;
+  uint64_t id_counter_ = 0;
+
+  absl::flat_hash_map<std::string, ReadySet> ready_;  // PENDING, by placement class
+  std::set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED
+  absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
+
+  absl::flat_hash_map<std::string, std::unique_ptr<AgentRecord>> agents_;
+  absl::flat_hash_map<uint64_t, AgentRecord*> by_conn_;
+  uint64_t assign_counter_ = 0;
+
+  DeadlineTable task_deadlines_;   // DISPATCHED: ack; RUNNING: attempt timeout
+  DeadlineTable agent_deadlines_;  // connected: heartbeat; disconnected: grace
+  int64_t stale_messages_ = 0;
+};
+
+}  // namespace taskgrid::core

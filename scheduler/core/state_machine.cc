@@ -1,0 +1,71 @@
+#include "scheduler/core/state_machine.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+
+namespace taskgrid::core {
+
+using v1::TaskState;
+
+bool IsTerminal(TaskState s) {
+  return s == v1::TASK_STATE_SUCCEEDED || s == v1::TASK_STATE_FAILED ||
+         s == v1::TASK_STATE_CANCELLED;
+}
+
+bool IsInFlight(TaskState s) {
+  return s == v1::TASK_STATE_DISPATCHED || s == v1::TASK_STATE_RUNNING ||
+         s == v1::TASK_STATE_CANCELLING;
+}
+
+bool IsAllowedTransition(TaskState from, TaskState to) {
+  using namespace v1;  // NOLINT: the table reads better with bare names
+  switch (from) {
+    case TASK_STATE_UNSPECIFIED:  // submit
+      return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_BLOCKED;
+    case TASK_STATE_SCHEDULED:
+      return to == TASK_STATE_PENDING || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
+    case TASK_STATE_BLOCKED:
+      return to == TASK_STATE_PENDING || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
+    case TASK_STATE_PENDING:
+      return to == TASK_STATE_DISPATCHED || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
+    case TASK_STATE_DISPATCHED:
+      // Accepted; or the hand-over failed (ack timeout, agent lost, rejected):
+      // retry now, retry after backoff, or attempts used up; or cancel.
+      return to == TASK_STATE_RUNNING || to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED ||
+             to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING;
+    case TASK_STATE_RUNNING:
+      return to == TASK_STATE_SUCCEEDED || to == TASK_STATE_FAILED || to == TASK_STATE_PENDING ||
+             to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING;
+    case TASK_STATE_CANCELLING:
+      // The agent confirms (or its lease ends); a result that beat the cancel
+      // to the agent still counts as a success.
+      return to == TASK_STATE_CANCELLED || to == TASK_STATE_SUCCEEDED;
+    case TASK_STATE_PAUSED:
+      return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLED;
+    case TASK_STATE_SUCCEEDED:
+      return to == TASK_STATE_PENDING;  // reset
+    case TASK_STATE_FAILED:
+    case TASK_STATE_CANCELLED:
+      return to == TASK_STATE_PENDING;  // retry or reset
+    default:
+      return false;
+  }
+}
+
+std::string StateName(TaskState s) {
+  const std::string& full = v1::TaskState_Name(s);
+  constexpr absl::string_view kPrefix = "TASK_STATE_";
+  if (absl::StartsWith(full, kPrefix)) return full.substr(kPrefix.size());
+  return full.empty() ? "UNKNOWN" : full;
+}
+
+bool ParseStateName(const std::string& name, TaskState* out) {
+  std::string upper = absl::AsciiStrToUpper(name);
+  if (!absl::StartsWith(upper, "TASK_STATE_")) upper = "TASK_STATE_" + upper;
+  TaskState s;
+  if (!v1::TaskState_Parse(upper, &s) || s == v1::TASK_STATE_UNSPECIFIED) return false;
+  *out = s;
+  return true;
+}
+
+}  // namespace taskgrid::core
