@@ -1,0 +1,294 @@
+#include "scheduler/engine/engine.h"
+
+#include <future>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::engine {
+
+namespace {
+absl::Status Stopped() { return absl::UnavailableError("the scheduler is shutting down"); }
+}  // namespace
+
+Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
+    : clock_(clock),
+      opts_(std::move(opts)),
+      store_(store),
+      sched_(clock, opts_.scheduler),
+      writer_(store, opts_.writer) {}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Start() {
+  auto stored = store_->LoadTasks();
+  if (!stored.ok()) return stored.status();
+  std::vector<core::TaskRecord> records;
+  records.reserve(stored->size());
+  for (const core::StoredTask& st : *stored) {
+    auto rec = core::FromStored(st);
+    if (!rec.ok()) return rec.status();
+    records.push_back(std::move(*rec));
+  }
+  stored->clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) return absl::FailedPreconditionError("the engine was started already");
+    if (absl::Status s = sched_.Restore(std::move(records)); !s.ok()) return s;
+    started_ = true;
+  }
+  ticker_ = std::thread([this] { TickerLoop(); });
+  return absl::OkStatus();
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(ticker_mu_);
+    ticker_stop_ = true;
+    ticker_cv_.notify_all();
+  }
+  if (ticker_.joinable()) ticker_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  writer_.Stop();
+}
+
+// ---------------------------------------------------------------------------
+
+void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
+  core::Effects fx = sched_.TakeEffects();
+  if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
+  writer_.Submit(std::move(fx.batch),
+                 [this, messages = std::move(fx.messages), closes = std::move(fx.close_conns),
+                  after = std::move(after)](const absl::Status& s) mutable {
+                   if (!s.ok()) {
+                     std::call_once(fatal_once_, [&] {
+                       if (on_fatal_) on_fatal_(s);
+                     });
+                   } else {
+                     Deliver(messages, closes);
+                   }
+                   if (after) after(s);
+                 });
+}
+
+template <typename T>
+void Engine::Answer(absl::StatusOr<T> result, Reply<T> done) {
+  CommitLocked([result = std::move(result), done = std::move(done)](const absl::Status& s) mutable {
+    if (!s.ok()) {
+      done(s);
+    } else {
+      done(std::move(result));
+    }
+  });
+}
+
+void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes) {
+  if (messages.empty() && closes.empty()) return;
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  for (core::Outgoing& out : messages) {
+    auto it = channels_.find(out.conn);
+    if (it != channels_.end()) it->second->Send(out.msg);
+  }
+  for (uint64_t conn : closes) {
+    auto it = channels_.find(conn);
+    if (it != channels_.end()) {
+      it->second->Close(absl::UnavailableError(
+          "no message from this agent within heartbeat_timeout; reconnect"));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// TaskService.
+
+void Engine::SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
+                                  std::make_move_iterator(req.mutable_tasks()->end()));
+  auto tasks = sched_.Submit(std::move(specs));
+  absl::StatusOr<v1::SubmitTasksResponse> result;
+  if (!tasks.ok()) {
+    result = tasks.status();
+  } else {
+    v1::SubmitTasksResponse resp;
+    resp.mutable_tasks()->Reserve(static_cast<int>(tasks->size()));
+    for (const core::TaskRecord* t : *tasks) core::ToTaskProto(*t, resp.add_tasks());
+    result = std::move(resp);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::GetTask(const v1::GetTaskRequest& req, Reply<v1::Task> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  absl::StatusOr<v1::Task> result;
+  if (req.id().empty()) {
+    result = absl::InvalidArgumentError("id is empty");
+  } else if (const core::TaskRecord* t = sched_.Find(req.id())) {
+    v1::Task task;
+    core::ToTaskProto(*t, &task);
+    result = std::move(task);
+  } else {
+    result = absl::NotFoundError(absl::StrCat("task \"", req.id(), "\" does not exist"));
+  }
+  // Answered after the commits queued before it: never shows a state that
+  // is not durable yet.
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  core::ListFilter filter;
+  filter.queue = req.queue();
+  absl::Status bad;
+  if (req.page_size() < 0) {
+    bad = absl::InvalidArgumentError("page_size is negative");
+  } else {
+    filter.page_size = req.page_size() == 0 ? 100 : std::min(req.page_size(), 1000);
+  }
+  for (int s : req.states()) {
+    if (s <= v1::TASK_STATE_UNSPECIFIED || !v1::TaskState_IsValid(s)) {
+      bad = absl::InvalidArgumentError(absl::StrCat("states has an unknown state ", s));
+    }
+    filter.states.push_back(static_cast<v1::TaskState>(s));
+  }
+  if (!req.page_token().empty() &&
+      (!absl::SimpleAtoi(req.page_token(), &filter.after_seq) || filter.after_seq <= 0)) {
+    bad = absl::InvalidArgumentError("page_token is malformed: pass a next_page_token as is");
+  }
+  absl::StatusOr<v1::ListTasksResponse> result;
+  if (!bad.ok()) {
+    result = bad;
+  } else {
+    core::ListPage page = sched_.List(filter);
+    v1::ListTasksResponse resp;
+    for (const core::TaskRecord* t : page.tasks) core::ToTaskProto(*t, resp.add_tasks());
+    if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
+    result = std::move(resp);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::TaskOp(
+    absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
+    const std::string& id, Reply<v1::Task> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  auto t = (sched_.*op)(id);
+  absl::StatusOr<v1::Task> result;
+  if (!t.ok()) {
+    result = t.status();
+  } else {
+    v1::Task task;
+    core::ToTaskProto(**t, &task);
+    result = std::move(task);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::CancelTask(const std::string& id, Reply<v1::Task> done) {
+  TaskOp(&core::Scheduler::Cancel, id, std::move(done));
+}
+void Engine::RetryTask(const std::string& id, Reply<v1::Task> done) {
+  TaskOp(&core::Scheduler::Retry, id, std::move(done));
+}
+void Engine::ResetTask(const std::string& id, Reply<v1::Task> done) {
+  TaskOp(&core::Scheduler::Reset, id, std::move(done));
+}
+void Engine::PauseTask(const std::string& id, Reply<v1::Task> done) {
+  TaskOp(&core::Scheduler::Pause, id, std::move(done));
+}
+void Engine::ResumeTask(const std::string& id, Reply<v1::Task> done) {
+  TaskOp(&core::Scheduler::Resume, id, std::move(done));
+}
+
+void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
+                           Reply<v1::GetQueueStatsResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  v1::GetQueueStatsResponse resp;
+  for (v1::QueueStats& qs : sched_.Stats(req.queue())) *resp.add_queues() = std::move(qs);
+  Answer(absl::StatusOr<v1::GetQueueStatsResponse>(std::move(resp)), std::move(done));
+}
+
+// ---------------------------------------------------------------------------
+// Agents.
+
+uint64_t Engine::AttachAgent(std::shared_ptr<AgentChannel> channel) {
+  uint64_t conn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conn = next_conn_++;
+  }
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  channels_[conn] = std::move(channel);
+  return conn;
+}
+
+absl::Status Engine::AgentHello(uint64_t conn, const v1::Hello& hello) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return Stopped();
+  absl::Status s = sched_.Connect(conn, hello);
+  CommitLocked(nullptr);
+  return s;
+}
+
+void Engine::AgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;
+  sched_.OnAgentMessage(conn, msg);
+  CommitLocked(nullptr);
+}
+
+void Engine::DetachAgent(uint64_t conn) {
+  {
+    std::lock_guard<std::mutex> lock(channels_mu_);
+    channels_.erase(conn);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;
+  sched_.Disconnect(conn);
+  CommitLocked(nullptr);
+}
+
+// ---------------------------------------------------------------------------
+
+void Engine::TickerLoop() {
+  std::unique_lock<std::mutex> lock(ticker_mu_);
+  while (!ticker_cv_.wait_for(lock, absl::ToChronoNanoseconds(opts_.tick_interval),
+                              [this] { return ticker_stop_; })) {
+    lock.unlock();
+    TickNow();
+    lock.lock();
+  }
+}
+
+void Engine::TickNow() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || !started_) return;
+  sched_.Tick();
+  CommitLocked(nullptr);
+}
+
+void Engine::Sync() {
+  std::promise<void> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CommitLocked([&done](const absl::Status&) { done.set_value(); });
+  }
+  done.get_future().wait();
+}
+
+void Engine::Inspect(const std::function<void(const core::Scheduler&)>& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  f(sched_);
+}
+
+}  // namespace taskgrid::engine

@@ -1,0 +1,126 @@
+// Engine: the thread-safe owner of the Scheduler. gRPC handlers and agent
+// streams call it from any thread; it runs each call under one mutex, hands
+// the resulting rows to the GroupCommitWriter, and only after the commit
+// sends the resulting agent messages and answers the caller. A ticker thread
+// drives the Scheduler's time-based work.
+//
+// gRPC-free: agents are reached through AgentChannel, so the Engine is tested
+// with fake channels (and under ThreadSanitizer).
+//
+// Lifecycle: construct, Start() (recovery, then threads), calls, Stop().
+// The Store and Clock are borrowed and must outlive the Engine.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/store/group_commit.h"
+#include "scheduler/store/store.h"
+#include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/task_service.pb.h"
+
+namespace taskgrid::engine {
+
+// One agent stream as the Engine sees it. Implementations must not block
+// and must not call back into the Engine.
+class AgentChannel {
+ public:
+  virtual ~AgentChannel() = default;
+  // Queues a message; dropped once the stream has ended.
+  virtual void Send(const v1::SchedulerMessage& msg) = 0;
+  // Ends the stream with an error (the agent went silent).
+  virtual void Close(const absl::Status& why) = 0;
+};
+
+struct EngineOptions {
+  core::SchedulerOptions scheduler;
+  absl::Duration tick_interval = absl::Milliseconds(10);
+  store::GroupCommitWriter::Options writer;
+};
+
+class Engine {
+ public:
+  template <typename T>
+  using Reply = std::function<void(absl::StatusOr<T>)>;
+
+  Engine(store::Store* store, const Clock* clock, EngineOptions opts);
+  ~Engine();  // Stop()s
+
+  // Reads the store back into the Scheduler and starts the threads.
+  absl::Status Start();
+  // Stops the ticker and commits what is queued; later calls fail UNAVAILABLE.
+  void Stop();
+  // Runs once if a commit fails: memory is then ahead of disk and the
+  // process must restart (main() exits). Set before Start().
+  void set_on_fatal(std::function<void(const absl::Status&)> f) { on_fatal_ = std::move(f); }
+
+  // --- TaskService. Each reply runs once, after the change is durable. ---
+  void SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksResponse> done);
+  void GetTask(const v1::GetTaskRequest& req, Reply<v1::Task> done);
+  void ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksResponse> done);
+  void CancelTask(const std::string& id, Reply<v1::Task> done);
+  void RetryTask(const std::string& id, Reply<v1::Task> done);
+  void ResetTask(const std::string& id, Reply<v1::Task> done);
+  void PauseTask(const std::string& id, Reply<v1::Task> done);
+  void ResumeTask(const std::string& id, Reply<v1::Task> done);
+  void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
+
+  // --- Agent streams. ---
+  // A new stream; returns its connection id.
+  uint64_t AttachAgent(std::shared_ptr<AgentChannel> channel);
+  // The first message. An error means the stream must end with it.
+  absl::Status AgentHello(uint64_t conn, const v1::Hello& hello);
+  void AgentMessage(uint64_t conn, const v1::AgentMessage& msg);
+  // The stream ended.
+  void DetachAgent(uint64_t conn);
+
+  // --- For tests and tools. ---
+  // Blocks until everything queued so far is committed and delivered.
+  void Sync();
+  // Runs `f` on the Scheduler under the Engine's mutex (read-only use).
+  void Inspect(const std::function<void(const core::Scheduler&)>& f);
+  // Runs the Scheduler's time-based work now, as the ticker would.
+  void TickNow();
+
+ private:
+  // Takes the Scheduler's effects (with mu_ held) and queues them; `after`
+  // runs once they are committed and delivered.
+  void CommitLocked(std::function<void(const absl::Status&)> after);
+  template <typename T>
+  void Answer(absl::StatusOr<T> result, Reply<T> done);
+  void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
+  void TickerLoop();
+  void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
+              const std::string& id, Reply<v1::Task> done);
+
+  const Clock* const clock_;
+  const EngineOptions opts_;
+  store::Store* const store_;
+  std::function<void(const absl::Status&)> on_fatal_;
+
+  std::mutex mu_;
+  core::Scheduler sched_;  // guarded by mu_
+  store::GroupCommitWriter writer_;
+  bool started_ = false;   // guarded by mu_
+  bool stopped_ = false;   // guarded by mu_
+  uint64_t next_conn_ = 1;  // guarded by mu_
+  std::once_flag fatal_once_;
+
+  std::mutex channels_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>> channels_;  // guarded by channels_mu_
+
+  std::mutex ticker_mu_;
+  std::condition_variable ticker_cv_;
+  bool ticker_stop_ = false;  // guarded by ticker_mu_
+  std::thread ticker_;
+};
+
+}  // namespace taskgrid::engine

@@ -1,0 +1,73 @@
+// GroupCommitWriter: one thread that commits many callers' WriteBatches in
+// one store transaction and answers each caller only after that transaction
+// committed (DESIGN.md invariant 1). Throughput grows with the batch; the
+// latency a caller sees is about one commit.
+//
+// Order: batches commit in the order Submit was called, and callbacks run in
+// that order, on the writer thread, after their batch's commit. Callbacks
+// must not block (they send messages and finish RPCs).
+//
+// Failure: when a commit fails, its callers get the error and the writer is
+// broken from then on: every later Submit gets the same error. The caller
+// has applied those changes to memory already, so it must stop (see
+// Scheduler); restarting recovers from the store.
+//
+// Thread-safe. The Store is borrowed and must outlive the writer.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "scheduler/core/model.h"
+#include "scheduler/store/store.h"
+
+namespace taskgrid::store {
+
+class GroupCommitWriter {
+ public:
+  using Done = std::function<void(const absl::Status&)>;
+
+  struct Options {
+    // Rows merged into one transaction at most (a batch is never split).
+    size_t max_rows_per_commit = 20'000;
+  };
+
+  GroupCommitWriter(Store* store, Options opts);
+  explicit GroupCommitWriter(Store* store) : GroupCommitWriter(store, Options{}) {}
+  ~GroupCommitWriter();  // Stop()s
+
+  // Queues `batch`; `done` runs once it is committed (or failed). An empty
+  // batch is a barrier: `done` runs once everything queued before is durable.
+  void Submit(core::WriteBatch batch, Done done);
+
+  // Commits what is queued, runs its callbacks, and ends the thread. Later
+  // Submits fail with UNAVAILABLE.
+  void Stop();
+
+  // Transactions committed so far.
+  int64_t commits() const;
+
+ private:
+  struct Item {
+    core::WriteBatch batch;
+    Done done;
+  };
+  void Run();
+
+  Store* const store_;
+  const Options opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;   // guarded by mu_
+  bool stopping_ = false;    // guarded by mu_
+  absl::Status broken_;      // guarded by mu_
+  int64_t commits_ = 0;      // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace taskgrid::store

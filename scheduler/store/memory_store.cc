@@ -1,0 +1,67 @@
+#include "scheduler/store/memory_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace taskgrid::store {
+
+absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Check first so a bad batch changes nothing, as a transaction would.
+  std::map<std::string, bool> exists;
+  for (const core::TaskRow& r : batch.tasks) {
+    auto it = exists.find(r.id);
+    const bool present = it != exists.end() ? it->second : tasks_.count(r.id) > 0;
+    if (r.insert && present) return absl::AlreadyExistsError(absl::StrCat("task ", r.id));
+    if (!r.insert && !present) return absl::NotFoundError(absl::StrCat("task ", r.id));
+    exists[r.id] = true;
+  }
+  for (const core::TaskRow& r : batch.tasks) {
+    if (r.insert) {
+      tasks_[r.id] = r;
+    } else {
+      core::TaskRow& row = tasks_[r.id];
+      std::string spec = std::move(row.spec);
+      row = r;
+      row.spec = std::move(spec);
+    }
+  }
+  for (const std::string& id : batch.clear_attempts) {
+    attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.upper_bound({id, INT32_MAX}));
+  }
+  for (const core::AttemptRow& a : batch.attempts) attempts_[{a.task_id, a.attempt}] = a;
+  for (const core::EventRow& e : batch.events) {
+    events_.push_back({static_cast<int64_t>(events_.size()) + 1, e});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::LoadTasks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::StoredTask> out;
+  for (const auto& [id, row] : tasks_) {
+    core::StoredTask t;
+    t.row = row;
+    for (auto it = attempts_.lower_bound({id, INT32_MIN});
+         it != attempts_.end() && it->first.first == id; ++it) {
+      t.attempts.push_back(it->second);
+    }
+    out.push_back(std::move(t));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const core::StoredTask& a, const core::StoredTask& b) { return a.row.seq < b.row.seq; });
+  return out;
+}
+
+absl::StatusOr<std::vector<StoredEvent>> MemoryStore::ReadEvents(int64_t after, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StoredEvent> out;
+  for (int64_t i = std::max<int64_t>(after, 0);
+       i < static_cast<int64_t>(events_.size()) && static_cast<int>(out.size()) < limit; ++i) {
+    out.push_back(events_[i]);
+  }
+  return out;
+}
+
+}  // namespace taskgrid::store

@@ -1,0 +1,26 @@
+// MemoryStore: a Store in plain maps, for tests. Not durable. Thread-safe.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "scheduler/store/store.h"
+
+namespace taskgrid::store {
+
+class MemoryStore final : public Store {
+ public:
+  absl::Status Apply(const core::WriteBatch& batch) override;
+  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
+  absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, core::TaskRow> tasks_;  // guarded by mu_
+  std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_
+  std::vector<StoredEvent> events_;  // guarded by mu_
+};
+
+}  // namespace taskgrid::store

@@ -1,0 +1,392 @@
+#include "scheduler/store/sqlite_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+
+namespace taskgrid::store {
+
+namespace {
+
+// Each entry moves the schema from version i to i + 1. Append only: a
+// released migration is never edited.
+const std::vector<const char*>& Migrations() {
+  static const auto* kMigrations = new std::vector<const char*>{
+      // 0 -> 1: tasks, their finished attempts, and the event log.
+      R"sql(
+      CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY,
+        seq         INTEGER NOT NULL UNIQUE,
+        queue       TEXT NOT NULL,
+        state       INTEGER NOT NULL,
+        attempt     INTEGER NOT NULL,
+        agent_id    TEXT NOT NULL,
+        create_us   INTEGER NOT NULL,
+        update_us   INTEGER NOT NULL,
+        next_run_us INTEGER NOT NULL,
+        dispatch_us INTEGER NOT NULL,
+        start_us    INTEGER NOT NULL,
+        reason      TEXT NOT NULL,
+        result      BLOB NOT NULL,
+        spec        BLOB NOT NULL
+      );
+      CREATE TABLE attempts (
+        task_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        data    BLOB NOT NULL,
+        PRIMARY KEY (task_id, attempt)
+      ) WITHOUT ROWID;
+      CREATE TABLE events (
+        revision   INTEGER PRIMARY KEY AUTOINCREMENT,
+        task_id    TEXT NOT NULL,
+        queue      TEXT NOT NULL,
+        from_state INTEGER NOT NULL,
+        to_state   INTEGER NOT NULL,
+        attempt    INTEGER NOT NULL,
+        agent_id   TEXT NOT NULL,
+        time_us    INTEGER NOT NULL,
+        reason     TEXT NOT NULL
+      );
+      )sql",
+  };
+  return *kMigrations;
+}
+
+absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : "no database"));
+}
+
+absl::Status Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    absl::Status s = absl::InternalError(absl::StrCat("sqlite: ", err ? err : "?", " in: ", sql));
+    sqlite3_free(err);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+void BindText(sqlite3_stmt* st, int i, const std::string& v) {
+  sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+}
+void BindBlob(sqlite3_stmt* st, int i, const std::string& v) {
+  sqlite3_bind_blob(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+}
+std::string ColumnString(sqlite3_stmt* st, int i) {
+  const void* p = sqlite3_column_blob(st, i);
+  const int n = sqlite3_column_bytes(st, i);
+  return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), n);
+}
+
+absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
+  const int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_DONE) return SqlError(db, what);
+  return absl::OkStatus();
+}
+
+// Reads the pid written into an existing lock file, for the error message.
+std::string LockHolder(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[32] = {0};
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return "";
+  return std::string(absl::StripAsciiWhitespace(absl::string_view(buf, n)));
+}
+
+}  // namespace
+
+int SqliteStore::LatestSchemaVersion() { return static_cast<int>(Migrations().size()); }
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opts) {
+  std::unique_ptr<SqliteStore> s(new SqliteStore());
+  if (absl::Status st = s->Init(opts); !st.ok()) return st;
+  return s;
+}
+
+absl::Status SqliteStore::Init(const SqliteOptions& opts) {
+  if (opts.data_dir.empty()) return absl::InvalidArgumentError("data_dir is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(opts.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data directory ", opts.data_dir, ": ", ec.message()));
+  }
+  const std::string lock_path = opts.data_dir + "/LOCK";
+  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
+  }
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const std::string holder = LockHolder(lock_path);
+    close(lock_fd_);
+    lock_fd_ = -1;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", opts.data_dir, " is in use by another taskgrid-scheduler",
+        holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
+        "; two schedulers must never write one task table"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+    return absl::InternalError(absl::StrCat("cannot write ", lock_path, ": ", strerror(errno)));
+  }
+
+  db_path_ = opts.data_dir + "/taskgrid.db";
+  if (sqlite3_open_v2(db_path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    return SqlError(db_, absl::StrCat("cannot open ", db_path_));
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  if (absl::Status s = Exec(db_, "PRAGMA journal_mode=WAL"); !s.ok()) return s;
+  if (absl::Status s = Exec(db_, opts.durability == Durability::kFull ? "PRAGMA synchronous=FULL"
+                                                                      : "PRAGMA synchronous=NORMAL");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Migrate(); !s.ok()) return s;
+  if (absl::Status s = Prepare(); !s.ok()) return s;
+  if (sqlite3_open_v2(db_path_.c_str(), &read_db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    return SqlError(read_db_, "cannot open the read connection");
+  }
+  sqlite3_busy_timeout(read_db_, 5000);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Migrate() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "reading the schema version");
+  }
+  sqlite3_step(st);
+  schema_version_ = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  const int latest = LatestSchemaVersion();
+  if (schema_version_ > latest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(db_path_, " has schema version ", schema_version_, "; this build knows up to ",
+                     latest, ": use a newer taskgrid-scheduler"));
+  }
+  while (schema_version_ < latest) {
+    if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+    absl::Status s = Exec(db_, Migrations()[schema_version_]);
+    if (s.ok()) s = Exec(db_, absl::StrCat("PRAGMA user_version=", schema_version_ + 1).c_str());
+    if (s.ok()) s = Exec(db_, "COMMIT");
+    if (!s.ok()) {
+      Exec(db_, "ROLLBACK").IgnoreError();
+      return absl::InternalError(absl::StrCat("migration to schema version ", schema_version_ + 1,
+                                              " failed: ", s.message()));
+    }
+    ++schema_version_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Prepare() {
+  struct {
+    sqlite3_stmt** st;
+    const char* sql;
+  } stmts[] = {
+      {&insert_task_,
+       "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
+       "next_run_us, dispatch_us, start_us, reason, result, spec) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"},
+      {&update_task_,
+       "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
+       "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10 "
+       "WHERE id = ?1"},
+      {&insert_attempt_, "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
+      {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
+      {&insert_event_,
+       "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
+       "reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
+  };
+  for (auto& s : stmts) {
+    if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
+      return SqlError(db_, absl::StrCat("preparing ", s.sql));
+    }
+  }
+  return absl::OkStatus();
+}
+
+SqliteStore::~SqliteStore() {
+  for (sqlite3_stmt* st :
+       {insert_task_, update_task_, insert_attempt_, clear_attempts_, insert_event_}) {
+    sqlite3_finalize(st);
+  }
+  if (read_db_ != nullptr) sqlite3_close(read_db_);
+  if (db_ != nullptr) sqlite3_close(db_);
+  if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+}
+
+absl::Status SqliteStore::Apply(const core::WriteBatch& batch) {
+  if (batch.empty()) return absl::OkStatus();
+  if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  absl::Status s = ApplyLocked(batch);
+  if (s.ok()) s = Exec(db_, "COMMIT");
+  if (!s.ok()) Exec(db_, "ROLLBACK").IgnoreError();
+  return s;
+}
+
+absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
+  for (const core::TaskRow& r : batch.tasks) {
+    if (r.insert) {
+      sqlite3_stmt* st = insert_task_;
+      BindText(st, 1, r.id);
+      sqlite3_bind_int64(st, 2, r.seq);
+      BindText(st, 3, r.queue);
+      sqlite3_bind_int(st, 4, r.state);
+      sqlite3_bind_int(st, 5, r.attempt);
+      BindText(st, 6, r.agent_id);
+      sqlite3_bind_int64(st, 7, r.create_us);
+      sqlite3_bind_int64(st, 8, r.update_us);
+      sqlite3_bind_int64(st, 9, r.next_run_us);
+      sqlite3_bind_int64(st, 10, r.dispatch_us);
+      sqlite3_bind_int64(st, 11, r.start_us);
+      BindText(st, 12, r.reason);
+      BindBlob(st, 13, r.result);
+      BindBlob(st, 14, r.spec);
+      if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
+    } else {
+      sqlite3_stmt* st = update_task_;
+      BindText(st, 1, r.id);
+      sqlite3_bind_int(st, 2, r.state);
+      sqlite3_bind_int(st, 3, r.attempt);
+      BindText(st, 4, r.agent_id);
+      sqlite3_bind_int64(st, 5, r.update_us);
+      sqlite3_bind_int64(st, 6, r.next_run_us);
+      sqlite3_bind_int64(st, 7, r.dispatch_us);
+      sqlite3_bind_int64(st, 8, r.start_us);
+      BindText(st, 9, r.reason);
+      BindBlob(st, 10, r.result);
+      if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
+      if (sqlite3_changes(db_) != 1) {
+        return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
+      }
+    }
+  }
+  for (const std::string& id : batch.clear_attempts) {
+    BindText(clear_attempts_, 1, id);
+    if (absl::Status s = Step(db_, clear_attempts_, "clearing attempts"); !s.ok()) return s;
+  }
+  for (const core::AttemptRow& a : batch.attempts) {
+    BindText(insert_attempt_, 1, a.task_id);
+    sqlite3_bind_int(insert_attempt_, 2, a.attempt);
+    BindBlob(insert_attempt_, 3, a.data);
+    if (absl::Status s = Step(db_, insert_attempt_, "inserting an attempt"); !s.ok()) return s;
+  }
+  for (const core::EventRow& e : batch.events) {
+    sqlite3_stmt* st = insert_event_;
+    BindText(st, 1, e.task_id);
+    BindText(st, 2, e.queue);
+    sqlite3_bind_int(st, 3, e.from_state);
+    sqlite3_bind_int(st, 4, e.to_state);
+    sqlite3_bind_int(st, 5, e.attempt);
+    BindText(st, 6, e.agent_id);
+    sqlite3_bind_int64(st, 7, e.time_us);
+    BindText(st, 8, e.reason);
+    if (absl::Status s = Step(db_, st, "inserting an event"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
+  std::vector<core::StoredTask> out;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
+                         "next_run_us, dispatch_us, start_us, reason, result, spec "
+                         "FROM tasks ORDER BY seq",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "loading tasks");
+  }
+  absl::flat_hash_map<std::string, size_t> index;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    core::StoredTask t;
+    core::TaskRow& r = t.row;
+    r.id = ColumnString(st, 0);
+    r.seq = sqlite3_column_int64(st, 1);
+    r.queue = ColumnString(st, 2);
+    r.state = sqlite3_column_int(st, 3);
+    r.attempt = sqlite3_column_int(st, 4);
+    r.agent_id = ColumnString(st, 5);
+    r.create_us = sqlite3_column_int64(st, 6);
+    r.update_us = sqlite3_column_int64(st, 7);
+    r.next_run_us = sqlite3_column_int64(st, 8);
+    r.dispatch_us = sqlite3_column_int64(st, 9);
+    r.start_us = sqlite3_column_int64(st, 10);
+    r.reason = ColumnString(st, 11);
+    r.result = ColumnString(st, 12);
+    r.spec = ColumnString(st, 13);
+    index[r.id] = out.size();
+    out.push_back(std::move(t));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(db_, "loading tasks");
+
+  if (sqlite3_prepare_v2(db_, "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "loading attempts");
+  }
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    core::AttemptRow a;
+    a.task_id = ColumnString(st, 0);
+    a.attempt = sqlite3_column_int(st, 1);
+    a.data = ColumnString(st, 2);
+    auto it = index.find(a.task_id);
+    if (it != index.end()) out[it->second].attempts.push_back(std::move(a));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");
+  return out;
+}
+
+absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, int limit) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(read_db_,
+                         "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
+                         "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(read_db_, "reading events");
+  }
+  sqlite3_bind_int64(st, 1, after);
+  sqlite3_bind_int(st, 2, limit);
+  std::vector<StoredEvent> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    StoredEvent ev;
+    ev.revision = sqlite3_column_int64(st, 0);
+    ev.event.task_id = ColumnString(st, 1);
+    ev.event.queue = ColumnString(st, 2);
+    ev.event.from_state = sqlite3_column_int(st, 3);
+    ev.event.to_state = sqlite3_column_int(st, 4);
+    ev.event.attempt = sqlite3_column_int(st, 5);
+    ev.event.agent_id = ColumnString(st, 6);
+    ev.event.time_us = sqlite3_column_int64(st, 7);
+    ev.event.reason = ColumnString(st, 8);
+    out.push_back(std::move(ev));
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(read_db_, "reading events");
+  return out;
+}
+
+}  // namespace taskgrid::store

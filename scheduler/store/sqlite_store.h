@@ -1,0 +1,70 @@
+// SqliteStore: the task table in one SQLite file, WAL mode.
+//
+// Open() takes an exclusive lock on <data_dir>/LOCK for the life of the
+// object, so a second scheduler on the same directory refuses to start
+// instead of writing beside the first. The schema is versioned with
+// PRAGMA user_version and migrated forward at open.
+//
+// Durability: kFull (synchronous=FULL, the default) makes every Apply
+// survive power loss; kNormal survives a process crash but may lose the
+// last transactions on power loss.
+//
+// Thread contract: Apply is called from one thread at a time; ReadEvents
+// uses a connection of its own and may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "scheduler/store/store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace taskgrid::store {
+
+enum class Durability { kFull, kNormal };
+
+struct SqliteOptions {
+  std::string data_dir;
+  Durability durability = Durability::kFull;
+};
+
+class SqliteStore final : public Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const SqliteOptions& opts);
+  ~SqliteStore() override;
+
+  absl::Status Apply(const core::WriteBatch& batch) override;
+  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
+  absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
+
+  // The schema version this code writes.
+  static int LatestSchemaVersion();
+  int schema_version() const { return schema_version_; }
+  const std::string& db_path() const { return db_path_; }
+
+ private:
+  SqliteStore() = default;
+  absl::Status Init(const SqliteOptions& opts);
+  absl::Status Migrate();
+  absl::Status Prepare();
+  absl::Status ApplyLocked(const core::WriteBatch& batch);
+
+  int lock_fd_ = -1;
+  std::string db_path_;
+  int schema_version_ = 0;
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* insert_task_ = nullptr;
+  sqlite3_stmt* update_task_ = nullptr;
+  sqlite3_stmt* insert_attempt_ = nullptr;
+  sqlite3_stmt* clear_attempts_ = nullptr;
+  sqlite3_stmt* insert_event_ = nullptr;
+
+  std::mutex read_mu_;
+  sqlite3* read_db_ = nullptr;  // guarded by read_mu_
+};
+
+}  // namespace taskgrid::store
