@@ -1,0 +1,73 @@
+// Test-only Store wrapper for fault injection: fails commits on demand, and
+// can hold a commit until the test lets it go (to observe what callers see
+// while a transaction is in flight).
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "scheduler/store/store.h"
+
+namespace taskgrid::testing {
+
+class FaultyStore final : public store::Store {
+ public:
+  explicit FaultyStore(store::Store* inner) : inner_(inner) {}
+
+  // The next `n` Apply calls fail (and write nothing).
+  void FailNext(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_next_ = n;
+  }
+  // Apply calls wait inside until Release().
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  // Blocks until some Apply is waiting inside a Hold().
+  void WaitUntilHolding() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return holding_ > 0; });
+  }
+  int applies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return applies_;
+  }
+
+  absl::Status Apply(const core::WriteBatch& batch) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++applies_;
+      ++holding_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !held_; });
+      --holding_;
+      if (fail_next_ > 0) {
+        --fail_next_;
+        return absl::InternalError("injected commit failure");
+      }
+    }
+    return inner_->Apply(batch);
+  }
+  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override { return inner_->LoadTasks(); }
+  absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
+    return inner_->ReadEvents(after, limit);
+  }
+
+ private:
+  store::Store* const inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int fail_next_ = 0;   // guarded by mu_
+  bool held_ = false;   // guarded by mu_
+  int holding_ = 0;     // guarded by mu_
+  int applies_ = 0;     // guarded by mu_
+};
+
+}  // namespace taskgrid::testing

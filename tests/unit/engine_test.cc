@@ -1,0 +1,211 @@
+// The Engine with an in-memory store, fake agent channels and a fake clock:
+// replies and agent messages leave only after their commit.
+#include "scheduler/engine/engine.h"
+
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "scheduler/store/memory_store.h"
+#include "tests/testing/faulty_store.h"
+
+namespace taskgrid::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeChannel : public AgentChannel {
+ public:
+  void Send(const v1::SchedulerMessage& msg) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.push_back(msg);
+  }
+  void Close(const absl::Status& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = why;
+  }
+  std::vector<v1::SchedulerMessage> sent() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sent_;
+  }
+  int assigns() {
+    int n = 0;
+    for (const auto& m : sent()) n += m.has_assign() ? m.assign().tasks_size() : 0;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<v1::SchedulerMessage> sent_;
+  absl::Status closed_;
+};
+
+v1::SubmitTasksRequest OneTask(const std::string& id) {
+  v1::SubmitTasksRequest req;
+  v1::TaskSpec* s = req.add_tasks();
+  s->set_id(id);
+  s->add_steps()->mutable_builtin()->set_name("noop");
+  return req;
+}
+
+template <typename T>
+absl::StatusOr<T> Await(const std::function<void(Engine::Reply<T>)>& call) {
+  std::promise<absl::StatusOr<T>> p;
+  call([&p](absl::StatusOr<T> r) { p.set_value(std::move(r)); });
+  return p.get_future().get();
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest() : faulty_(&mem_) {}
+
+  std::unique_ptr<Engine> NewEngine() {
+    EngineOptions opts;
+    opts.tick_interval = absl::Hours(1);  // the test drives time with TickNow()
+    auto e = std::make_unique<Engine>(&faulty_, &clock_, opts);
+    e->set_on_fatal([this](const absl::Status&) { ++fatal_; });
+    EXPECT_TRUE(e->Start().ok());
+    return e;
+  }
+
+  absl::StatusOr<v1::SubmitTasksResponse> Submit(Engine& e, const std::string& id) {
+    return Await<v1::SubmitTasksResponse>(
+        [&](Engine::Reply<v1::SubmitTasksResponse> r) { e.SubmitTasks(OneTask(id), r); });
+  }
+
+  absl::StatusOr<v1::Task> Get(Engine& e, const std::string& id) {
+    v1::GetTaskRequest req;
+    req.set_id(id);
+    return Await<v1::Task>([&](Engine::Reply<v1::Task> r) { e.GetTask(req, r); });
+  }
+
+  FakeClock clock_;
+  store::MemoryStore mem_;
+  testing::FaultyStore faulty_;
+  std::atomic<int> fatal_{0};
+};
+
+TEST_F(EngineTest, SubmitIsAnsweredOnlyAfterItsCommit) {
+  auto e = NewEngine();
+  faulty_.Hold();
+  std::promise<absl::StatusOr<v1::SubmitTasksResponse>> reply;
+  e->SubmitTasks(OneTask("t"), [&](auto r) { reply.set_value(std::move(r)); });
+  faulty_.WaitUntilHolding();
+  auto fut = reply.get_future();
+  EXPECT_EQ(fut.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  faulty_.Release();
+  auto r = fut.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tasks(0).state(), v1::TASK_STATE_PENDING);
+  EXPECT_EQ(mem_.LoadTasks()->size(), 1u);
+}
+
+TEST_F(EngineTest, AssignLeavesOnlyAfterTheDispatchIsDurable) {
+  auto e = NewEngine();
+  auto ch = std::make_shared<FakeChannel>();
+  const uint64_t conn = e->AttachAgent(ch);
+  v1::Hello h;
+  h.set_agent_id("a1");
+  h.set_slots(1);
+  ASSERT_TRUE(e->AgentHello(conn, h).ok());
+  e->Sync();
+  ASSERT_EQ(ch->sent().size(), 1u);
+  EXPECT_TRUE(ch->sent()[0].has_welcome());
+
+  faulty_.Hold();
+  std::promise<void> replied;
+  e->SubmitTasks(OneTask("t"), [&](auto) { replied.set_value(); });
+  faulty_.WaitUntilHolding();
+  EXPECT_EQ(ch->assigns(), 0) << "the agent must not see a dispatch that is not durable";
+  faulty_.Release();
+  replied.get_future().wait();
+  EXPECT_EQ(ch->assigns(), 1);
+  auto stored = mem_.LoadTasks();
+  EXPECT_EQ((*stored)[0].row.state, v1::TASK_STATE_DISPATCHED);
+}
+
+TEST_F(EngineTest, AFailedCommitAnswersAnErrorAndIsFatal) {
+  auto e = NewEngine();
+  faulty_.FailNext(1);
+  auto r = Submit(*e, "t");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(fatal_.load(), 1);
+  EXPECT_TRUE(mem_.LoadTasks()->empty());
+  // Memory may be ahead of disk now: nothing more is acknowledged.
+  EXPECT_FALSE(Submit(*e, "u").ok());
+  EXPECT_FALSE(Get(*e, "t").ok());
+}
+
+TEST_F(EngineTest, RestartRecoversTasksFromTheStore) {
+  {
+    auto e = NewEngine();
+    ASSERT_TRUE(Submit(*e, "a").ok());
+    ASSERT_TRUE(Submit(*e, "b").ok());
+    e->Stop();
+  }
+  auto e = NewEngine();
+  auto a = Get(*e, "a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->state(), v1::TASK_STATE_PENDING);
+  auto dup = Submit(*e, "a");
+  ASSERT_TRUE(dup.ok()) << "identical resubmit after restart is still idempotent";
+  EXPECT_EQ(mem_.LoadTasks()->size(), 2u);
+}
+
+TEST_F(EngineTest, ListValidatesItsArguments) {
+  auto e = NewEngine();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit(*e, "t" + std::to_string(i)).ok());
+  auto list = [&](v1::ListTasksRequest req) {
+    return Await<v1::ListTasksResponse>(
+        [&](Engine::Reply<v1::ListTasksResponse> r) { e->ListTasks(req, r); });
+  };
+  v1::ListTasksRequest req;
+  req.set_page_size(2);
+  auto page = list(req);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->tasks_size(), 2);
+  req.set_page_token(page->next_page_token());
+  page = list(req);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->tasks_size(), 1);
+  EXPECT_TRUE(page->next_page_token().empty());
+
+  v1::ListTasksRequest bad;
+  bad.set_page_token("garbage");
+  EXPECT_THAT(std::string(list(bad).status().message()), HasSubstr("page_token"));
+  bad.Clear();
+  bad.add_states(static_cast<v1::TaskState>(77));
+  EXPECT_THAT(std::string(list(bad).status().message()), HasSubstr("states"));
+  bad.Clear();
+  bad.set_page_size(-1);
+  EXPECT_EQ(list(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, TickDrivesDeadlines) {
+  auto e = NewEngine();
+  auto ch = std::make_shared<FakeChannel>();
+  const uint64_t conn = e->AttachAgent(ch);
+  v1::Hello h;
+  h.set_agent_id("a1");
+  h.set_slots(1);
+  ASSERT_TRUE(e->AgentHello(conn, h).ok());
+  v1::SubmitTasksRequest req = OneTask("t");
+  req.mutable_tasks(0)->mutable_ack_timeout()->set_seconds(2);
+  req.mutable_tasks(0)->set_max_attempts(1);
+  ASSERT_TRUE((Await<v1::SubmitTasksResponse>(
+                   [&](Engine::Reply<v1::SubmitTasksResponse> r) { e->SubmitTasks(req, r); }))
+                  .ok());
+  clock_.Advance(absl::Seconds(3));
+  e->TickNow();
+  auto t = Get(*e, "t");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state(), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(t->result().error(), HasSubstr("did not accept"));
+}
+
+}  // namespace
+}  // namespace taskgrid::engine

@@ -1,0 +1,143 @@
+#include "scheduler/store/group_commit.h"
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "scheduler/store/memory_store.h"
+#include "tests/testing/faulty_store.h"
+
+namespace taskgrid::store {
+namespace {
+
+core::WriteBatch EventBatch(const std::string& id) {
+  core::WriteBatch b;
+  core::EventRow e;
+  e.task_id = id;
+  b.events.push_back(e);
+  return b;
+}
+
+TEST(GroupCommitWriter, AnswersNoCallerBeforeItsCommit) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  store.Hold();
+  std::atomic<int> answered{0};
+  std::promise<absl::Status> first;
+  writer.Submit(EventBatch("a"), [&](const absl::Status& s) {
+    ++answered;
+    first.set_value(s);
+  });
+  store.WaitUntilHolding();  // the commit is in flight now
+  EXPECT_EQ(answered.load(), 0);
+  EXPECT_TRUE(mem.ReadEvents(0, 10)->empty());
+  store.Release();
+  EXPECT_TRUE(first.get_future().get().ok());
+  EXPECT_EQ(answered.load(), 1);
+  EXPECT_EQ(mem.ReadEvents(0, 10)->size(), 1u);
+}
+
+TEST(GroupCommitWriter, MergesQueuedBatchesIntoOneTransaction) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  store.Hold();
+  std::promise<void> first_done;
+  writer.Submit(EventBatch("first"), [&](const absl::Status&) { first_done.set_value(); });
+  store.WaitUntilHolding();
+  // While the first commit is held, 50 more queue up...
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::promise<void> all_done;
+  for (int i = 0; i < 50; ++i) {
+    writer.Submit(EventBatch("b" + std::to_string(i)), [&, i](const absl::Status& s) {
+      EXPECT_TRUE(s.ok());
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back("b" + std::to_string(i));
+      if (order.size() == 50) all_done.set_value();
+    });
+  }
+  store.Release();
+  first_done.get_future().wait();
+  all_done.get_future().wait();
+  // ...and commit together in one more transaction, answered in order.
+  EXPECT_EQ(store.applies(), 2);
+  EXPECT_EQ(writer.commits(), 2);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], "b" + std::to_string(i));
+  auto events = mem.ReadEvents(0, 100);
+  ASSERT_EQ(events->size(), 51u);
+  EXPECT_EQ((*events)[1].event.task_id, "b0");
+}
+
+TEST(GroupCommitWriter, AFailedCommitAnswersNoOkAndBreaksTheWriter) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  std::promise<absl::Status> first;
+  writer.Submit(EventBatch("x"), [&](const absl::Status& s) { first.set_value(s); });
+  EXPECT_TRUE(first.get_future().get().ok());
+
+  store.Hold();
+  store.FailNext(1);
+  std::promise<absl::Status> failing;
+  writer.Submit(EventBatch("y"), [&](const absl::Status& s) { failing.set_value(s); });
+  store.WaitUntilHolding();
+  std::vector<std::promise<absl::Status>> queued(5);
+  for (auto& p : queued) {
+    writer.Submit(EventBatch("q"), [&p](const absl::Status& s) { p.set_value(s); });
+  }
+  store.Release();
+  absl::Status s = failing.get_future().get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("injected commit failure"));
+  // Batches queued behind the failed one are refused, never committed.
+  for (auto& p : queued) EXPECT_FALSE(p.get_future().get().ok());
+  std::promise<absl::Status> later;
+  writer.Submit(EventBatch("z"), [&](const absl::Status& st) { later.set_value(st); });
+  EXPECT_FALSE(later.get_future().get().ok());
+  EXPECT_EQ(store.applies(), 2);
+  EXPECT_EQ(mem.ReadEvents(0, 100)->size(), 1u);
+}
+
+TEST(GroupCommitWriter, EmptyBatchIsABarrier) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  store.Hold();
+  std::atomic<bool> barrier_done{false};
+  writer.Submit(EventBatch("a"), [](const absl::Status&) {});
+  store.WaitUntilHolding();
+  std::promise<void> done;
+  writer.Submit(core::WriteBatch{}, [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok());
+    barrier_done = true;
+    done.set_value();
+  });
+  EXPECT_FALSE(barrier_done.load());
+  store.Release();
+  done.get_future().wait();
+  EXPECT_EQ(mem.ReadEvents(0, 10)->size(), 1u);
+}
+
+TEST(GroupCommitWriter, StopCommitsWhatIsQueuedThenRefuses) {
+  MemoryStore mem;
+  GroupCommitWriter writer(&mem);
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 10; ++i) {
+    writer.Submit(EventBatch("e"), [&](const absl::Status& s) { ok += s.ok(); });
+  }
+  writer.Stop();
+  EXPECT_EQ(ok.load(), 10);
+  absl::Status after;
+  writer.Submit(EventBatch("late"), [&](const absl::Status& s) { after = s; });
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(mem.ReadEvents(0, 100)->size(), 10u);
+}
+
+}  // namespace
+}  // namespace taskgrid::store

@@ -1,0 +1,824 @@
+// The Scheduler under a fake clock: every decision, no sleeping. The
+// invariant checker runs after every step.
+#include "scheduler/core/scheduler.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/proto_time.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static SchedulerOptions Options() {
+    SchedulerOptions o;
+    o.queue_max_length["small"] = 2;
+    o.default_initial_backoff = absl::Seconds(1);
+    o.default_max_backoff = absl::Seconds(8);
+    o.default_ack_timeout = absl::Seconds(10);
+    o.heartbeat_timeout = absl::Seconds(5);
+    o.reconnect_grace = absl::Seconds(5);
+    return o;
+  }
+
+  SchedulerTest() : sched_(&clock_, Options()) {}
+
+  void Check() { ASSERT_TRUE(sched_.CheckInvariants().ok()) << sched_.CheckInvariants(); }
+
+  static v1::TaskSpec Spec(const std::string& id, int priority = 0) {
+    v1::TaskSpec s;
+    s.set_id(id);
+    s.set_priority(priority);
+    v1::ExecStep* e = s.add_steps()->mutable_exec();
+    e->add_argv("/bin/echo");
+    e->add_argv(id);
+    return s;
+  }
+
+  absl::StatusOr<std::vector<const TaskRecord*>> Submit(std::vector<v1::TaskSpec> specs) {
+    auto r = sched_.Submit(std::move(specs));
+    Check();
+    return r;
+  }
+
+  void SubmitOk(v1::TaskSpec spec) { ASSERT_TRUE(Submit({std::move(spec)}).ok()); }
+
+  Effects Take() {
+    Check();
+    return sched_.TakeEffects();
+  }
+
+  uint64_t Connect(const std::string& agent, int slots,
+                   const std::vector<std::pair<std::string, std::string>>& labels = {},
+                   const std::vector<std::pair<std::string, int>>& running = {}) {
+    v1::Hello h;
+    h.set_agent_id(agent);
+    h.set_slots(slots);
+    for (const auto& [k, v] : labels) (*h.mutable_labels())[k] = v;
+    for (const auto& [id, attempt] : running) {
+      v1::AttemptRef* r = h.add_running();
+      r->set_task_id(id);
+      r->set_attempt(attempt);
+    }
+    const uint64_t conn = next_conn_++;
+    EXPECT_TRUE(sched_.Connect(conn, h).ok());
+    Check();
+    return conn;
+  }
+
+  void Accept(uint64_t conn, const std::string& id, int attempt) {
+    v1::AgentMessage m;
+    m.mutable_accept()->set_task_id(id);
+    m.mutable_accept()->set_attempt(attempt);
+    sched_.OnAgentMessage(conn, m);
+    Check();
+  }
+
+  void Result(uint64_t conn, const std::string& id, int attempt, v1::Outcome outcome,
+              int exit_code = 0) {
+    v1::AgentMessage m;
+    m.mutable_result()->set_task_id(id);
+    m.mutable_result()->set_attempt(attempt);
+    m.mutable_result()->mutable_result()->set_outcome(outcome);
+    m.mutable_result()->mutable_result()->set_exit_code(exit_code);
+    m.mutable_result()->mutable_result()->set_stdout_tail(id + "\n");
+    sched_.OnAgentMessage(conn, m);
+    Check();
+  }
+
+  void Heartbeat(uint64_t conn) {
+    v1::AgentMessage m;
+    m.mutable_heartbeat();
+    sched_.OnAgentMessage(conn, m);
+    Check();
+  }
+
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    sched_.Tick();
+    Check();
+  }
+
+  // Task ids assigned on `conn` by the effects, in order.
+  static std::vector<std::string> Assigned(const Effects& fx, uint64_t conn) {
+    std::vector<std::string> ids;
+    for (const Outgoing& o : fx.messages) {
+      if (o.conn != conn || !o.msg.has_assign()) continue;
+      for (const v1::Assignment& a : o.msg.assign().tasks()) ids.push_back(a.task_id());
+    }
+    return ids;
+  }
+
+  static std::vector<v1::ResultAck> Acks(const Effects& fx) {
+    std::vector<v1::ResultAck> acks;
+    for (const Outgoing& o : fx.messages) {
+      if (o.msg.has_result_ack()) acks.push_back(o.msg.result_ack());
+    }
+    return acks;
+  }
+
+  static std::vector<std::string> Cancels(const Effects& fx, uint64_t conn) {
+    std::vector<std::string> ids;
+    for (const Outgoing& o : fx.messages) {
+      if (o.conn == conn && o.msg.has_cancel()) ids.push_back(o.msg.cancel().task_id());
+    }
+    return ids;
+  }
+
+  v1::TaskState State(const std::string& id) {
+    const TaskRecord* t = sched_.Find(id);
+    return t == nullptr ? v1::TASK_STATE_UNSPECIFIED : t->state;
+  }
+  const TaskRecord& Task(const std::string& id) { return *sched_.Find(id); }
+
+  FakeClock clock_;
+  Scheduler sched_;
+  uint64_t next_conn_ = 1;
+};
+
+// --- The round trip. ---
+
+TEST_F(SchedulerTest, SubmitDispatchAcceptResultSucceeds) {
+  SubmitOk(Spec("t1"));
+  EXPECT_EQ(State("t1"), v1::TASK_STATE_PENDING);
+  Effects fx = Take();
+  ASSERT_EQ(fx.batch.tasks.size(), 1u);
+  EXPECT_TRUE(fx.batch.tasks[0].insert);
+  ASSERT_EQ(fx.batch.events.size(), 1u);
+  EXPECT_EQ(fx.batch.events[0].to_state, v1::TASK_STATE_PENDING);
+
+  const uint64_t conn = Connect("a1", 2);
+  fx = Take();
+  ASSERT_GE(fx.messages.size(), 2u);
+  EXPECT_TRUE(fx.messages[0].msg.has_welcome()) << "Welcome comes before any Assign";
+  EXPECT_THAT(Assigned(fx, conn), ElementsAre("t1"));
+  EXPECT_EQ(State("t1"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(Task("t1").attempt, 1);
+  EXPECT_EQ(Task("t1").agent_id, "a1");
+
+  Accept(conn, "t1", 1);
+  EXPECT_EQ(State("t1"), v1::TASK_STATE_RUNNING);
+  Result(conn, "t1", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("t1"), v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(Task("t1").result.stdout_tail(), "t1\n");
+  ASSERT_EQ(Task("t1").attempts.size(), 1u);
+  EXPECT_EQ(Task("t1").attempts[0].agent_id(), "a1");
+  EXPECT_TRUE(Task("t1").agent_id.empty());
+  fx = Take();
+  ASSERT_EQ(Acks(fx).size(), 1u);
+  EXPECT_TRUE(Acks(fx)[0].accepted());
+  EXPECT_EQ(fx.batch.attempts.size(), 1u);
+  EXPECT_EQ(sched_.FindAgent("a1")->used, 0);
+}
+
+TEST_F(SchedulerTest, EveryTransitionWritesTheRowAndAnEvent) {
+  SubmitOk(Spec("t1"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t1", 1);
+  Result(conn, "t1", 1, v1::OUTCOME_SUCCEEDED);
+  Effects fx = Take();
+  std::vector<int> to;
+  for (const EventRow& e : fx.batch.events) to.push_back(e.to_state);
+  EXPECT_THAT(to, ElementsAre(v1::TASK_STATE_PENDING, v1::TASK_STATE_DISPATCHED,
+                              v1::TASK_STATE_RUNNING, v1::TASK_STATE_SUCCEEDED));
+  ASSERT_EQ(fx.batch.tasks.size(), fx.batch.events.size());
+  for (size_t i = 0; i < fx.batch.tasks.size(); ++i) {
+    EXPECT_EQ(fx.batch.tasks[i].state, fx.batch.events[i].to_state);
+  }
+}
+
+TEST_F(SchedulerTest, SlotsLimitConcurrentDispatch) {
+  for (int i = 0; i < 5; ++i) SubmitOk(Spec("t" + std::to_string(i)));
+  const uint64_t conn = Connect("a1", 2);
+  EXPECT_THAT(Assigned(Take(), conn), ElementsAre("t0", "t1"));
+  Accept(conn, "t0", 1);
+  Result(conn, "t0", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_THAT(Assigned(Take(), conn), ElementsAre("t2"));
+}
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenFifo) {
+  SubmitOk(Spec("low1", 0));
+  SubmitOk(Spec("high1", 5));
+  SubmitOk(Spec("low2", 0));
+  SubmitOk(Spec("high2", 5));
+  SubmitOk(Spec("neg", -3));
+  const uint64_t conn = Connect("a1", 10);
+  EXPECT_THAT(Assigned(Take(), conn), ElementsAre("high1", "high2", "low1", "low2", "neg"));
+}
+
+TEST_F(SchedulerTest, NotBeforeWaitsInScheduled) {
+  v1::TaskSpec s = Spec("later");
+  SetTimestamp(clock_.Now() + absl::Seconds(30), s.mutable_not_before());
+  SubmitOk(s);
+  EXPECT_EQ(State("later"), v1::TASK_STATE_SCHEDULED);
+  Advance(absl::Seconds(29));
+  const uint64_t conn = Connect("a1", 1);
+  EXPECT_THAT(Assigned(Take(), conn), IsEmpty());
+  EXPECT_EQ(State("later"), v1::TASK_STATE_SCHEDULED);
+  Advance(absl::Seconds(1));
+  EXPECT_EQ(State("later"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_THAT(Assigned(Take(), conn), ElementsAre("later"));
+}
+
+TEST_F(SchedulerTest, PlacementNeedsLabelsAndRoom) {
+  v1::TaskSpec gpu = Spec("gpu");
+  (*gpu.mutable_placement()->mutable_required_labels())["gpu"] = "1";
+  SubmitOk(gpu);
+  SubmitOk(Spec("any"));
+  const uint64_t cpu = Connect("cpu", 4, {{"gpu", "0"}});
+  EXPECT_THAT(Assigned(Take(), cpu), ElementsAre("any"));
+  EXPECT_EQ(State("gpu"), v1::TASK_STATE_PENDING);
+  const uint64_t g = Connect("g1", 1, {{"gpu", "1"}});
+  EXPECT_THAT(Assigned(Take(), g), ElementsAre("gpu"));
+}
+
+TEST_F(SchedulerTest, UnplaceableHeadDoesNotBlockOthers) {
+  v1::TaskSpec big = Spec("big", 10);
+  big.mutable_placement()->set_slots(4);
+  SubmitOk(big);
+  SubmitOk(Spec("small"));
+  const uint64_t conn = Connect("a1", 2);
+  EXPECT_THAT(Assigned(Take(), conn), ElementsAre("small"));
+  EXPECT_EQ(State("big"), v1::TASK_STATE_PENDING);
+}
+
+TEST_F(SchedulerTest, SpecificAgentIds) {
+  v1::TaskSpec s = Spec("pinned");
+  s.mutable_placement()->add_agent_ids("a2");
+  SubmitOk(s);
+  const uint64_t a1 = Connect("a1", 4);
+  EXPECT_THAT(Assigned(Take(), a1), IsEmpty());
+  const uint64_t a2 = Connect("a2", 1);
+  EXPECT_THAT(Assigned(Take(), a2), ElementsAre("pinned"));
+}
+
+// --- Failure and retry. ---
+
+TEST_F(SchedulerTest, FailedAttemptsRetryWithBackoffUntilMaxAttempts) {
+  v1::TaskSpec s = Spec("flaky");
+  s.set_max_attempts(3);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  absl::Duration want_backoff = absl::Seconds(1);
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    ASSERT_EQ(State("flaky"), v1::TASK_STATE_DISPATCHED) << "attempt " << attempt;
+    EXPECT_EQ(Task("flaky").attempt, attempt);
+    Accept(conn, "flaky", attempt);
+    Result(conn, "flaky", attempt, v1::OUTCOME_FAILED, 3);
+    if (attempt == 3) break;
+    EXPECT_EQ(State("flaky"), v1::TASK_STATE_SCHEDULED);
+    Advance(want_backoff - absl::Milliseconds(1));
+    EXPECT_EQ(State("flaky"), v1::TASK_STATE_SCHEDULED);
+    Advance(absl::Milliseconds(1));
+    want_backoff *= 2;
+  }
+  EXPECT_EQ(State("flaky"), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(Task("flaky").reason, HasSubstr("all 3 attempts used"));
+  EXPECT_EQ(Task("flaky").attempts.size(), 3u);
+  EXPECT_EQ(Task("flaky").result.exit_code(), 3);
+}
+
+TEST_F(SchedulerTest, BackoffIsCappedAtMax) {
+  v1::TaskSpec s = Spec("capped");
+  s.set_max_attempts(10);
+  s.mutable_retry()->mutable_initial_backoff()->set_seconds(4);
+  s.mutable_retry()->mutable_max_backoff()->set_seconds(6);
+  s.mutable_retry()->set_multiplier(3);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Result(conn, "capped", 1, v1::OUTCOME_FAILED, 1);
+  EXPECT_EQ(Task("capped").next_run_time, clock_.Now() + absl::Seconds(4));
+  Advance(absl::Seconds(4));
+  Result(conn, "capped", 2, v1::OUTCOME_FAILED, 1);
+  EXPECT_EQ(Task("capped").next_run_time, clock_.Now() + absl::Seconds(6));
+}
+
+TEST_F(SchedulerTest, NonRetryableExitCodeFailsAtOnce) {
+  v1::TaskSpec s = Spec("fatal");
+  s.set_max_attempts(5);
+  s.mutable_retry()->add_non_retryable_exit_codes(42);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "fatal", 1);
+  Result(conn, "fatal", 1, v1::OUTCOME_FAILED, 42);
+  EXPECT_EQ(State("fatal"), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(Task("fatal").reason, HasSubstr("not retryable"));
+}
+
+TEST_F(SchedulerTest, ZeroBackoffRetriesAtOnce) {
+  v1::TaskSpec s = Spec("quick");
+  s.mutable_retry()->mutable_initial_backoff();  // set, zero
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Result(conn, "quick", 1, v1::OUTCOME_FAILED, 1);
+  EXPECT_EQ(State("quick"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(Task("quick").attempt, 2);
+}
+
+// --- Fencing. ---
+
+TEST_F(SchedulerTest, StaleAttemptResultIsRefusedAndNotCommitted) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_retry()->mutable_initial_backoff();
+  s.mutable_ack_timeout()->set_seconds(1);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Advance(absl::Seconds(1));  // attempt 1 expires unaccepted; attempt 2 is live
+  ASSERT_EQ(Task("t").attempt, 2);
+  Take();
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);  // attempt 1 finishes late
+  Effects fx = Take();
+  EXPECT_TRUE(fx.batch.tasks.empty());
+  EXPECT_TRUE(fx.batch.events.empty());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+  ASSERT_EQ(Acks(fx).size(), 1u);
+  EXPECT_FALSE(Acks(fx)[0].accepted());
+  EXPECT_EQ(sched_.stale_messages(), 1);
+}
+
+TEST_F(SchedulerTest, ResultFromAnotherAgentIsStale) {
+  SubmitOk(Spec("t"));
+  const uint64_t a1 = Connect("a1", 1);
+  const uint64_t a2 = Connect("a2", 1);
+  Accept(a1, "t", 1);
+  Take();
+  Result(a2, "t", 1, v1::OUTCOME_SUCCEEDED);
+  Effects fx = Take();
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  EXPECT_TRUE(fx.batch.empty());
+  ASSERT_EQ(Acks(fx).size(), 1u);
+  EXPECT_FALSE(Acks(fx)[0].accepted());
+}
+
+TEST_F(SchedulerTest, RepeatedResultAfterCommitIsAckedButNotCommittedAgain) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
+  Take();
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);  // its ack was lost; the agent resends
+  Effects fx = Take();
+  EXPECT_TRUE(fx.batch.empty());
+  ASSERT_EQ(Acks(fx).size(), 1u);
+  EXPECT_TRUE(Acks(fx)[0].accepted());
+  EXPECT_EQ(Task("t").attempts.size(), 1u);
+  EXPECT_EQ(sched_.stale_messages(), 0);
+}
+
+TEST_F(SchedulerTest, StaleAcceptGetsACancel) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Take();
+  Accept(conn, "t", 7);
+  Effects fx = Take();
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_THAT(Cancels(fx, conn), ElementsAre("t"));
+}
+
+// --- Deadlines and lost agents. ---
+
+TEST_F(SchedulerTest, AckTimeoutCountsAsAFailedAttempt) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_ack_timeout()->set_seconds(3);
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Advance(absl::Seconds(2));
+  Heartbeat(conn);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+  Take();
+  Advance(absl::Seconds(1));
+  // Attempt 1 lost; attempt 2 dispatched again (the agent is the only one).
+  EXPECT_EQ(Task("t").attempt, 2);
+  ASSERT_EQ(Task("t").attempts.size(), 1u);
+  EXPECT_EQ(Task("t").attempts[0].result().outcome(), v1::OUTCOME_LOST);
+  EXPECT_THAT(Task("t").attempts[0].result().error(), HasSubstr("did not accept"));
+  Effects fx = Take();
+  EXPECT_THAT(Cancels(fx, conn), ElementsAre("t"));
+}
+
+TEST_F(SchedulerTest, ReconnectWithinGraceKeepsRunningTasks) {
+  SubmitOk(Spec("t"));
+  uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  sched_.Disconnect(conn);
+  Check();
+  Advance(absl::Seconds(4));
+  conn = Connect("a1", 1, {}, {{"t", 1}});
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(Task("t").attempt, 1);
+  for (int i = 0; i < 10; ++i) {
+    Advance(absl::Seconds(1));
+    Heartbeat(conn);
+  }
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(Task("t").attempts.size(), 1u);
+}
+
+TEST_F(SchedulerTest, AfterGraceTasksAreRequeuedAndTheAttemptCounts) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  sched_.Disconnect(conn);
+  Advance(absl::Seconds(4));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  Advance(absl::Seconds(1));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
+  EXPECT_EQ(Task("t").attempt, 1);
+  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+  const uint64_t other = Connect("a2", 1);
+  EXPECT_THAT(Assigned(Take(), other), ElementsAre("t"));
+  EXPECT_EQ(Task("t").attempt, 2);
+}
+
+TEST_F(SchedulerTest, ReconnectWithoutTheTaskLosesTheAttempt) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  sched_.Disconnect(conn);
+  conn = Connect("a1", 1);  // restarted: runs nothing
+  EXPECT_THAT(Task("t").attempts[0].result().error(), HasSubstr("came back without it"));
+  EXPECT_EQ(Task("t").attempt, 2);  // and dispatched to it again
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+}
+
+TEST_F(SchedulerTest, ReconnectListingAStaleAttemptGetsACancel) {
+  SubmitOk(Spec("t"));
+  Take();
+  const uint64_t conn = Connect("a1", 1, {}, {{"ghost", 3}});
+  EXPECT_THAT(Cancels(Take(), conn), ElementsAre("ghost"));
+}
+
+TEST_F(SchedulerTest, SilentAgentIsClosedThenLost) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Take();
+  Advance(absl::Seconds(5));
+  Effects fx = Take();
+  EXPECT_THAT(fx.close_conns, ElementsAre(conn));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  Advance(absl::Seconds(5));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
+}
+
+TEST_F(SchedulerTest, HeartbeatsKeepAnAgentAlive) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  for (int i = 0; i < 20; ++i) {
+    Advance(absl::Seconds(1));
+    Heartbeat(conn);
+  }
+  EXPECT_TRUE(Take().close_conns.empty());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+}
+
+TEST_F(SchedulerTest, AttemptTimeoutExpiresWithoutAResult) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_attempt_timeout()->set_seconds(10);
+  s.set_max_attempts(1);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  for (int i = 0; i < 14; ++i) {
+    Advance(absl::Seconds(1));
+    Heartbeat(conn);
+  }
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);  // timeout + slack not reached
+  Advance(absl::Seconds(1));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_FAILED);
+  EXPECT_EQ(Task("t").result.outcome(), v1::OUTCOME_TIMED_OUT);
+}
+
+TEST_F(SchedulerTest, RejectCountsAsAFailedAttempt) {
+  v1::TaskSpec s = Spec("t");
+  s.set_max_attempts(1);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  v1::AgentMessage m;
+  m.mutable_reject()->set_task_id("t");
+  m.mutable_reject()->set_attempt(1);
+  m.mutable_reject()->set_reason("no room");
+  sched_.OnAgentMessage(conn, m);
+  Check();
+  EXPECT_EQ(State("t"), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(Task("t").result.error(), HasSubstr("no room"));
+}
+
+// --- Client operations. ---
+
+TEST_F(SchedulerTest, CancelPendingTask) {
+  SubmitOk(Spec("t"));
+  auto r = sched_.Cancel("t");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_CANCELLED);
+  Check();
+  const uint64_t conn = Connect("a1", 1);
+  EXPECT_THAT(Assigned(Take(), conn), IsEmpty());
+  EXPECT_TRUE(sched_.Cancel("t").ok()) << "cancel is idempotent";
+}
+
+TEST_F(SchedulerTest, CancelRunningTaskWaitsForTheAgent) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Take();
+  ASSERT_TRUE(sched_.Cancel("t").ok());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_CANCELLING);
+  EXPECT_THAT(Cancels(Take(), conn), ElementsAre("t"));
+  Result(conn, "t", 1, v1::OUTCOME_CANCELLED, -1);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_CANCELLED);
+  EXPECT_EQ(sched_.FindAgent("a1")->used, 0);
+}
+
+TEST_F(SchedulerTest, CancelledTaskWhoseAgentIsLostEndsCancelledNotRequeued) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  ASSERT_TRUE(sched_.Cancel("t").ok());
+  sched_.Disconnect(conn);
+  Advance(absl::Seconds(6));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_CANCELLED);
+}
+
+TEST_F(SchedulerTest, CancelOfFinishedTaskIsRefused) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
+  auto r = sched_.Cancel("t");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("SUCCEEDED"));
+}
+
+TEST_F(SchedulerTest, PauseAndResume) {
+  SubmitOk(Spec("t"));
+  ASSERT_TRUE(sched_.Pause("t").ok());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PAUSED);
+  const uint64_t conn = Connect("a1", 1);
+  EXPECT_THAT(Assigned(Take(), conn), IsEmpty());
+  ASSERT_TRUE(sched_.Resume("t").ok());
+  Check();
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(sched_.Resume("t").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sched_.Pause("t").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerTest, PausedScheduledTaskResumesIntoScheduled) {
+  v1::TaskSpec s = Spec("t");
+  SetTimestamp(clock_.Now() + absl::Seconds(60), s.mutable_not_before());
+  SubmitOk(s);
+  ASSERT_TRUE(sched_.Pause("t").ok());
+  Advance(absl::Seconds(10));
+  ASSERT_TRUE(sched_.Resume("t").ok());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_SCHEDULED);
+  Advance(absl::Seconds(50));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
+}
+
+TEST_F(SchedulerTest, RetryKeepsTheCounterAndResetClearsIt) {
+  v1::TaskSpec s = Spec("t");
+  s.set_max_attempts(2);
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  ASSERT_TRUE(sched_.Cancel("t").ok());
+  ASSERT_TRUE(sched_.Retry("t").ok());  // cancelled before any attempt
+  const uint64_t conn = Connect("a1", 1);
+  Result(conn, "t", 1, v1::OUTCOME_FAILED, 1);
+  Result(conn, "t", 2, v1::OUTCOME_FAILED, 1);
+  ASSERT_EQ(State("t"), v1::TASK_STATE_FAILED);
+  auto r = sched_.Retry("t");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("reset"));
+  Take();
+  ASSERT_TRUE(sched_.Reset("t").ok());
+  Check();
+  Effects fx = Take();
+  EXPECT_THAT(fx.batch.clear_attempts, ElementsAre("t"));
+  EXPECT_EQ(Task("t").attempt, 1);  // reset to 0, then dispatched again
+  EXPECT_TRUE(Task("t").attempts.empty());
+  EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+}
+
+TEST_F(SchedulerTest, RetryOfAFailedTaskWithAttemptsLeft) {
+  v1::TaskSpec s = Spec("t");
+  s.set_max_attempts(5);
+  s.mutable_retry()->add_non_retryable_exit_codes(9);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Result(conn, "t", 1, v1::OUTCOME_FAILED, 9);
+  ASSERT_EQ(State("t"), v1::TASK_STATE_FAILED);
+  ASSERT_TRUE(sched_.Retry("t").ok());
+  Check();
+  EXPECT_EQ(Task("t").attempt, 2);
+  EXPECT_EQ(sched_.Retry("t").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sched_.Reset("t").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerTest, UnknownIdsAreNotFound) {
+  EXPECT_EQ(sched_.Cancel("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_.Retry("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_.Reset("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_.Pause("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_.Resume("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(sched_.Cancel("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- Submit: idempotency and bad input change nothing. ---
+
+TEST_F(SchedulerTest, IdenticalResubmitReturnsTheExistingTask) {
+  SubmitOk(Spec("t"));
+  Take();
+  auto again = Submit({Spec("t")});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0], sched_.Find("t"));
+  EXPECT_TRUE(Take().batch.empty());
+  EXPECT_EQ(sched_.task_count(), 1u);
+}
+
+TEST_F(SchedulerTest, ConflictingResubmitIsAlreadyExists) {
+  SubmitOk(Spec("t"));
+  Take();
+  v1::TaskSpec other = Spec("t");
+  other.set_priority(9);
+  auto r = Submit({Spec("new"), other});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("\"t\""));
+  EXPECT_TRUE(Take().batch.empty());
+  EXPECT_EQ(sched_.Find("new"), nullptr) << "a batch is all or nothing";
+}
+
+TEST_F(SchedulerTest, DuplicateIdInOneBatchIsRefused) {
+  auto r = Submit({Spec("a"), Spec("b"), Spec("a")});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("tasks[2].id"));
+  EXPECT_EQ(sched_.task_count(), 0u);
+  EXPECT_TRUE(Take().batch.empty());
+}
+
+TEST_F(SchedulerTest, FullQueueRefusesTheWholeBatch) {
+  v1::TaskSpec a = Spec("a");
+  a.set_queue("small");
+  SubmitOk(a);
+  v1::TaskSpec b = Spec("b"), c = Spec("c");
+  b.set_queue("small");
+  c.set_queue("small");
+  Take();
+  auto r = Submit({b, c});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("queue \"small\" is full"));
+  EXPECT_EQ(sched_.task_count(), 1u);
+  EXPECT_TRUE(Take().batch.empty());
+  SubmitOk(b);  // one more fits
+  ASSERT_TRUE(sched_.Cancel("a").ok());
+  SubmitOk(c);  // a terminal task no longer counts
+}
+
+TEST_F(SchedulerTest, InvalidSpecNamesTheField) {
+  v1::TaskSpec bad = Spec("ok");
+  bad.mutable_steps(0)->mutable_exec()->clear_argv();
+  auto r = Submit({Spec("fine"), bad});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("tasks[1].steps[0].exec.argv"));
+  EXPECT_EQ(sched_.task_count(), 0u);
+  EXPECT_EQ(Submit({}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, GeneratedIdsAreUniqueAndTimeOrdered) {
+  v1::TaskSpec s = Spec("");
+  auto r = Submit({s, s, s});
+  ASSERT_TRUE(r.ok());
+  EXPECT_LT((*r)[0]->id(), (*r)[1]->id());
+  EXPECT_LT((*r)[1]->id(), (*r)[2]->id());
+  clock_.Advance(absl::Seconds(1));
+  auto later = Submit({s});
+  ASSERT_TRUE(later.ok());
+  EXPECT_LT((*r)[2]->id(), (*later)[0]->id());
+}
+
+// --- List and stats. ---
+
+TEST_F(SchedulerTest, ListFiltersAndPages) {
+  for (int i = 0; i < 5; ++i) {
+    v1::TaskSpec s = Spec("q" + std::to_string(i));
+    s.set_queue(i % 2 == 0 ? "even" : "odd");
+    SubmitOk(s);
+  }
+  ASSERT_TRUE(sched_.Pause("q2").ok());
+  ListFilter f;
+  f.queue = "even";
+  f.page_size = 2;
+  ListPage p = sched_.List(f);
+  ASSERT_EQ(p.tasks.size(), 2u);
+  EXPECT_EQ(p.tasks[0]->id(), "q0");
+  EXPECT_EQ(p.tasks[1]->id(), "q2");
+  ASSERT_NE(p.next_after_seq, 0);
+  f.after_seq = p.next_after_seq;
+  p = sched_.List(f);
+  ASSERT_EQ(p.tasks.size(), 1u);
+  EXPECT_EQ(p.tasks[0]->id(), "q4");
+  EXPECT_EQ(p.next_after_seq, 0);
+
+  ListFilter paused;
+  paused.states = {v1::TASK_STATE_PAUSED};
+  p = sched_.List(paused);
+  ASSERT_EQ(p.tasks.size(), 1u);
+  EXPECT_EQ(p.tasks[0]->id(), "q2");
+}
+
+TEST_F(SchedulerTest, StatsCountByState) {
+  for (int i = 0; i < 3; ++i) SubmitOk(Spec("s" + std::to_string(i)));
+  ASSERT_TRUE(sched_.Cancel("s0").ok());
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "s1", 1);
+  auto stats = sched_.Stats("default");
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].length(), 2);
+  EXPECT_EQ(stats[0].counts().at("CANCELLED"), 1);
+  EXPECT_EQ(stats[0].counts().at("RUNNING"), 1);
+  EXPECT_EQ(stats[0].counts().at("PENDING"), 1);
+  auto all = sched_.Stats("");
+  ASSERT_EQ(all.size(), 2u);  // default, and "small" which has a limit
+  EXPECT_EQ(all[1].queue(), "small");
+  EXPECT_EQ(all[1].max_length(), 2);
+}
+
+// --- Recovery. ---
+
+TEST_F(SchedulerTest, RestoreRebuildsQueuesAndGivesAgentsAGraceWindow) {
+  // Run one scheduler to produce records, then restore them into another.
+  SubmitOk(Spec("pending"));
+  SubmitOk(Spec("running"));
+  v1::TaskSpec later = Spec("later");
+  SetTimestamp(clock_.Now() + absl::Seconds(30), later.mutable_not_before());
+  SubmitOk(later);
+  ASSERT_TRUE(sched_.Pause("pending").ok());
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "running", 1);
+  ASSERT_TRUE(sched_.Resume("pending").ok());
+  Check();
+
+  std::vector<TaskRecord> records;
+  for (const char* id : {"pending", "running", "later"}) records.push_back(Task(id));
+  Scheduler restored(&clock_, Options());
+  ASSERT_TRUE(restored.Restore(records).ok());
+  ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+  ASSERT_NE(restored.FindAgent("a1"), nullptr);
+  EXPECT_FALSE(restored.FindAgent("a1")->connected());
+
+  // The agent comes back within the grace and claims its attempt.
+  clock_.Advance(absl::Seconds(3));
+  restored.Tick();
+  v1::Hello h;
+  h.set_agent_id("a1");
+  h.set_slots(2);
+  v1::AttemptRef* r = h.add_running();
+  r->set_task_id("running");
+  r->set_attempt(1);
+  ASSERT_TRUE(restored.Connect(99, h).ok());
+  ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+  EXPECT_EQ(restored.Find("running")->state, v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(restored.Find("pending")->state, v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(restored.Find("later")->state, v1::TASK_STATE_SCHEDULED);
+  clock_.Advance(absl::Seconds(30));
+  restored.Tick();
+  EXPECT_NE(restored.Find("later")->state, v1::TASK_STATE_SCHEDULED);
+  ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+}
+
+TEST_F(SchedulerTest, RestoredInFlightTaskIsRequeuedWhenItsAgentNeverReturns) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Scheduler restored(&clock_, Options());
+  ASSERT_TRUE(restored.Restore({Task("t")}).ok());
+  clock_.Advance(absl::Seconds(4));
+  restored.Tick();
+  EXPECT_EQ(restored.Find("t")->state, v1::TASK_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(1));
+  restored.Tick();
+  EXPECT_NE(restored.Find("t")->state, v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(restored.Find("t")->attempts.size(), 1u);
+  ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+}
+
+}  // namespace
+}  // namespace taskgrid::core

@@ -1,0 +1,107 @@
+#include "scheduler/core/state_machine.h"
+
+#include <set>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+namespace taskgrid::core {
+namespace {
+
+using namespace v1;  // NOLINT: state names read better bare here
+
+// DESIGN.md "States", written out edge by edge, independently of the code.
+const std::set<std::pair<TaskState, TaskState>>& Allowed() {
+  static const auto* kAllowed = new std::set<std::pair<TaskState, TaskState>>{
+      // submit
+      {TASK_STATE_UNSPECIFIED, TASK_STATE_PENDING},
+      {TASK_STATE_UNSPECIFIED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_UNSPECIFIED, TASK_STATE_BLOCKED},
+      // waiting -> ready, cancel, pause
+      {TASK_STATE_SCHEDULED, TASK_STATE_PENDING},
+      {TASK_STATE_SCHEDULED, TASK_STATE_CANCELLED},
+      {TASK_STATE_SCHEDULED, TASK_STATE_PAUSED},
+      {TASK_STATE_BLOCKED, TASK_STATE_PENDING},
+      {TASK_STATE_BLOCKED, TASK_STATE_CANCELLED},
+      {TASK_STATE_BLOCKED, TASK_STATE_PAUSED},
+      {TASK_STATE_PENDING, TASK_STATE_DISPATCHED},
+      {TASK_STATE_PENDING, TASK_STATE_CANCELLED},
+      {TASK_STATE_PENDING, TASK_STATE_PAUSED},
+      // two-phase dispatch and its failures
+      {TASK_STATE_DISPATCHED, TASK_STATE_RUNNING},
+      {TASK_STATE_DISPATCHED, TASK_STATE_PENDING},
+      {TASK_STATE_DISPATCHED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_DISPATCHED, TASK_STATE_FAILED},
+      {TASK_STATE_DISPATCHED, TASK_STATE_CANCELLING},
+      {TASK_STATE_RUNNING, TASK_STATE_SUCCEEDED},
+      {TASK_STATE_RUNNING, TASK_STATE_FAILED},
+      {TASK_STATE_RUNNING, TASK_STATE_PENDING},
+      {TASK_STATE_RUNNING, TASK_STATE_SCHEDULED},
+      {TASK_STATE_RUNNING, TASK_STATE_CANCELLING},
+      {TASK_STATE_CANCELLING, TASK_STATE_CANCELLED},
+      {TASK_STATE_CANCELLING, TASK_STATE_SUCCEEDED},
+      // resume
+      {TASK_STATE_PAUSED, TASK_STATE_PENDING},
+      {TASK_STATE_PAUSED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_PAUSED, TASK_STATE_CANCELLED},
+      // retry, reset
+      {TASK_STATE_FAILED, TASK_STATE_PENDING},
+      {TASK_STATE_CANCELLED, TASK_STATE_PENDING},
+      {TASK_STATE_SUCCEEDED, TASK_STATE_PENDING},
+  };
+  return *kAllowed;
+}
+
+TEST(StateMachine, EveryPairIsAllowedExactlyWhenTheDesignSaysSo) {
+  int allowed = 0;
+  for (int f = TaskState_MIN; f <= TaskState_MAX; ++f) {
+    for (int t = TaskState_MIN; t <= TaskState_MAX; ++t) {
+      const auto from = static_cast<TaskState>(f);
+      const auto to = static_cast<TaskState>(t);
+      const bool want = Allowed().count({from, to}) > 0;
+      EXPECT_EQ(IsAllowedTransition(from, to), want)
+          << StateName(from) << " -> " << StateName(to);
+      allowed += want;
+    }
+  }
+  EXPECT_EQ(allowed, static_cast<int>(Allowed().size()));
+}
+
+TEST(StateMachine, NothingLeadsBackToUnspecifiedOrStaysPut) {
+  for (int f = TaskState_MIN; f <= TaskState_MAX; ++f) {
+    const auto from = static_cast<TaskState>(f);
+    EXPECT_FALSE(IsAllowedTransition(from, TASK_STATE_UNSPECIFIED)) << StateName(from);
+    EXPECT_FALSE(IsAllowedTransition(from, from)) << StateName(from);
+  }
+}
+
+TEST(StateMachine, TerminalAndInFlightStates) {
+  EXPECT_TRUE(IsTerminal(TASK_STATE_SUCCEEDED));
+  EXPECT_TRUE(IsTerminal(TASK_STATE_FAILED));
+  EXPECT_TRUE(IsTerminal(TASK_STATE_CANCELLED));
+  EXPECT_FALSE(IsTerminal(TASK_STATE_CANCELLING));
+  EXPECT_FALSE(IsTerminal(TASK_STATE_PAUSED));
+  EXPECT_TRUE(IsInFlight(TASK_STATE_DISPATCHED));
+  EXPECT_TRUE(IsInFlight(TASK_STATE_RUNNING));
+  EXPECT_TRUE(IsInFlight(TASK_STATE_CANCELLING));
+  EXPECT_FALSE(IsInFlight(TASK_STATE_PENDING));
+}
+
+TEST(StateMachine, NamesRoundTrip) {
+  for (int s = TaskState_MIN + 1; s <= TaskState_MAX; ++s) {
+    const auto state = static_cast<TaskState>(s);
+    TaskState parsed;
+    ASSERT_TRUE(ParseStateName(StateName(state), &parsed)) << StateName(state);
+    EXPECT_EQ(parsed, state);
+  }
+  TaskState parsed;
+  EXPECT_TRUE(ParseStateName("running", &parsed));
+  EXPECT_EQ(parsed, TASK_STATE_RUNNING);
+  EXPECT_TRUE(ParseStateName("TASK_STATE_PAUSED", &parsed));
+  EXPECT_EQ(parsed, TASK_STATE_PAUSED);
+  EXPECT_FALSE(ParseStateName("sleeping", &parsed));
+  EXPECT_FALSE(ParseStateName("UNSPECIFIED", &parsed));
+}
+
+}  // namespace
+}  // namespace taskgrid::core

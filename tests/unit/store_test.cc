@@ -1,0 +1,301 @@
+// One conformance suite for every Store, plus SqliteStore's own promises:
+// migration from an empty file, reopen, and the data directory lock.
+#include <fcntl.h>
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "scheduler/store/memory_store.h"
+#include "scheduler/store/sqlite_store.h"
+#include "tests/testing/temp_dir.h"
+
+namespace taskgrid::store {
+namespace {
+
+using ::testing::HasSubstr;
+
+core::TaskRow Row(const std::string& id, int64_t seq, int state = v1::TASK_STATE_PENDING) {
+  core::TaskRow r;
+  r.insert = true;
+  r.id = id;
+  r.seq = seq;
+  r.queue = "default";
+  r.state = state;
+  r.create_us = 1'700'000'000'000'000 + seq;
+  r.update_us = r.create_us;
+  v1::TaskSpec spec;
+  spec.set_id(id);
+  spec.set_queue("default");
+  spec.add_steps()->mutable_builtin()->set_name("noop");
+  spec.SerializeToString(&r.spec);
+  return r;
+}
+
+core::EventRow Event(const std::string& id, int to) {
+  core::EventRow e;
+  e.task_id = id;
+  e.queue = "default";
+  e.to_state = to;
+  return e;
+}
+
+// --- The conformance suite. ---
+
+class StoreFactory {
+ public:
+  virtual ~StoreFactory() = default;
+  virtual Store* Get() = 0;
+};
+
+class MemoryFactory : public StoreFactory {
+ public:
+  Store* Get() override { return &store_; }
+
+ private:
+  MemoryStore store_;
+};
+
+class SqliteFactory : public StoreFactory {
+ public:
+  Store* Get() override {
+    if (!store_) {
+      auto s = SqliteStore::Open({dir_.path(), Durability::kFull});
+      EXPECT_TRUE(s.ok()) << s.status();
+      store_ = std::move(*s);
+    }
+    return store_.get();
+  }
+
+ private:
+  testing::TempDir dir_;
+  std::unique_ptr<SqliteStore> store_;
+};
+
+template <typename F>
+class StoreConformance : public ::testing::Test {
+ protected:
+  Store* store() { return factory_.Get(); }
+  F factory_;
+};
+
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
+TYPED_TEST_SUITE(StoreConformance, Factories);
+
+TYPED_TEST(StoreConformance, EmptyStoreLoadsNothing) {
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_TRUE(tasks->empty());
+}
+
+TYPED_TEST(StoreConformance, RoundTripsEveryColumn) {
+  core::WriteBatch b;
+  core::TaskRow r = Row("t1", 7);
+  r.attempt = 2;
+  r.agent_id = "agent-1";
+  r.next_run_us = 11;
+  r.dispatch_us = 12;
+  r.start_us = 13;
+  r.reason = "because";
+  r.result = std::string("\x08\x01\x10\x00", 4);
+  b.tasks.push_back(r);
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  const core::TaskRow& got = (*tasks)[0].row;
+  EXPECT_EQ(got.id, "t1");
+  EXPECT_EQ(got.seq, 7);
+  EXPECT_EQ(got.queue, "default");
+  EXPECT_EQ(got.state, v1::TASK_STATE_PENDING);
+  EXPECT_EQ(got.attempt, 2);
+  EXPECT_EQ(got.agent_id, "agent-1");
+  EXPECT_EQ(got.create_us, r.create_us);
+  EXPECT_EQ(got.next_run_us, 11);
+  EXPECT_EQ(got.dispatch_us, 12);
+  EXPECT_EQ(got.start_us, 13);
+  EXPECT_EQ(got.reason, "because");
+  EXPECT_EQ(got.result, r.result) << "binary blobs survive, NUL bytes included";
+  EXPECT_EQ(got.spec, r.spec);
+}
+
+TYPED_TEST(StoreConformance, UpdatesKeepTheSpec) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("t1", 1));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch u;
+  core::TaskRow r = Row("t1", 1, v1::TASK_STATE_RUNNING);
+  r.insert = false;
+  r.spec.clear();
+  r.agent_id = "a";
+  u.tasks.push_back(r);
+  ASSERT_TRUE(this->store()->Apply(u).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].row.state, v1::TASK_STATE_RUNNING);
+  EXPECT_EQ((*tasks)[0].row.agent_id, "a");
+  EXPECT_EQ((*tasks)[0].row.spec, Row("t1", 1).spec);
+}
+
+TYPED_TEST(StoreConformance, LoadsInSeqOrderWithAttempts) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("zeta", 1));
+  b.tasks.push_back(Row("alpha", 2));
+  b.attempts.push_back({"alpha", 2, "second"});
+  b.attempts.push_back({"alpha", 1, "first"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].row.id, "zeta");
+  EXPECT_EQ((*tasks)[1].row.id, "alpha");
+  ASSERT_EQ((*tasks)[1].attempts.size(), 2u);
+  EXPECT_EQ((*tasks)[1].attempts[0].data, "first");
+  EXPECT_EQ((*tasks)[1].attempts[1].data, "second");
+}
+
+TYPED_TEST(StoreConformance, ClearAttemptsRemovesHistory) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("t", 1));
+  b.attempts.push_back({"t", 1, "x"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch c;
+  c.clear_attempts.push_back("t");
+  c.attempts.push_back({"t", 1, "after reset"});
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ((*tasks)[0].attempts.size(), 1u);
+  EXPECT_EQ((*tasks)[0].attempts[0].data, "after reset");
+}
+
+TYPED_TEST(StoreConformance, ABatchIsAllOrNothing) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("t1", 1));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch bad;
+  bad.tasks.push_back(Row("t2", 2));
+  bad.events.push_back(Event("t2", 3));
+  bad.tasks.push_back(Row("t1", 3));  // duplicate insert: the whole batch fails
+  EXPECT_FALSE(this->store()->Apply(bad).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 1u);
+  auto events = this->store()->ReadEvents(0, 10);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(events->empty());
+}
+
+TYPED_TEST(StoreConformance, UpdateOfAMissingTaskFails) {
+  core::WriteBatch b;
+  core::TaskRow r = Row("ghost", 1);
+  r.insert = false;
+  b.tasks.push_back(r);
+  EXPECT_FALSE(this->store()->Apply(b).ok());
+}
+
+TYPED_TEST(StoreConformance, EventsGetIncreasingRevisions) {
+  for (int i = 0; i < 3; ++i) {
+    core::WriteBatch b;
+    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_PENDING));
+    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_DISPATCHED));
+    ASSERT_TRUE(this->store()->Apply(b).ok());
+  }
+  auto all = this->store()->ReadEvents(0, 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 6u);
+  for (size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i].revision, int64_t(i) + 1);
+  auto tail = this->store()->ReadEvents(4, 100);
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_EQ((*tail)[0].event.task_id, "t2");
+  EXPECT_EQ(this->store()->ReadEvents(0, 2)->size(), 2u);
+}
+
+// --- SqliteStore only. ---
+
+TEST(SqliteStore, MigratesAnEmptyFileToTheLatestSchema) {
+  testing::TempDir dir;
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->schema_version(), SqliteStore::LatestSchemaVersion());
+  EXPECT_GE(SqliteStore::LatestSchemaVersion(), 1);
+  s->reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/taskgrid.db").c_str(), &db), SQLITE_OK);
+  for (const char* table : {"tasks", "attempts", "events"}) {
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE name = ?1", -1, &st,
+                                 nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 1) << table;
+    sqlite3_finalize(st);
+  }
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST(SqliteStore, ReopenReadsWhatWasCommitted) {
+  testing::TempDir dir;
+  {
+    auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+    ASSERT_TRUE(s.ok());
+    core::WriteBatch b;
+    for (int i = 0; i < 100; ++i) b.tasks.push_back(Row("t" + std::to_string(i), i + 1));
+    b.attempts.push_back({"t5", 1, "attempt"});
+    ASSERT_TRUE((*s)->Apply(b).ok());
+  }
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->schema_version(), SqliteStore::LatestSchemaVersion());
+  auto tasks = (*s)->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 100u);
+  EXPECT_EQ((*tasks)[5].row.id, "t5");
+  ASSERT_EQ((*tasks)[5].attempts.size(), 1u);
+}
+
+TEST(SqliteStore, SecondOpenOfTheSameDirectoryIsRefused) {
+  testing::TempDir dir;
+  auto first = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_TRUE(first.ok());
+  auto second = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use by another"));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("pid"));
+  first->reset();  // the lock goes with the first
+  EXPECT_TRUE(SqliteStore::Open({dir.path(), Durability::kFull}).ok());
+}
+
+TEST(SqliteStore, RefusesASchemaFromTheFuture) {
+  testing::TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/taskgrid.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=999", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("schema version 999"));
+}
+
+TEST(SqliteStore, NormalDurabilityAlsoRoundTrips) {
+  testing::TempDir dir;
+  {
+    auto s = SqliteStore::Open({dir.path(), Durability::kNormal});
+    ASSERT_TRUE(s.ok());
+    core::WriteBatch b;
+    b.tasks.push_back(Row("t", 1));
+    ASSERT_TRUE((*s)->Apply(b).ok());
+  }
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_EQ((*s)->LoadTasks()->size(), 1u);
+}
+
+}  // namespace
+}  // namespace taskgrid::store

@@ -1,0 +1,91 @@
+#include "scheduler/core/validate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/ids.h"
+
+namespace taskgrid::core {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::TaskSpec Good() {
+  v1::TaskSpec s;
+  s.set_id("job-1.part_2:x");
+  s.add_steps()->mutable_exec()->add_argv("/bin/true");
+  return s;
+}
+
+std::string Error(const v1::TaskSpec& s, SchedulerOptions o = {}) {
+  absl::Status st = ValidateSpec(s, o, "tasks[0]");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  return std::string(st.message());
+}
+
+TEST(Validate, AcceptsAGoodSpecAndAnEmptyId) {
+  EXPECT_TRUE(ValidateSpec(Good(), {}, "t").ok());
+  v1::TaskSpec s = Good();
+  s.clear_id();
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, IdCharsetAndLength) {
+  v1::TaskSpec s = Good();
+  s.set_id("has space");
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].id"));
+  s.set_id("slash/no");
+  EXPECT_THAT(Error(s), HasSubstr("outside [A-Za-z0-9._:-]"));
+  s.set_id(std::string(kMaxIdLength + 1, 'a'));
+  EXPECT_THAT(Error(s), HasSubstr("the limit is 128"));
+  s.set_id(std::string(kMaxIdLength, 'a'));
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, StepsMustBeThereAndWellFormed) {
+  v1::TaskSpec s = Good();
+  s.clear_steps();
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].steps is empty"));
+  s.add_steps();
+  EXPECT_THAT(Error(s), HasSubstr("neither exec nor builtin"));
+  s.mutable_steps(0)->mutable_builtin()->set_name("explode");
+  EXPECT_THAT(Error(s), HasSubstr("steps[0].builtin.name"));
+  s.mutable_steps(0)->mutable_builtin()->set_name("sleep");
+  s.mutable_steps(0)->mutable_builtin()->add_args("soon");
+  EXPECT_THAT(Error(s), HasSubstr("args[0]"));
+  s.mutable_steps(0)->mutable_builtin()->set_args(0, "0.5");
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+  s.mutable_steps(0)->mutable_timeout()->set_seconds(-1);
+  EXPECT_THAT(Error(s), HasSubstr("steps[0].timeout is negative"));
+}
+
+TEST(Validate, PayloadLimit) {
+  SchedulerOptions o;
+  o.max_payload_bytes = 10;
+  v1::TaskSpec s = Good();
+  s.set_payload(std::string(11, 'x'));
+  EXPECT_THAT(Error(s, o), HasSubstr("tasks[0].payload is 11 bytes; the limit is 10"));
+  s.set_payload(std::string(10, 'x'));
+  EXPECT_TRUE(ValidateSpec(s, o, "t").ok());
+}
+
+TEST(Validate, NumbersInRange) {
+  v1::TaskSpec s = Good();
+  s.set_max_attempts(-1);
+  EXPECT_THAT(Error(s), HasSubstr("max_attempts"));
+  s = Good();
+  s.mutable_retry()->set_multiplier(0.5);
+  EXPECT_THAT(Error(s), HasSubstr("retry.multiplier"));
+  s = Good();
+  s.mutable_placement()->set_slots(-2);
+  EXPECT_THAT(Error(s), HasSubstr("placement.slots"));
+  s = Good();
+  (*s.mutable_placement()->mutable_required_labels())["bad key"] = "1";
+  EXPECT_THAT(Error(s), HasSubstr("required_labels"));
+  s = Good();
+  s.set_queue("no queue");
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].queue"));
+}
+
+}  // namespace
+}  // namespace taskgrid::core
