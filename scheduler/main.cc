@@ -1,0 +1,196 @@
+// taskgrid-scheduler: owns the durable task table and serves gRPC.
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/logging.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/service/server.h"
+#include "scheduler/store/sqlite_store.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "HOST:PORT to serve gRPC on; port 0 picks a free port (see --port_file)");
+ABSL_FLAG(std::string, data_dir, "taskgrid-data",
+          "Directory of the task table (taskgrid.db, its WAL, and a LOCK file)");
+ABSL_FLAG(std::string, durability, "full",
+          "full: every acknowledged change survives power loss (synchronous=FULL). normal: "
+          "survives a crash of the process, may lose the last changes on power loss");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file once serving (for scripts and tests)");
+ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
+ABSL_FLAG(int64_t, default_queue_max_length, 0,
+          "Most non-terminal tasks a queue may hold (0: no limit), unless --queue_max_length "
+          "names the queue");
+ABSL_FLAG(std::string, queue_max_length, "",
+          "Per-queue limits, e.g. 'emails=1000,reports=50'");
+ABSL_FLAG(int32_t, default_max_attempts, 3, "Attempts of a task that does not set max_attempts");
+ABSL_FLAG(absl::Duration, default_ack_timeout, absl::Seconds(10),
+          "Dispatch -> agent accepts, for tasks that do not set ack_timeout");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat interval told to agents");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
+          "An agent silent this long is lost (its stream is ended)");
+ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
+          "A lost agent that reconnects within this keeps its tasks; after it they are retried");
+ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
+
+namespace {
+
+absl::Status ParseQueueLimits(const std::string& spec,
+                              absl::flat_hash_map<std::string, int64_t>* out) {
+  if (spec.empty()) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    int64_t n = 0;
+    if (!taskgrid::IsValidName(kv.first, taskgrid::kMaxQueueNameLength) ||
+        !absl::SimpleAtoi(kv.second, &n) || n < 0) {
+      return absl::InvalidArgumentError("--queue_max_length: expected QUEUE=N[,QUEUE=N...], got '" +
+                                        std::string(part) + "'");
+    }
+    (*out)[kv.first] = n;
+  }
+  return absl::OkStatus();
+}
+
+struct StopSignal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  int exit_code = 0;
+  void Fire(int code) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!stop) exit_code = code;
+    stop = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The Taskgrid scheduler: owns the durable task table (SQLite) and serves gRPC to clients "
+      "(taskgridctl, grpcurl) and agents.\n\n"
+      "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n\n"
+      "Stops cleanly on SIGINT or SIGTERM.");
+  absl::ParseCommandLine(argc, argv);
+  taskgrid::InitLogging("scheduler", absl::GetFlag(FLAGS_log_level));
+
+  // Block the stop signals in every thread (gRPC's inherit the mask); one
+  // thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  taskgrid::engine::EngineOptions opts;
+  taskgrid::core::SchedulerOptions& so = opts.scheduler;
+  so.max_payload_bytes = absl::GetFlag(FLAGS_max_payload_bytes);
+  so.default_queue_max_length = absl::GetFlag(FLAGS_default_queue_max_length);
+  so.default_max_attempts = absl::GetFlag(FLAGS_default_max_attempts);
+  so.default_ack_timeout = absl::GetFlag(FLAGS_default_ack_timeout);
+  so.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  so.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
+  so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  if (absl::Status s = ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
+  if (so.default_max_attempts < 1 || so.default_max_attempts > so.max_attempts_limit) {
+    spdlog::error("--default_max_attempts must be in [1, {}]", so.max_attempts_limit);
+    return 2;
+  }
+
+  taskgrid::store::SqliteOptions store_opts;
+  store_opts.data_dir = absl::GetFlag(FLAGS_data_dir);
+  const std::string durability = absl::GetFlag(FLAGS_durability);
+  if (durability == "full") {
+    store_opts.durability = taskgrid::store::Durability::kFull;
+  } else if (durability == "normal") {
+    store_opts.durability = taskgrid::store::Durability::kNormal;
+    spdlog::warn("--durability=normal: acknowledged changes may be lost on power loss");
+  } else {
+    spdlog::error("--durability must be full or normal, not '{}'", durability);
+    return 2;
+  }
+
+  auto store = taskgrid::store::SqliteStore::Open(store_opts);
+  if (!store.ok()) {
+    spdlog::error("{}", std::string(store.status().message()));
+    return 1;
+  }
+  spdlog::info("task table {} (schema version {}, durability {})", (*store)->db_path(),
+               (*store)->schema_version(), durability);
+
+  StopSignal stop;
+  taskgrid::engine::Engine engine(store->get(), taskgrid::RealClock::Get(), opts);
+  engine.set_on_fatal([&stop](const absl::Status& s) {
+    spdlog::critical("{}", s.ToString());
+    stop.Fire(1);
+  });
+  const absl::Time start = absl::Now();
+  if (absl::Status s = engine.Start(); !s.ok()) {
+    spdlog::error("recovery failed: {}", s.ToString());
+    return 1;
+  }
+  size_t tasks = 0;
+  engine.Inspect([&](const taskgrid::core::Scheduler& s) { tasks = s.task_count(); });
+  spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
+
+  taskgrid::service::ServerOptions server_opts;
+  server_opts.listen = absl::GetFlag(FLAGS_listen);
+  auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    // Written whole under a temporary name, then renamed: readers never see half.
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
+
+  std::thread waiter([&stop, stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop.Fire(0);
+  });
+  {
+    std::unique_lock<std::mutex> lock(stop.mu);
+    stop.cv.wait(lock, [&stop] { return stop.stop; });
+  }
+  (*server)->Shutdown(absl::Seconds(2));
+  engine.Stop();
+  spdlog::info("stopped");
+  // The waiter may still block in sigwait (a fatal error stopped us): leave it.
+  if (waiter.joinable()) {
+    if (stop.exit_code == 0) {
+      waiter.join();
+    } else {
+      waiter.detach();
+    }
+  }
+  return stop.exit_code;
+}

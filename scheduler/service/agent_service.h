@@ -1,0 +1,32 @@
+// AgentService: one bidi reactor per agent stream.
+//
+// Lifecycle of a stream (AgentStream):
+//   1. Created by Connect(); attaches an Outbox to the Engine and reads.
+//   2. The first message must be Hello; the Engine validates it (an error
+//      ends the stream with that status).
+//   3. Every later message goes to the Engine; reads continue until the
+//      agent half-closes or the stream breaks.
+//   4. The Engine sends through the Outbox from any thread: the Outbox
+//      queues and keeps one write in flight. Close() (a silent agent)
+//      finishes the stream once the write in flight is done.
+//   5. OnDone: detach from the Engine (it starts the agent's reconnect
+//      grace), cut the Outbox loose, delete the reactor.
+#pragma once
+
+#include "scheduler/engine/engine.h"
+#include "taskgrid/v1/agent_service.grpc.pb.h"
+
+namespace taskgrid::service {
+
+class AgentServiceImpl final : public v1::AgentService::CallbackService {
+ public:
+  explicit AgentServiceImpl(engine::Engine* engine) : engine_(engine) {}
+
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override;
+
+ private:
+  engine::Engine* const engine_;
+};
+
+}  // namespace taskgrid::service

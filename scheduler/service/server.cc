@@ -1,0 +1,42 @@
+#include "scheduler/service/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace taskgrid::service {
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::Engine* engine,
+                                                                        const ServerOptions& opts) {
+  // Both must come before the builder exists.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(opts.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
+  builder.SetMaxSendMessageSize(opts.max_message_bytes);
+  builder.RegisterService(&s->tasks_);
+  builder.RegisterService(&s->agents_);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,
+                                               " (in use, or not a HOST:PORT this host has)"));
+  }
+  return s;
+}
+
+void SchedulerServer::Shutdown(absl::Duration deadline) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
+  server_->Wait();
+}
+
+SchedulerServer::~SchedulerServer() { Shutdown(absl::Seconds(1)); }
+
+}  // namespace taskgrid::service

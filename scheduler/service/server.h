@@ -1,0 +1,44 @@
+// Builds the scheduler's gRPC server: TaskService, AgentService, the
+// standard health service and server reflection. Used by main() and by the
+// in-process integration tests.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/service/agent_service.h"
+#include "scheduler/service/task_service.h"
+
+namespace taskgrid::service {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
+  int max_message_bytes = 64 << 20;
+};
+
+class SchedulerServer {
+ public:
+  // Starts serving; the Engine must be started and outlive the server.
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(engine::Engine* engine,
+                                                                const ServerOptions& opts);
+  ~SchedulerServer();
+
+  int port() const { return port_; }
+  grpc::Server* server() { return server_.get(); }
+  // Stops taking RPCs and ends open streams after `deadline`.
+  void Shutdown(absl::Duration deadline);
+
+ private:
+  SchedulerServer(engine::Engine* engine) : tasks_(engine), agents_(engine) {}
+  TaskServiceImpl tasks_;
+  AgentServiceImpl agents_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace taskgrid::service

@@ -1,0 +1,41 @@
+// TaskService over the callback API: thin handlers that pass each request to
+// the Engine and finish the RPC from the Engine's reply (which comes after
+// the change is durable). Thread-safe; the Engine is borrowed.
+#pragma once
+
+#include "scheduler/engine/engine.h"
+#include "taskgrid/v1/task_service.grpc.pb.h"
+
+namespace taskgrid::service {
+
+class TaskServiceImpl final : public v1::TaskService::CallbackService {
+ public:
+  explicit TaskServiceImpl(engine::Engine* engine) : engine_(engine) {}
+
+  grpc::ServerUnaryReactor* SubmitTasks(grpc::CallbackServerContext* ctx,
+                                        const v1::SubmitTasksRequest* req,
+                                        v1::SubmitTasksResponse* resp) override;
+  grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* ctx,
+                                    const v1::GetTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* ctx,
+                                      const v1::ListTasksRequest* req,
+                                      v1::ListTasksResponse* resp) override;
+  grpc::ServerUnaryReactor* CancelTask(grpc::CallbackServerContext* ctx,
+                                       const v1::CancelTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* RetryTask(grpc::CallbackServerContext* ctx,
+                                      const v1::RetryTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* ResetTask(grpc::CallbackServerContext* ctx,
+                                      const v1::ResetTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* PauseTask(grpc::CallbackServerContext* ctx,
+                                      const v1::PauseTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* ResumeTask(grpc::CallbackServerContext* ctx,
+                                       const v1::ResumeTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* GetQueueStats(grpc::CallbackServerContext* ctx,
+                                          const v1::GetQueueStatsRequest* req,
+                                          v1::GetQueueStatsResponse* resp) override;
+
+ private:
+  engine::Engine* const engine_;
+};
+
+}  // namespace taskgrid::service
