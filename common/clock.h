@@ -55,7 +55,7 @@ class FakeClock final : public Clock {
 
  private:
   mutable std::mutex mu_;
-  absl::Time now_;               // guarded by mu_
+  absl::Time now_;                        // guarded by mu_
   absl::Duration mono_ = absl::Hours(1);  // guarded by mu_
 };
 

@@ -27,8 +27,8 @@ absl::Status CheckName(absl::string_view field, absl::string_view name, size_t m
   }
   for (char c : name) {
     if (!IsNameChar(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " \"", name, "\" has a character outside [A-Za-z0-9._:-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " \"", name, "\" has a character outside [A-Za-z0-9._:-]"));
     }
   }
   return absl::OkStatus();

@@ -36,8 +36,7 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
 }
 
 std::string PlacementClass(const v1::Placement& p) {
-  std::map<std::string, std::string> labels(p.required_labels().begin(),
-                                            p.required_labels().end());
+  std::map<std::string, std::string> labels(p.required_labels().begin(), p.required_labels().end());
   std::vector<std::string> ids(p.agent_ids().begin(), p.agent_ids().end());
   std::sort(ids.begin(), ids.end());
   return absl::StrCat(SlotsOf(p), "|", absl::StrJoin(labels, ",", absl::PairFormatter("=")), "|",

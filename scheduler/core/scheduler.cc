@@ -19,12 +19,12 @@ namespace taskgrid::core {
 namespace {
 
 // A broken internal invariant is a bug: fail loudly, never limp on.
-#define TASKGRID_CHECK(cond, msg)                                            \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define TASKGRID_CHECK(cond, msg)                                                 \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
       fprintf(stderr, "CHECK failed: %s: %s\n", #cond, std::string(msg).c_str()); \
-      std::abort();                                                          \
-    }                                                                        \
+      std::abort();                                                               \
+    }                                                                             \
   } while (0)
 
 v1::TaskResult LostResult(std::string error) {
@@ -158,9 +158,8 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks) {
 absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1::TaskSpec> specs) {
   if (specs.empty()) return absl::InvalidArgumentError("tasks is empty: submit at least one task");
   if (static_cast<int>(specs.size()) > opts_.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("tasks has ", specs.size(),
-                                                   " entries; the limit per call is ",
-                                                   opts_.max_batch_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tasks has ", specs.size(), " entries; the limit per call is ", opts_.max_batch_size));
   }
   absl::flat_hash_map<std::string, size_t> seen;
   std::vector<const TaskRecord*> existing(specs.size(), nullptr);
@@ -176,13 +175,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
     }
     auto [it, inserted] = seen.emplace(spec.id(), i);
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".id \"", spec.id(),
-                                                     "\" repeats tasks[", it->second, "].id"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".id \"", spec.id(), "\" repeats tasks[", it->second, "].id"));
     }
     if (const TaskRecord* t = Find(spec.id())) {
       if (!google::protobuf::util::MessageDifferencer::Equals(t->spec, spec)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "task \"", spec.id(), "\" (", field, ") already exists with a different spec"));
+        return absl::AlreadyExistsError(absl::StrCat("task \"", spec.id(), "\" (", field,
+                                                     ") already exists with a different spec"));
       }
       existing[i] = t;
       continue;
@@ -193,9 +192,9 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
     const int64_t max = opts_.QueueMaxLength(queue);
     const int64_t len = QueueLength(queue);
     if (max > 0 && len + n > max) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("queue \"", queue, "\" is full: it holds ", len, " of at most ", max,
-                       " tasks and this batch adds ", n));
+      return absl::ResourceExhaustedError(absl::StrCat("queue \"", queue, "\" is full: it holds ",
+                                                       len, " of at most ", max,
+                                                       " tasks and this batch adds ", n));
     }
   }
 
@@ -789,8 +788,8 @@ absl::Status Scheduler::CheckInvariants() const {
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
       auto it = ready_.find(t.placement_class);
-      if (it == ready_.end() ||
-          it->second.count({-int64_t{t.spec.priority()}, t.seq, const_cast<TaskRecord*>(&t)}) == 0) {
+      if (it == ready_.end() || it->second.count({-int64_t{t.spec.priority()}, t.seq,
+                                                  const_cast<TaskRecord*>(&t)}) == 0) {
         return fail("PENDING task ", id, " is not in its ready queue");
       }
     }

@@ -46,12 +46,12 @@ struct Outgoing {
 
 struct Effects {
   WriteBatch batch;
-  std::vector<Outgoing> messages;   // send after `batch` committed, in order
+  std::vector<Outgoing> messages;     // send after `batch` committed, in order
   std::vector<uint64_t> close_conns;  // streams to end (agent went silent)
 };
 
 struct ListFilter {
-  std::string queue;                 // empty: all
+  std::string queue;                  // empty: all
   std::vector<v1::TaskState> states;  // empty: all
   int page_size = 100;
   int64_t after_seq = 0;  // from the page token
@@ -160,7 +160,7 @@ class Scheduler {
   int64_t next_seq_ = 1;
   uint64_t id_counter_ = 0;
 
-  absl::flat_hash_map<std::string, ReadySet> ready_;  // PENDING, by placement class
+  absl::flat_hash_map<std::string, ReadySet> ready_;                  // PENDING, by placement class
   std::set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
 

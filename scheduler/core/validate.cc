@@ -28,10 +28,11 @@ absl::Status CheckBuiltin(const v1::BuiltinStep& b, absl::string_view field) {
                    absl::StrCat("\"", b.name(), "\" is not a builtin (noop, sleep, fail, echo)"));
   }
   if (b.name() == "sleep") {
-    if (b.args_size() > 1) return Invalid(absl::StrCat(field, ".args"), "takes one number of seconds");
+    if (b.args_size() > 1)
+      return Invalid(absl::StrCat(field, ".args"), "takes one number of seconds");
     double secs = 0;
-    if (b.args_size() == 1 && (!absl::SimpleAtod(b.args(0), &secs) || !(secs >= 0) ||
-                               secs > 7 * 24 * 3600)) {
+    if (b.args_size() == 1 &&
+        (!absl::SimpleAtod(b.args(0), &secs) || !(secs >= 0) || secs > 7 * 24 * 3600)) {
       return Invalid(absl::StrCat(field, ".args[0]"), "is not a number of seconds in [0, 604800]");
     }
   } else if (b.name() == "fail") {
@@ -63,7 +64,8 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
       return s;
     }
   }
-  if (spec.steps().empty()) return Invalid(f + ".steps", "is empty: a task needs at least one step");
+  if (spec.steps().empty())
+    return Invalid(f + ".steps", "is empty: a task needs at least one step");
   if (spec.steps_size() > opts.max_steps) {
     return Invalid(f + ".steps", absl::StrCat("has ", spec.steps_size(), " steps; the limit is ",
                                               opts.max_steps));
@@ -109,8 +111,8 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
     return s;
   }
   if (absl::Status s = CheckDuration(r.max_backoff(), f + ".retry.max_backoff"); !s.ok()) return s;
-  if (r.multiplier() != 0 && (!std::isfinite(r.multiplier()) || r.multiplier() < 1 ||
-                              r.multiplier() > 100)) {
+  if (r.multiplier() != 0 &&
+      (!std::isfinite(r.multiplier()) || r.multiplier() < 1 || r.multiplier() > 100)) {
     return Invalid(f + ".retry.multiplier", "must be in [1, 100] (0 means the default)");
   }
   if (absl::Status s = CheckDuration(spec.ack_timeout(), f + ".ack_timeout"); !s.ok()) return s;
@@ -129,8 +131,8 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
     if (v.size() > 256) return Invalid(f + ".placement.required_labels[" + k + "]", "is too long");
   }
   for (int i = 0; i < p.agent_ids_size(); ++i) {
-    if (absl::Status s =
-            CheckName(absl::StrCat(f, ".placement.agent_ids[", i, "]"), p.agent_ids(i), kMaxIdLength);
+    if (absl::Status s = CheckName(absl::StrCat(f, ".placement.agent_ids[", i, "]"), p.agent_ids(i),
+                                   kMaxIdLength);
         !s.ok()) {
       return s;
     }

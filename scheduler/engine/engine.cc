@@ -97,8 +97,8 @@ void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<ui
   for (uint64_t conn : closes) {
     auto it = channels_.find(conn);
     if (it != channels_.end()) {
-      it->second->Close(absl::UnavailableError(
-          "no message from this agent within heartbeat_timeout; reconnect"));
+      it->second->Close(
+          absl::UnavailableError("no message from this agent within heartbeat_timeout; reconnect"));
     }
   }
 }

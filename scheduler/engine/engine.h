@@ -109,13 +109,14 @@ class Engine {
   std::mutex mu_;
   core::Scheduler sched_;  // guarded by mu_
   store::GroupCommitWriter writer_;
-  bool started_ = false;   // guarded by mu_
-  bool stopped_ = false;   // guarded by mu_
+  bool started_ = false;    // guarded by mu_
+  bool stopped_ = false;    // guarded by mu_
   uint64_t next_conn_ = 1;  // guarded by mu_
   std::once_flag fatal_once_;
 
   std::mutex channels_mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>> channels_;  // guarded by channels_mu_
+  absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>>
+      channels_;  // guarded by channels_mu_
 
   std::mutex ticker_mu_;
   std::condition_variable ticker_cv_;

@@ -1,11 +1,11 @@
 #include "scheduler/service/agent_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
-
-#include <spdlog/spdlog.h>
 
 #include "common/grpc_status.h"
 
@@ -111,8 +111,8 @@ class AgentStream final : public Reactor {
       spdlog::info("agent {} connected from {} with {} slots", agent_id_, peer_,
                    in_.hello().slots());
     } else if (in_.has_hello()) {
-      outbox_->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                   "hello may be sent once per stream"));
+      outbox_->Finish(
+          grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello may be sent once per stream"));
       return;
     } else {
       engine_->AgentMessage(conn_, in_);

@@ -3,10 +3,10 @@
 // in-process integration tests.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "scheduler/engine/engine.h"

@@ -15,8 +15,8 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* SubmitTasks(grpc::CallbackServerContext* ctx,
                                         const v1::SubmitTasksRequest* req,
                                         v1::SubmitTasksResponse* resp) override;
-  grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* ctx,
-                                    const v1::GetTaskRequest* req, v1::Task* resp) override;
+  grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* ctx, const v1::GetTaskRequest* req,
+                                    v1::Task* resp) override;
   grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* ctx,
                                       const v1::ListTasksRequest* req,
                                       v1::ListTasksResponse* resp) override;

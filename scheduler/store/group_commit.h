@@ -63,10 +63,10 @@ class GroupCommitWriter {
   const Options opts_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;   // guarded by mu_
-  bool stopping_ = false;    // guarded by mu_
-  absl::Status broken_;      // guarded by mu_
-  int64_t commits_ = 0;      // guarded by mu_
+  std::deque<Item> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  absl::Status broken_;     // guarded by mu_
+  int64_t commits_ = 0;     // guarded by mu_
   std::thread thread_;
 };
 

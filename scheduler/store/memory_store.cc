@@ -49,8 +49,9 @@ absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::LoadTasks() {
     }
     out.push_back(std::move(t));
   }
-  std::sort(out.begin(), out.end(),
-            [](const core::StoredTask& a, const core::StoredTask& b) { return a.row.seq < b.row.seq; });
+  std::sort(out.begin(), out.end(), [](const core::StoredTask& a, const core::StoredTask& b) {
+    return a.row.seq < b.row.seq;
+  });
   return out;
 }
 

@@ -18,9 +18,9 @@ class MemoryStore final : public Store {
 
  private:
   std::mutex mu_;
-  std::map<std::string, core::TaskRow> tasks_;  // guarded by mu_
+  std::map<std::string, core::TaskRow> tasks_;                            // guarded by mu_
   std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_
-  std::vector<StoredEvent> events_;  // guarded by mu_
+  std::vector<StoredEvent> events_;                                       // guarded by mu_
 };
 
 }  // namespace taskgrid::store

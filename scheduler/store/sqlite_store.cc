@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
 namespace taskgrid::store {
@@ -138,10 +138,10 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
     const std::string holder = LockHolder(lock_path);
     close(lock_fd_);
     lock_fd_ = -1;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "data directory ", opts.data_dir, " is in use by another taskgrid-scheduler",
-        holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
-        "; two schedulers must never write one task table"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("data directory ", opts.data_dir, " is in use by another taskgrid-scheduler",
+                     holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
+                     "; two schedulers must never write one task table"));
   }
   const std::string pid = absl::StrCat(getpid(), "\n");
   if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
@@ -155,8 +155,9 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
   sqlite3_busy_timeout(db_, 5000);
   if (absl::Status s = Exec(db_, "PRAGMA journal_mode=WAL"); !s.ok()) return s;
-  if (absl::Status s = Exec(db_, opts.durability == Durability::kFull ? "PRAGMA synchronous=FULL"
-                                                                      : "PRAGMA synchronous=NORMAL");
+  if (absl::Status s =
+          Exec(db_, opts.durability == Durability::kFull ? "PRAGMA synchronous=FULL"
+                                                         : "PRAGMA synchronous=NORMAL");
       !s.ok()) {
     return s;
   }
@@ -179,9 +180,9 @@ absl::Status SqliteStore::Migrate() {
   sqlite3_finalize(st);
   const int latest = LatestSchemaVersion();
   if (schema_version_ > latest) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(db_path_, " has schema version ", schema_version_, "; this build knows up to ",
-                     latest, ": use a newer taskgrid-scheduler"));
+    return absl::FailedPreconditionError(absl::StrCat(db_path_, " has schema version ",
+                                                      schema_version_, "; this build knows up to ",
+                                                      latest, ": use a newer taskgrid-scheduler"));
   }
   while (schema_version_ < latest) {
     if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
@@ -211,7 +212,8 @@ absl::Status SqliteStore::Prepare() {
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10 "
        "WHERE id = ?1"},
-      {&insert_attempt_, "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
+      {&insert_attempt_,
+       "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
       {&insert_event_,
        "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
@@ -341,7 +343,8 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading tasks");
 
-  if (sqlite3_prepare_v2(db_, "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading attempts");
   }
@@ -361,10 +364,11 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
 absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, int limit) {
   std::lock_guard<std::mutex> lock(read_mu_);
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(read_db_,
-                         "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
-                         "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
-                         -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(
+          read_db_,
+          "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
+          "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
+          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "reading events");
   }
   sqlite3_bind_int64(st, 1, after);

@@ -64,10 +64,10 @@ class FaultyStore final : public store::Store {
   store::Store* const inner_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int fail_next_ = 0;   // guarded by mu_
-  bool held_ = false;   // guarded by mu_
-  int holding_ = 0;     // guarded by mu_
-  int applies_ = 0;     // guarded by mu_
+  int fail_next_ = 0;  // guarded by mu_
+  bool held_ = false;  // guarded by mu_
+  int holding_ = 0;    // guarded by mu_
+  int applies_ = 0;    // guarded by mu_
 };
 
 }  // namespace taskgrid::testing

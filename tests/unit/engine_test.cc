@@ -2,12 +2,12 @@
 // replies and agent messages leave only after their commit.
 #include "scheduler/engine/engine.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <future>
 #include <mutex>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/faulty_store.h"
@@ -196,9 +196,9 @@ TEST_F(EngineTest, TickDrivesDeadlines) {
   v1::SubmitTasksRequest req = OneTask("t");
   req.mutable_tasks(0)->mutable_ack_timeout()->set_seconds(2);
   req.mutable_tasks(0)->set_max_attempts(1);
-  ASSERT_TRUE((Await<v1::SubmitTasksResponse>(
-                   [&](Engine::Reply<v1::SubmitTasksResponse> r) { e->SubmitTasks(req, r); }))
-                  .ok());
+  ASSERT_TRUE((Await<v1::SubmitTasksResponse>([&](Engine::Reply<v1::SubmitTasksResponse> r) {
+                e->SubmitTasks(req, r);
+              })).ok());
   clock_.Advance(absl::Seconds(3));
   e->TickNow();
   auto t = Get(*e, "t");

@@ -1,12 +1,12 @@
 #include "scheduler/store/group_commit.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <future>
 #include <mutex>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/faulty_store.h"

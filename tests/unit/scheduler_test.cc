@@ -2,11 +2,11 @@
 // invariant checker runs after every step.
 #include "scheduler/core/scheduler.h"
 
-#include <string>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"

@@ -1,9 +1,9 @@
 #include "scheduler/core/state_machine.h"
 
+#include <gtest/gtest.h>
+
 #include <set>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 namespace taskgrid::core {
 namespace {
@@ -59,8 +59,7 @@ TEST(StateMachine, EveryPairIsAllowedExactlyWhenTheDesignSaysSo) {
       const auto from = static_cast<TaskState>(f);
       const auto to = static_cast<TaskState>(t);
       const bool want = Allowed().count({from, to}) > 0;
-      EXPECT_EQ(IsAllowedTransition(from, to), want)
-          << StateName(from) << " -> " << StateName(to);
+      EXPECT_EQ(IsAllowedTransition(from, to), want) << StateName(from) << " -> " << StateName(to);
       allowed += want;
     }
   }

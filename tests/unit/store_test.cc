@@ -1,13 +1,12 @@
 // One conformance suite for every Store, plus SqliteStore's own promises:
 // migration from an empty file, reopen, and the data directory lock.
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <memory>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "scheduler/store/memory_store.h"
 #include "scheduler/store/sqlite_store.h"
