@@ -1,0 +1,106 @@
+// TaskRun: one attempt of one task on the agent. Runs the assignment's steps
+// in order (each exec step a real process in a process group of its own,
+// each builtin in-process) and turns what happened into a TaskResult.
+//
+// gRPC-free: the agent session creates a TaskRun per Assign entry, calls
+// Run() on a thread of its own and sends the result back; Cancel() comes
+// from the session's thread when the scheduler cancels the attempt.
+//
+// Process hygiene, per exec step:
+//   - the child is the leader of a new process group; stop = SIGTERM (plus
+//     SIGCONT) to the whole group, SIGKILL after kill_grace;
+//   - when the step's main process ends, whatever it left running in its
+//     group is killed with SIGKILL: a step never outlives itself;
+//   - the child gets default signal dispositions, an empty signal mask and
+//     only fds 0, 1, 2; its exit status is always collected (no zombies).
+//   Processes that left the group (setsid, daemons) are out of reach.
+//
+// The calling process must not change its environment (setenv, putenv)
+// while any TaskRun runs: each exec step reads `environ`.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/time/time.h"
+#include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/task.pb.h"
+
+namespace taskgrid::agent {
+
+namespace internal {
+class OutputTail;
+}  // namespace internal
+
+struct ExecutorOptions {
+  // Cap of each of stdout_tail / stderr_tail: the LAST bytes are kept.
+  // Memory held per stream is at most twice this, whatever a step writes.
+  int64_t max_output_bytes = 64 << 10;
+  // SIGTERM -> SIGKILL of a step's process group on cancel or timeout.
+  absl::Duration kill_grace = absl::Seconds(2);
+  // Runs a program that execve() rejects as not executable (ENOEXEC: a
+  // script without "#!"), like execvp() does.
+  std::string shell_path = "/bin/sh";
+};
+
+// One attempt of one task: runs the steps of `assignment` in order.
+//
+// Thread contract: Run() is called once, on a thread of its own, and blocks
+// until the attempt ends. Cancel(), current_pid() and assignment() may be
+// called from any other thread, any time (before, during or after Run()), but
+// not after the TaskRun is destroyed, which must wait until Run() returned.
+// Several TaskRuns may run at once on different threads.
+//
+// The result: OUTCOME_SUCCEEDED when every step exited 0; otherwise the
+// attempt stops at the first step that did not, and `step` is its index
+// (the last step's on success). exit_code is the step's exit code, -1 when it
+// was killed, timed out, was cancelled or could not start. Timeouts of zero
+// (or negative) mean no limit; the attempt timeout counts from Run()'s start.
+class TaskRun {
+ public:
+  TaskRun(taskgrid::v1::Assignment assignment, ExecutorOptions opts);
+  ~TaskRun();
+  TaskRun(const TaskRun&) = delete;
+  TaskRun& operator=(const TaskRun&) = delete;
+
+  taskgrid::v1::TaskResult Run();
+  // Stops the attempt: kills the running step's whole process group
+  // (SIGTERM, then SIGKILL after kill_grace), interrupts a builtin sleep at
+  // once; Run() then returns OUTCOME_CANCELLED. Idempotent. Before Run(),
+  // Run() starts nothing; after Run() returned, it has no effect.
+  void Cancel();
+  // The pid of the step process running now (also its process group id), or
+  // 0. For tests and logs.
+  pid_t current_pid() const;
+  const taskgrid::v1::Assignment& assignment() const;
+
+ private:
+  struct StepEnd;  // defined in executor.cc
+
+  StepEnd RunStep(int index, internal::OutputTail* out, internal::OutputTail* err);
+  StepEnd RunExecStep(int index, internal::OutputTail* out, internal::OutputTail* err);
+  StepEnd RunBuiltinStep(int index, internal::OutputTail* out);
+  // For step `index` starting now: the earlier of its own and the attempt's
+  // deadline (monotonic time, InfiniteDuration for none), and whether it is
+  // the attempt's.
+  absl::Duration StepDeadline(int index, bool* is_attempt) const;
+  bool cancelled() const;
+
+  const taskgrid::v1::Assignment assignment_;
+  const ExecutorOptions opts_;
+  absl::Duration run_start_;  // monotonic; Run()'s thread only
+  std::atomic<bool> ran_{false};
+  std::atomic<pid_t> pid_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // notified by Cancel(): wakes a builtin sleep
+  bool cancelled_ = false;      // guarded by mu_
+  int wake_fd_ = -1;            // guarded by mu_; an eventfd, open only inside Run()
+};
+
+}  // namespace taskgrid::agent

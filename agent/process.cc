@@ -1,0 +1,456 @@
+#include "agent/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace taskgrid::agent::internal {
+namespace {
+
+constexpr size_t kIoChunk = 64 << 10;
+// Once the child ended and its group was killed, how long to wait for EOF on
+// its output pipes: a process that left the group may still hold them.
+constexpr absl::Duration kDrainLimit = absl::Milliseconds(500);
+// Poll period when no fd tells us about the child's end or about Cancel().
+constexpr absl::Duration kFallbackPoll = absl::Milliseconds(20);
+
+// What the child reports through the CLOEXEC pipe when it cannot exec.
+enum ChildStage : int { kSetup = 1, kChdir = 2, kExec = 3 };
+struct ChildReport {
+  int stage;
+  int err;
+};
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+absl::Duration Now() { return RealClock::Get()->Monotonic(); }
+
+std::string ErrnoText(int err) {
+  char buf[128];
+  return strerror_r(err, buf, sizeof(buf));  // the GNU variant: returns the text
+}
+
+bool MakePipe(Fd* read_end, Fd* write_end) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  read_end->Reset(fds[0]);
+  write_end->Reset(fds[1]);
+  return true;
+}
+
+void SetNonBlocking(const Fd& fd) {
+  if (!fd.ok()) return;
+  const int flags = fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
+}
+
+int PollTimeoutMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return -1;
+  if (d <= absl::ZeroDuration()) return 0;
+  d = std::min(d, absl::Hours(1));
+  return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
+}
+
+// Blocks SIGPIPE in this thread while it lives: a write to a stdin pipe the
+// child closed then fails with EPIPE instead of killing the agent. The
+// signal a failed write leaves pending is taken back by Consume().
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~ScopedSigpipeBlock() {
+    if (sigismember(&old_, SIGPIPE)) return;
+    Consume();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+
+  void Consume() {
+    const timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &zero) == SIGPIPE) {
+    }
+  }
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+};
+
+// Everything the child needs, prepared before fork(): between fork() and
+// exec the child of a multithreaded process may only make async-signal-safe
+// calls, so it must not allocate.
+struct ExecPlan {
+  std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
+  std::vector<char*> argv;              // null-terminated
+  std::vector<char*> envp;              // null-terminated
+  std::vector<char*> shell_argv;        // {shell, <candidate>, argv[1..], nullptr}
+  const char* cwd = nullptr;
+  int max_fd = 1024;  // for closing fds when close_range() is missing
+};
+
+char* Mutable(const std::string& s) { return const_cast<char*>(s.c_str()); }
+
+void MakePlan(const ChildSpec& spec, ExecPlan* plan) {
+  const std::string& name = spec.argv[0];
+  if (name.find('/') != std::string::npos) {
+    plan->candidates.push_back(name);
+  } else {
+    for (absl::string_view dir : absl::StrSplit(spec.search_path, ':')) {
+      // An empty PATH entry means the current directory, as for execvp().
+      plan->candidates.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", name));
+    }
+  }
+  for (const std::string& a : spec.argv) plan->argv.push_back(Mutable(a));
+  plan->argv.push_back(nullptr);
+  for (const std::string& e : spec.env) plan->envp.push_back(Mutable(e));
+  plan->envp.push_back(nullptr);
+  plan->shell_argv.push_back(Mutable(spec.shell_path));
+  plan->shell_argv.push_back(nullptr);  // the candidate, set in the child
+  for (size_t i = 1; i < spec.argv.size(); ++i) plan->shell_argv.push_back(Mutable(spec.argv[i]));
+  plan->shell_argv.push_back(nullptr);
+  if (!spec.cwd.empty()) plan->cwd = spec.cwd.c_str();
+  const long open_max = sysconf(_SC_OPEN_MAX);
+  if (open_max > 0) plan->max_fd = static_cast<int>(std::min<long>(open_max, 1 << 20));
+}
+
+// The child, from fork() to exec. Async-signal-safe calls only.
+[[noreturn]] void ExecChild(ExecPlan& plan, int in_fd, int out_fd, int err_fd, int report_fd) {
+  auto fail = [&report_fd](int stage) {
+    const ChildReport report = {stage, errno};
+    ssize_t n;
+    do {
+      n = write(report_fd, &report, sizeof(report));
+    } while (n < 0 && errno == EINTR);
+    _exit(127);
+  };
+  if (setpgid(0, 0) != 0) fail(kSetup);
+  // Move every fd we still need above 2, so that the dup2() calls below cannot
+  // overwrite one another (only if the agent runs with stdio closed).
+  if (report_fd < 3 && (report_fd = fcntl(report_fd, F_DUPFD_CLOEXEC, 3)) < 0) fail(kSetup);
+  int fds[3] = {in_fd, out_fd, err_fd};
+  for (int& fd : fds) {
+    if (fd < 3 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) fail(kSetup);
+  }
+  for (int target = 0; target < 3; ++target) {
+    if (dup2(fds[target], target) < 0) fail(kSetup);  // dup2 clears FD_CLOEXEC
+  }
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) fail(kChdir);
+  // Nothing of the agent's leaks into the step: keep 0, 1, 2 and the report
+  // pipe (close-on-exec).
+  bool closed = report_fd == 3 || close_range(3, report_fd - 1, 0) == 0;
+  closed = closed && close_range(report_fd + 1, ~0U, 0) == 0;
+  if (!closed) {
+    for (int fd = 3; fd < plan.max_fd; ++fd) {
+      if (fd != report_fd) close(fd);
+    }
+  }
+  // Handlers are reset by exec, ignored signals are not: give the program
+  // the defaults it expects, then unblock everything (the parent blocked all
+  // signals around fork()).
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old;
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) {
+      sigaction(sig, &dfl, nullptr);
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  // The PATH search of execvp(), over the candidates computed by the parent.
+  int err = ENOENT;
+  bool saw_eacces = false;
+  for (const std::string& candidate : plan.candidates) {
+    execve(candidate.c_str(), plan.argv.data(), plan.envp.data());
+    err = errno;
+    if (err == ENOEXEC) {  // no "#!": run it with the shell, as execvp() does
+      plan.shell_argv[1] = Mutable(candidate);
+      execve(plan.shell_argv[0], plan.shell_argv.data(), plan.envp.data());
+      err = ENOEXEC;
+      break;
+    }
+    if (err == EACCES) {
+      saw_eacces = true;
+      continue;
+    }
+    if (err != ENOENT && err != ENOTDIR && err != ESTALE && err != ENODEV && err != ETIMEDOUT &&
+        err != ELOOP && err != ENAMETOOLONG) {
+      break;
+    }
+  }
+  errno = saw_eacces ? EACCES : err;
+  fail(kExec);
+  _exit(127);  // not reached
+}
+
+std::string DescribeReport(const ChildSpec& spec, const ChildReport& report) {
+  switch (report.stage) {
+    case kChdir:
+      return absl::StrCat("cannot change directory to ", spec.cwd, ": ", ErrnoText(report.err));
+    case kExec:
+      return absl::StrCat("cannot run ", spec.argv[0], ": ", ErrnoText(report.err));
+    default:
+      return absl::StrCat("cannot set up the process for ", spec.argv[0], ": ",
+                          ErrnoText(report.err));
+  }
+}
+
+void KillGroup(pid_t pgid, int sig) {
+  if (kill(-pgid, sig) != 0 && errno != ESRCH) {
+    spdlog::warn("kill(-{}, {}) failed: {}", pgid, sig, ErrnoText(errno));
+  }
+}
+
+// True once `pid` has ended. Leaves it a zombie, so that its pid (and so its
+// process group id) cannot be reused while we still signal the group.
+bool HasEnded(pid_t pid) {
+  siginfo_t info;
+  memset(&info, 0, sizeof(info));
+  return waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+}
+
+}  // namespace
+
+OutputTail::OutputTail(int64_t cap) : cap_(cap > 0 ? static_cast<size_t>(cap) : 0) {}
+
+void OutputTail::Append(const char* data, size_t n) {
+  if (cap_ == 0 || n == 0) return;
+  if (n >= cap_) {
+    buf_.assign(data + (n - cap_), data + n);
+    return;
+  }
+  if (buf_.size() + n > 2 * cap_) {
+    // Keep the last cap_ - n bytes; with the new ones that makes cap_.
+    buf_.erase(buf_.begin(), buf_.begin() + (buf_.size() - (cap_ - n)));
+  }
+  if (buf_.size() + n > buf_.capacity()) {
+    // vector::reserve allocates exactly what is asked: never above 2 * cap_.
+    buf_.reserve(std::min(2 * cap_, std::max(2 * buf_.capacity(), buf_.size() + n)));
+  }
+  buf_.insert(buf_.end(), data, data + n);
+}
+
+std::string OutputTail::Take() {
+  const size_t keep = std::min(cap_, buf_.size());
+  std::string out(buf_.end() - keep, buf_.end());
+  buf_.clear();
+  return out;
+}
+
+ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
+                   OutputTail* err) {
+  ChildExit result;
+  ExecPlan plan;
+  MakePlan(spec, &plan);
+
+  Fd in_r, in_w, out_r, out_w, err_r, err_w, report_r, report_w;
+  if (!MakePipe(&in_r, &in_w) || !MakePipe(&out_r, &out_w) || !MakePipe(&err_r, &err_w) ||
+      !MakePipe(&report_r, &report_w)) {
+    result.start_error = absl::StrCat("cannot create pipes: ", ErrnoText(errno));
+    return result;
+  }
+  ScopedSigpipeBlock sigpipe;
+
+  // All signals blocked across fork(): no handler of the agent runs in the
+  // child before it restored the default dispositions.
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  const pid_t pid = fork();
+  if (pid == 0) ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get());
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (pid < 0) {
+    result.start_error = absl::StrCat("cannot fork: ", ErrnoText(fork_errno));
+    return result;
+  }
+  // The child does the same; whichever runs first, the group exists before
+  // we may signal it. Fails harmlessly once the child has exec'd.
+  setpgid(pid, pid);
+  in_r.Reset();
+  out_w.Reset();
+  err_w.Reset();
+  report_w.Reset();
+
+  // EOF (the pipe closed by a successful exec) or the child's report.
+  ChildReport report;
+  size_t got = 0;
+  while (got < sizeof(report)) {
+    const ssize_t n =
+        read(report_r.get(), reinterpret_cast<char*>(&report) + got, sizeof(report) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  report_r.Reset();
+  if (got == sizeof(report)) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.start_error = DescribeReport(spec, report);
+    return result;
+  }
+  if (ctl.on_pid) ctl.on_pid(pid);
+
+  // Readable once the child ended (Linux 5.3+); without it we poll.
+  Fd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  SetNonBlocking(in_w);
+  SetNonBlocking(out_r);
+  SetNonBlocking(err_r);
+  size_t in_off = 0;
+  if (spec.stdin_data.empty()) in_w.Reset();
+
+  std::vector<char> buf(kIoChunk);
+  auto read_some = [&buf](Fd& fd, OutputTail* tail) {
+    const ssize_t n = read(fd.get(), buf.data(), buf.size());
+    if (n > 0) {
+      tail->Append(buf.data(), static_cast<size_t>(n));
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      fd.Reset();
+    }
+  };
+  auto write_some = [&]() {
+    const size_t len = std::min(kIoChunk, spec.stdin_data.size() - in_off);
+    const ssize_t n = write(in_w.get(), spec.stdin_data.data() + in_off, len);
+    if (n > 0) {
+      in_off += static_cast<size_t>(n);
+      if (in_off == spec.stdin_data.size()) in_w.Reset();  // EOF for the child
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      if (errno == EPIPE) sigpipe.Consume();  // the child does not read its stdin
+      in_w.Reset();
+    }
+  };
+
+  absl::Duration kill_at = absl::InfiniteDuration();
+  bool killed = false;
+  absl::Duration max_wait = absl::InfiniteDuration();
+  if (!pidfd.ok() || (ctl.wake_fd < 0 && ctl.cancelled)) max_wait = kFallbackPoll;
+  for (;;) {
+    const absl::Duration now = Now();
+    if (result.stopped_by == StopReason::kNone) {
+      if (ctl.cancelled && ctl.cancelled()) {
+        result.stopped_by = StopReason::kCancelled;
+      } else if (now >= ctl.deadline) {
+        result.stopped_by = ctl.deadline_reason;
+      }
+      if (result.stopped_by != StopReason::kNone) {
+        KillGroup(pid, SIGTERM);
+        KillGroup(pid, SIGCONT);  // a stopped process must run to see SIGTERM
+        kill_at = now + ctl.kill_grace;
+        in_w.Reset();
+      }
+    }
+    if (result.stopped_by != StopReason::kNone && !killed && now >= kill_at) {
+      KillGroup(pid, SIGKILL);
+      killed = true;
+    }
+    if (HasEnded(pid)) break;
+
+    absl::Duration wake_at = absl::InfiniteDuration();
+    if (result.stopped_by == StopReason::kNone) {
+      wake_at = ctl.deadline;
+    } else if (!killed) {
+      wake_at = kill_at;
+    }
+    const int timeout_ms = PollTimeoutMs(std::min(wake_at - now, max_wait));
+
+    pollfd fds[5];
+    nfds_t nfds = 0;
+    auto add = [&](int fd, short events) -> pollfd* {
+      if (fd < 0) return nullptr;
+      fds[nfds] = pollfd{fd, events, 0};
+      return &fds[nfds++];
+    };
+    const pollfd* p_out = add(out_r.get(), POLLIN);
+    const pollfd* p_err = add(err_r.get(), POLLIN);
+    const pollfd* p_in = add(in_w.get(), POLLOUT);
+    const pollfd* p_wake = add(ctl.wake_fd, POLLIN);
+    add(pidfd.get(), POLLIN);
+    const int ready = poll(fds, nfds, timeout_ms);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("poll() failed while running pid {}: {}; killing it", pid, ErrnoText(errno));
+      KillGroup(pid, SIGKILL);
+      break;
+    }
+    if (p_out != nullptr && p_out->revents != 0) read_some(out_r, out);
+    if (p_err != nullptr && p_err->revents != 0) read_some(err_r, err);
+    if (p_in != nullptr && p_in->revents != 0) write_some();
+    if (p_wake != nullptr && (p_wake->revents & POLLIN) != 0) {
+      uint64_t count;
+      (void)!read(ctl.wake_fd, &count, sizeof(count));
+    }
+  }
+
+  // The child ended (still a zombie, so `pid` is still our group's id): what
+  // it left running in its group goes too, then we reap it.
+  KillGroup(pid, SIGKILL);
+  while (waitpid(pid, &result.wait_status, 0) < 0 && errno == EINTR) {
+  }
+  if (ctl.on_pid) ctl.on_pid(0);
+  in_w.Reset();
+
+  // Whatever is still in the output pipes, until EOF or kDrainLimit.
+  const absl::Duration drain_end = Now() + kDrainLimit;
+  while (out_r.ok() || err_r.ok()) {
+    const absl::Duration left = drain_end - Now();
+    if (left <= absl::ZeroDuration()) break;  // held open by someone out of our reach
+    pollfd fds[2];
+    nfds_t nfds = 0;
+    if (out_r.ok()) fds[nfds++] = pollfd{out_r.get(), POLLIN, 0};
+    if (err_r.ok()) fds[nfds++] = pollfd{err_r.get(), POLLIN, 0};
+    const int ready = poll(fds, nfds, PollTimeoutMs(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    for (nfds_t i = 0; i < nfds; ++i) {
+      if (fds[i].revents == 0) continue;
+      if (fds[i].fd == out_r.get()) {
+        read_some(out_r, out);
+      } else {
+        read_some(err_r, err);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace taskgrid::agent::internal

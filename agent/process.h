@@ -1,0 +1,83 @@
+// The mechanism under TaskRun's exec steps: run one child process in a
+// process group of its own, feed its stdin, keep the tails of its stdout and
+// stderr, and stop it on cancel or at a deadline. Internal to the executor.
+//
+// Thread contract: RunChild() blocks its calling thread; several may run at
+// once on different threads. OutputTail is not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace taskgrid::agent::internal {
+
+// Keeps the last `cap` bytes of everything appended, in at most 2 * cap
+// bytes of memory (trims in place, so a long stream does not reallocate).
+class OutputTail {
+ public:
+  explicit OutputTail(int64_t cap);
+  void Append(const char* data, size_t n);
+  void Append(absl::string_view s) { Append(s.data(), s.size()); }
+  // The last `cap` bytes; leaves the tail empty.
+  std::string Take();
+
+ private:
+  size_t cap_;
+  std::string buf_;
+};
+
+// Why a step was stopped from outside.
+enum class StopReason { kNone, kCancelled, kStepTimeout, kAttemptTimeout };
+
+// What to run. Every string is free of NUL bytes (the caller checks).
+struct ChildSpec {
+  // argv[0] is the program: a path if it has a '/', else looked up in
+  // `search_path` (the PATH the step sees).
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "NAME=value"
+  std::string cwd;               // empty: the agent's own
+  std::string search_path;
+  std::string shell_path;        // runs scripts that execve() calls ENOEXEC
+  absl::string_view stdin_data;  // empty: stdin is a pipe closed at once
+};
+
+// When and how to stop the child. Borrowed for the duration of RunChild().
+struct ChildControl {
+  // Monotonic time (RealClock::Monotonic) at which the step is stopped for
+  // `deadline_reason`; absl::InfiniteDuration() for none.
+  absl::Duration deadline = absl::InfiniteDuration();
+  StopReason deadline_reason = StopReason::kStepTimeout;
+  absl::Duration kill_grace = absl::Seconds(2);
+  // An eventfd (or -1) that is made readable whenever cancelled() may have
+  // turned true; RunChild() reads it empty when it wakes on it.
+  int wake_fd = -1;
+  std::function<bool()> cancelled;
+  // Told the child's pid once it runs, and 0 once it was reaped.
+  std::function<void(pid_t)> on_pid;
+};
+
+struct ChildExit {
+  // Non-empty when the program never ran, e.g. "cannot run /no/such: No
+  // such file or directory". Then the rest is meaningless.
+  std::string start_error;
+  // Set when ChildControl stopped the child (whatever its status says).
+  StopReason stopped_by = StopReason::kNone;
+  int wait_status = 0;  // from waitpid()
+};
+
+// Runs `spec` to its end (or until `ctl` stops it), appending its output to
+// `out` and `err`. Always reaps the child, and kills what is left of its
+// process group once the child itself ended. While it runs, SIGPIPE is
+// blocked in the calling thread (a child that does not read its stdin is
+// not an error), the child gets default signal dispositions and an empty mask.
+ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
+                   OutputTail* err);
+
+}  // namespace taskgrid::agent::internal

@@ -1,0 +1,778 @@
+// TaskRun against real processes: /bin/sh, sleep, cat, head. Every run that
+// could hang on a broken executor goes through RunBounded(), which kills the
+// step's process group and fails the test instead.
+#include "agent/executor.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace taskgrid::agent {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+// --- Building assignments ---
+
+v1::Step Exec(std::vector<std::string> argv) {
+  v1::Step step;
+  step.mutable_exec();
+  for (std::string& a : argv) step.mutable_exec()->add_argv(std::move(a));
+  return step;
+}
+
+v1::Step Sh(const std::string& script) { return Exec({"/bin/sh", "-c", script}); }
+
+v1::Step Builtin(const std::string& name, std::vector<std::string> args = {}) {
+  v1::Step step;
+  step.mutable_builtin()->set_name(name);
+  for (std::string& a : args) step.mutable_builtin()->add_args(std::move(a));
+  return step;
+}
+
+v1::Step WithTimeout(v1::Step step, absl::Duration timeout) {
+  *step.mutable_timeout() = ToProto(timeout);
+  return step;
+}
+
+v1::Assignment Assignment(std::vector<v1::Step> steps, const std::string& payload = "") {
+  v1::Assignment a;
+  a.set_task_id("task-1");
+  a.set_attempt(1);
+  a.set_queue("default");
+  for (v1::Step& s : steps) *a.add_steps() = std::move(s);
+  a.set_payload(payload);
+  return a;
+}
+
+ExecutorOptions Options() {
+  ExecutorOptions opts;
+  opts.kill_grace = absl::Milliseconds(300);
+  return opts;
+}
+
+// --- Running them ---
+
+struct Bounded {
+  v1::TaskResult result;
+  bool finished_in_time = false;
+  absl::Duration elapsed;
+};
+
+// Runs `run` on a thread of its own and `during` on this one meanwhile. Past
+// `limit`, kills the step's process group until Run() returns.
+Bounded RunBounded(TaskRun& run, absl::Duration limit = absl::Seconds(5),
+                   const std::function<void(TaskRun&)>& during = nullptr) {
+  Bounded b;
+  std::atomic<bool> done{false};
+  const absl::Time start = absl::Now();
+  std::thread runner([&] {
+    b.result = run.Run();
+    b.elapsed = absl::Now() - start;
+    done = true;
+  });
+  if (during) during(run);
+  while (!done && absl::Now() - start < limit) absl::SleepFor(absl::Milliseconds(5));
+  b.finished_in_time = done;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!done) {
+    const pid_t pid = run.current_pid();
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+    }
+    run.Cancel();
+    if (absl::Now() > give_up) {
+      std::fprintf(stderr, "TaskRun::Run() does not return even when killed; aborting\n");
+      std::abort();
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  runner.join();
+  return b;
+}
+
+v1::TaskResult RunTask(v1::Assignment a, ExecutorOptions opts = Options()) {
+  TaskRun run(std::move(a), std::move(opts));
+  Bounded b = RunBounded(run);
+  EXPECT_TRUE(b.finished_in_time) << "Run() hung; had to kill the step";
+  return b.result;
+}
+
+bool WaitFor(const std::function<bool()>& pred, absl::Duration limit = absl::Seconds(3)) {
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+// --- Looking at processes and fds ---
+
+struct ProcInfo {
+  pid_t pid;
+  char state;
+  pid_t pgrp;
+  std::string comm;
+};
+
+// Every live (non-zombie) process in process group `pgid`.
+std::vector<ProcInfo> GroupMembers(pid_t pgid) {
+  std::vector<ProcInfo> members;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return members;
+  while (dirent* e = readdir(dir)) {
+    int pid;
+    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t open = stat.find('(');
+    const size_t close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    ProcInfo info{pid, '?', 0, stat.substr(open + 1, close - open - 1)};
+    int ppid;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &info.state, &ppid, &info.pgrp) != 3) {
+      continue;
+    }
+    if (info.pgrp == pgid && info.state != 'Z') members.push_back(info);
+  }
+  closedir(dir);
+  return members;
+}
+
+int CountSleeps(pid_t pgid) {
+  int n = 0;
+  for (const ProcInfo& p : GroupMembers(pgid)) n += p.comm == "sleep";
+  return n;
+}
+
+int CountOpenFds() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+bool IsGone(pid_t pid) { return kill(pid, 0) == -1 && errno == ESRCH; }
+
+// The init of this machine does not reap orphans, so a killed grandchild
+// would linger as a zombie (and kill(pid, 0) succeed on it). While this
+// lives, orphans of our descendants come to us; ReapOrphan() collects them.
+class ScopedSubreaper {
+ public:
+  ScopedSubreaper() { EXPECT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0); }
+  ~ScopedSubreaper() { prctl(PR_SET_CHILD_SUBREAPER, 0); }
+};
+
+// Waits (bounded) for `pid` to end and reaps it if it became our child. On
+// timeout, kills it so that it cannot outlive the test, and returns false.
+bool ReapOrphan(pid_t pid) {
+  const absl::Time end = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < end) {
+    int status;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD && IsGone(pid))) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return false;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/executor_test.XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(absl::StrCat("rm -rf '", path_, "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void WriteFile(const std::string& path, const std::string& content, mode_t mode) {
+  std::ofstream(path) << content;
+  chmod(path.c_str(), mode);
+}
+
+// --- Exec steps ---
+
+TEST(TaskRun, RunsExecStepAndCapturesOutput) {
+  const v1::TaskResult r = RunTask(Assignment({Sh("echo out; echo err >&2")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.step(), 0);
+  EXPECT_EQ(r.stdout_tail(), "out\n");
+  EXPECT_EQ(r.stderr_tail(), "err\n");
+  EXPECT_EQ(r.error(), "");
+}
+
+TEST(TaskRun, LooksUpProgramInPath) {
+  const v1::TaskResult r = RunTask(Assignment({Exec({"echo", "hi", "there"})}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "hi there\n");
+}
+
+TEST(TaskRun, UsesTheStepsPathAndRunsScriptsWithoutShebang) {
+  TempDir dir;
+  WriteFile(dir.path() + "/tg-hello", "echo \"hello from script $1\"\n", 0755);
+  v1::Step step = Exec({"tg-hello", "x"});
+  (*step.mutable_exec()->mutable_env())["PATH"] = dir.path() + ":/usr/bin:/bin";
+  const v1::TaskResult r = RunTask(Assignment({step}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "hello from script x\n");
+}
+
+TEST(TaskRun, PassesEnvironment) {
+  setenv("TASKGRID_TEST_INHERITED", "agent", 1);
+  setenv("TASKGRID_TEST_OVERRIDDEN", "agent", 1);
+  v1::Step step =
+      Sh("echo \"$TASKGRID_TEST_INHERITED $TASKGRID_TEST_OVERRIDDEN $FOO $TASKGRID_TASK_ID "
+         "$TASKGRID_ATTEMPT $TASKGRID_QUEUE $TASKGRID_STEP\"");
+  (*step.mutable_exec()->mutable_env())["TASKGRID_TEST_OVERRIDDEN"] = "step";
+  (*step.mutable_exec()->mutable_env())["FOO"] = "bar baz";
+  v1::Assignment a = Assignment({Builtin("noop"), step});
+  a.set_task_id("task-42");
+  a.set_attempt(3);
+  a.set_queue("gpu");
+  const v1::TaskResult r = RunTask(a);
+  unsetenv("TASKGRID_TEST_INHERITED");
+  unsetenv("TASKGRID_TEST_OVERRIDDEN");
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "agent step bar baz task-42 3 gpu 1\n");
+}
+
+TEST(TaskRun, RunsInWorkingDirectory) {
+  TempDir dir;
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(dir.path().c_str(), real), nullptr);
+  v1::Step step = Exec({"/bin/sh", "-c", "pwd -P"});
+  step.mutable_exec()->set_cwd(dir.path());
+  const v1::TaskResult r = RunTask(Assignment({step}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), std::string(real) + "\n");
+}
+
+TEST(TaskRun, MissingWorkingDirectoryFailsClearly) {
+  v1::Step step = Sh("echo should not run");
+  step.mutable_exec()->set_cwd("/no/such/dir");
+  const v1::TaskResult r = RunTask(Assignment({step}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(),
+            "step 0: cannot change directory to /no/such/dir: No such file or directory");
+  EXPECT_EQ(r.stdout_tail(), "");
+}
+
+TEST(TaskRun, ReportsProgramThatCannotStart) {
+  v1::TaskResult r = RunTask(Assignment({Exec({"/no/such"})}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "step 0: cannot run /no/such: No such file or directory");
+
+  r = RunTask(Assignment({Builtin("noop"), Exec({"taskgrid-no-such-program", "arg"})}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.error(), "step 1: cannot run taskgrid-no-such-program: No such file or directory");
+
+  TempDir dir;
+  WriteFile(dir.path() + "/not-executable", "echo hi\n", 0644);
+  r = RunTask(Assignment({Exec({dir.path() + "/not-executable"})}));
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_THAT(r.error(), EndsWith("not-executable: Permission denied"));
+}
+
+TEST(TaskRun, ExitCode127IsAnExitCodeNotAStartFailure) {
+  const v1::TaskResult r = RunTask(Assignment({Sh("exit 127")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), 127);
+  EXPECT_EQ(r.error(), "step 0 exited with code 127");
+}
+
+TEST(TaskRun, StopsAtFirstFailingStep) {
+  const v1::TaskResult r =
+      RunTask(Assignment({Sh("echo a"), Sh("echo b >&2; exit 3"), Sh("echo c")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), 3);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.stdout_tail(), "a\n");
+  EXPECT_EQ(r.stderr_tail(), "b\n");
+  EXPECT_EQ(r.error(), "step 1 exited with code 3");
+}
+
+TEST(TaskRun, ReportsLastStepOnSuccess) {
+  const v1::TaskResult r = RunTask(Assignment({Sh("echo a"), Builtin("noop"), Sh("echo c")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(r.step(), 2);
+  EXPECT_EQ(r.stdout_tail(), "a\nc\n");
+}
+
+TEST(TaskRun, ReportsKillingSignal) {
+  const v1::TaskResult r = RunTask(Assignment({Builtin("noop"), Sh("kill -9 $$")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.error(), "step 1 killed by signal 9");
+}
+
+// --- stdin and output ---
+
+TEST(TaskRun, PayloadIsTheFirstStepsStdinOnly) {
+  const v1::TaskResult r =
+      RunTask(Assignment({Exec({"cat"}), Exec({"cat"}), Exec({"cat"})}, "hello payload"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "hello payload");
+}
+
+TEST(TaskRun, StreamsLargePayloadWithoutDeadlock) {
+  // cat writes back while we still write: a writer that does not read
+  // meanwhile blocks on a full pipe forever.
+  std::string payload(1 << 20, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>('a' + i * 7 % 26);
+  ExecutorOptions opts = Options();
+  opts.max_output_bytes = 2 << 20;
+  const v1::TaskResult r = RunTask(Assignment({Exec({"cat"})}, payload), opts);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_TRUE(r.stdout_tail() == payload) << "stdout has " << r.stdout_tail().size() << " bytes";
+}
+
+TEST(TaskRun, IgnoresStdinTheStepDoesNotRead) {
+  // Writing the rest of the payload then fails with EPIPE (and raises
+  // SIGPIPE): neither may end the agent or fail the step.
+  const std::string payload(1 << 20, 'x');
+  v1::TaskResult r = RunTask(Assignment({Sh("exec 0<&-; sleep 0.1; echo done")}, payload));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "done\n");
+  r = RunTask(Assignment({Exec({"true"})}, payload));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+}
+
+TEST(TaskRun, KeepsOnlyTheLastOutputBytesOverAllSteps) {
+  ExecutorOptions opts = Options();
+  opts.max_output_bytes = 10;
+  const v1::TaskResult r = RunTask(
+      Assignment({Sh("echo hello; echo e1 >&2"), Builtin("echo", {"world"}), Sh("echo e2 >&2")}),
+      opts);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "llo\nworld\n");
+  EXPECT_EQ(r.stderr_tail(), "e1\ne2\n");
+}
+
+TEST(TaskRun, HugeOutputUsesBoundedMemory) {
+  rusage before;
+  getrusage(RUSAGE_SELF, &before);
+  // A cap that is no multiple of the pipe reads, so that bytes are trimmed.
+  ExecutorOptions opts = Options();
+  opts.max_output_bytes = 1000000;
+  const v1::TaskResult r =
+      RunTask(Assignment({Sh("head -c 100000000 /dev/zero; printf END")}), opts);
+  rusage after;
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail().size(), 1000000u);
+  EXPECT_THAT(r.stdout_tail(), EndsWith(std::string(10, '\0') + "END"));
+  // ru_maxrss is in KiB: 100 MB kept in memory would show.
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 40 << 10);
+}
+
+// --- Timeouts ---
+
+TEST(TaskRun, StepTimeoutKillsTheStep) {
+  v1::Assignment a =
+      Assignment({WithTimeout(Sh("echo started; exec sleep 600"), absl::Milliseconds(200))});
+  TaskRun timed(a, Options());
+  pid_t pid = 0;
+  const Bounded b = RunBounded(timed, absl::Seconds(5), [&](TaskRun& r) {
+    WaitFor([&] { return (pid = r.current_pid()) != 0; });
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.step(), 0);
+  EXPECT_EQ(b.result.error(), "step 0 timed out after 200ms (step timeout)");
+  EXPECT_EQ(b.result.stdout_tail(), "started\n");
+  EXPECT_GE(b.elapsed, absl::Milliseconds(200));
+  EXPECT_LT(b.elapsed, absl::Seconds(2));
+  ASSERT_NE(pid, 0);
+  EXPECT_TRUE(IsGone(pid));
+  EXPECT_TRUE(IsGone(-pid));
+}
+
+TEST(TaskRun, AttemptTimeoutCoversAllSteps) {
+  v1::Assignment a = Assignment({Builtin("sleep", {"0.2"}), Exec({"sleep", "600"})});
+  *a.mutable_attempt_timeout() = ToProto(absl::Milliseconds(400));
+  TaskRun run(a, Options());
+  const Bounded b = RunBounded(run);
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.step(), 1);
+  EXPECT_EQ(b.result.error(), "attempt timed out after 400ms (attempt timeout) in step 1");
+  EXPECT_GE(b.elapsed, absl::Milliseconds(400));
+  EXPECT_LT(b.elapsed, absl::Seconds(2));
+}
+
+TEST(TaskRun, EscalatesToSigkillWhenSigtermIsIgnored) {
+  // sh and its sleep both ignore SIGTERM; only SIGKILL, kill_grace after the
+  // deadline, ends them.
+  v1::Assignment a = Assignment(
+      {WithTimeout(Sh("trap '' TERM; sleep 600; echo survived"), absl::Milliseconds(200))});
+  ExecutorOptions opts = Options();
+  opts.kill_grace = absl::Milliseconds(300);
+  ScopedSubreaper subreaper;
+  TaskRun run(a, opts);
+  pid_t pid = 0;
+  std::vector<ProcInfo> members;
+  const Bounded b = RunBounded(run, absl::Seconds(5), [&](TaskRun& r) {
+    WaitFor([&] { return (pid = r.current_pid()) != 0 && CountSleeps(pid) == 1; });
+    members = GroupMembers(pid);
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.stdout_tail(), "");
+  EXPECT_GE(b.elapsed, absl::Milliseconds(500));
+  EXPECT_LT(b.elapsed, absl::Seconds(3));
+  ASSERT_NE(pid, 0);
+  ASSERT_EQ(members.size(), 2u);  // sh and sleep
+  for (const ProcInfo& m : members) {
+    EXPECT_TRUE(ReapOrphan(m.pid)) << m.comm << " " << m.pid << " survived";
+  }
+  EXPECT_TRUE(IsGone(-pid));
+}
+
+// --- Cancel ---
+
+TEST(TaskRun, KillsProcessGroupOnCancel) {
+  ScopedSubreaper subreaper;
+  TaskRun run(Assignment({Sh("sleep 600 & sleep 600")}), ExecutorOptions());
+  pid_t pid = 0;
+  std::vector<ProcInfo> members;
+  const Bounded b = RunBounded(run, absl::Seconds(5), [&](TaskRun& r) {
+    ASSERT_TRUE(WaitFor([&] { return (pid = r.current_pid()) != 0 && CountSleeps(pid) == 2; }));
+    EXPECT_EQ(getpgid(pid), pid);  // the step leads a group of its own
+    members = GroupMembers(pid);
+    r.Cancel();
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.error(), "cancelled");
+  EXPECT_LT(b.elapsed, absl::Seconds(2));  // SIGTERM did it: no kill_grace wait
+  EXPECT_EQ(run.current_pid(), 0);
+  ASSERT_GE(members.size(), 2u);
+  for (const ProcInfo& m : members) {
+    EXPECT_TRUE(ReapOrphan(m.pid)) << m.comm << " " << m.pid << " survived";
+    EXPECT_TRUE(IsGone(m.pid)) << m.comm << " " << m.pid;
+  }
+  EXPECT_TRUE(IsGone(-pid));
+}
+
+TEST(TaskRun, KillsWhatTheStepLeftBehind) {
+  // The background sleep also holds stdout open: waiting for EOF alone would
+  // wait for it.
+  ScopedSubreaper subreaper;
+  const absl::Time start = absl::Now();
+  const v1::TaskResult r = RunTask(Assignment({Sh("sleep 600 & echo $!")}));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  pid_t orphan = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(r.stdout_tail(), &orphan)) << r.stdout_tail();
+  EXPECT_TRUE(ReapOrphan(orphan));
+  EXPECT_TRUE(IsGone(orphan));
+}
+
+TEST(TaskRun, CancelBeforeRunStartsNothing) {
+  TempDir dir;
+  const std::string marker = dir.path() + "/marker";
+  TaskRun run(Assignment({Sh("touch '" + marker + "'")}), Options());
+  run.Cancel();
+  const Bounded b = RunBounded(run);
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.step(), 0);
+  EXPECT_EQ(b.result.error(), "cancelled");
+  EXPECT_NE(access(marker.c_str(), F_OK), 0);
+}
+
+TEST(TaskRun, CancelInterruptsBuiltinSleepAtOnce) {
+  TaskRun run(Assignment({Builtin("noop"), Builtin("sleep", {"600"}), Sh("echo never")}),
+              Options());
+  const Bounded b = RunBounded(run, absl::Seconds(5), [](TaskRun& r) {
+    absl::SleepFor(absl::Milliseconds(100));
+    r.Cancel();
+    r.Cancel();  // idempotent
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(b.result.step(), 1);
+  EXPECT_EQ(b.result.error(), "cancelled");
+  EXPECT_EQ(b.result.stdout_tail(), "");
+  EXPECT_LT(b.elapsed, absl::Seconds(1));
+  run.Cancel();  // after Run(): harmless
+}
+
+TEST(TaskRun, CancelAfterRunChangesNothing) {
+  TaskRun run(Assignment({Sh("echo ok")}), Options());
+  const Bounded b = RunBounded(run);
+  run.Cancel();
+  run.Cancel();
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(run.current_pid(), 0);
+  EXPECT_EQ(run.assignment().task_id(), "task-1");
+}
+
+// --- Builtins ---
+
+TEST(TaskRun, BuiltinSleepSleepsAndRespectsStepTimeout) {
+  TaskRun run(Assignment({Builtin("sleep", {"0.15"})}), Options());
+  Bounded b = RunBounded(run);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED) << b.result.error();
+  EXPECT_GE(b.elapsed, absl::Milliseconds(150));
+
+  TaskRun timed(Assignment({WithTimeout(Builtin("sleep", {"600"}), absl::Milliseconds(200))}),
+                Options());
+  b = RunBounded(timed);
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(b.result.exit_code(), -1);
+  EXPECT_EQ(b.result.error(), "step 0 timed out after 200ms (step timeout)");
+  EXPECT_GE(b.elapsed, absl::Milliseconds(200));
+  EXPECT_LT(b.elapsed, absl::Seconds(1));
+}
+
+TEST(TaskRun, BuiltinSleepRespectsAttemptTimeout) {
+  v1::Assignment a = Assignment({Builtin("sleep", {"0.1"}), Builtin("sleep", {"600"})});
+  *a.mutable_attempt_timeout() = ToProto(absl::Milliseconds(300));
+  TaskRun run(a, Options());
+  const Bounded b = RunBounded(run);
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(b.result.step(), 1);
+  EXPECT_EQ(b.result.error(), "attempt timed out after 300ms (attempt timeout) in step 1");
+  EXPECT_LT(b.elapsed, absl::Seconds(1));
+}
+
+TEST(TaskRun, BuiltinNoopSucceeds) {
+  const v1::TaskResult r = RunTask(Assignment({Builtin("noop")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(r.exit_code(), 0);
+  EXPECT_EQ(r.step(), 0);
+}
+
+TEST(TaskRun, BuiltinFailFailsWithItsCode) {
+  v1::TaskResult r = RunTask(Assignment({Builtin("noop"), Builtin("fail"), Builtin("noop")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.error(), "builtin fail");
+  r = RunTask(Assignment({Builtin("fail", {"7"})}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), 7);
+}
+
+TEST(TaskRun, BuiltinEchoWritesItsWordsOrThePayload) {
+  const std::string payload("raw\0bytes", 9);
+  const v1::TaskResult r = RunTask(
+      Assignment({Builtin("echo"), Builtin("echo", {"a", "b c"}), Builtin("echo")}, payload));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), payload + "a b c\n");  // the last echo: empty stdin
+}
+
+TEST(TaskRun, UnknownBuiltinFails) {
+  const v1::TaskResult r = RunTask(Assignment({Builtin("frobnicate")}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "step 0: unknown builtin 'frobnicate'");
+}
+
+TEST(TaskRun, RejectsBadBuiltinArguments) {
+  v1::TaskResult r = RunTask(Assignment({Builtin("sleep", {"abc"})}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "step 0: builtin sleep: invalid seconds 'abc'");
+  r = RunTask(Assignment({Builtin("sleep", {"-1"})}));
+  EXPECT_THAT(r.error(), HasSubstr("invalid seconds '-1'"));
+  r = RunTask(Assignment({Builtin("fail", {"x"})}));
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "step 0: builtin fail: invalid exit code 'x'");
+}
+
+TEST(TaskRun, RejectsMalformedSteps) {
+  v1::TaskResult r = RunTask(Assignment({}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "the assignment has no steps");
+
+  r = RunTask(Assignment({Builtin("noop"), v1::Step()}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.error(), "step 1 has neither exec nor builtin");
+
+  r = RunTask(Assignment({Exec({})}));
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "step 0: no program to run (empty argv)");
+
+  v1::Step bad_env = Sh("true");
+  (*bad_env.mutable_exec()->mutable_env())["A=B"] = "c";
+  r = RunTask(Assignment({bad_env}));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_THAT(r.error(), HasSubstr("'A=B'"));
+
+  r = RunTask(Assignment({Exec({"echo", std::string("a\0b", 3)})}));
+  EXPECT_EQ(r.error(), "step 0: argv[1] contains a NUL byte");
+}
+
+// --- Hygiene ---
+
+TEST(TaskRun, ChildGetsOnlyStdioFds) {
+  const int fd = fcntl(open("/dev/null", O_RDONLY | O_CLOEXEC), F_DUPFD, 100);  // no CLOEXEC
+  ASSERT_GE(fd, 100);
+  const v1::TaskResult r = RunTask(Assignment({Sh(
+      absl::StrCat("if [ -e /proc/self/fd/", fd, " ]; then echo leaked; else echo closed; fi"))}));
+  close(fd);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "closed\n");
+}
+
+TEST(TaskRun, ChildStartsWithDefaultSignalsAndEmptyMask) {
+  // The agent may ignore SIGPIPE and block signals in its threads; the step
+  // must see neither.
+  struct sigaction ignore = {}, old_action;
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &old_action);
+  sigset_t block, old_mask;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+
+  v1::Assignment a = Assignment({Exec({"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"})});
+  TaskRun run(a, Options());
+  const v1::TaskResult r = run.Run();  // on this thread, so it has the mask
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  sigaction(SIGPIPE, &old_action, nullptr);
+
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
+
+TEST(TaskRun, LeaksNoFds) {
+  const int before = CountOpenFds();
+  for (int i = 0; i < 50; ++i) {
+    v1::Step step;
+    switch (i % 5) {
+      case 0:
+        step = Exec({"cat"});
+        break;
+      case 1:
+        step = Sh("echo out; echo err >&2; exit 2");
+        break;
+      case 2:
+        step = Exec({"/no/such"});
+        break;
+      case 3:
+        step = WithTimeout(Exec({"sleep", "600"}), absl::Milliseconds(20));
+        break;
+      default:
+        step = Builtin("echo", {"hi"});
+        break;
+    }
+    const v1::TaskResult r = RunTask(Assignment({step}, "payload"));
+    EXPECT_NE(r.outcome(), v1::OUTCOME_UNSPECIFIED);
+  }
+  EXPECT_EQ(CountOpenFds(), before);
+}
+
+TEST(TaskRun, LeavesNoZombies) {
+  RunTask(Assignment({Sh("exit 1")}));
+  RunTask(Assignment({WithTimeout(Sh("sleep 600"), absl::Milliseconds(20))}));
+  RunTask(Assignment({Exec({"/no/such"})}));
+  v1::Step step = Sh("true");
+  step.mutable_exec()->set_cwd("/no/such/dir");
+  RunTask(Assignment({step}));
+  // Every earlier test has ended: this process must have no child at all.
+  int status;
+  EXPECT_EQ(waitpid(-1, &status, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(TaskRun, RunsConcurrently) {
+  constexpr int kRuns = 8;
+  std::vector<std::unique_ptr<TaskRun>> runs;
+  for (int i = 0; i < kRuns - 1; ++i) {
+    v1::Assignment a = Assignment({Sh("cat; echo \"$TASKGRID_TASK_ID\" >&2"),
+                                   Builtin("sleep", {"0.1"}), Sh("echo step$TASKGRID_STEP")},
+                                  absl::StrCat("payload-", i, "\n"));
+    a.set_task_id(absl::StrCat("task-", i));
+    runs.push_back(std::make_unique<TaskRun>(a, Options()));
+  }
+  runs.push_back(std::make_unique<TaskRun>(Assignment({Exec({"sleep", "600"})}), Options()));
+
+  std::vector<v1::TaskResult> results(kRuns);
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kRuns; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = runs[i]->Run();
+      ++done;
+    });
+  }
+  TaskRun& last = *runs.back();
+  EXPECT_TRUE(WaitFor([&] { return last.current_pid() != 0; }));
+  last.Cancel();
+  EXPECT_TRUE(WaitFor([&] { return done == kRuns; }, absl::Seconds(5)));
+  while (done < kRuns) {  // broken: unblock the runs so that the test ends
+    for (auto& run : runs) {
+      run->Cancel();
+      if (run->current_pid() > 0) kill(-run->current_pid(), SIGKILL);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+
+  for (int i = 0; i < kRuns - 1; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(results[i].outcome(), v1::OUTCOME_SUCCEEDED) << results[i].error();
+    EXPECT_EQ(results[i].stdout_tail(), absl::StrCat("payload-", i, "\nstep2\n"));
+    EXPECT_EQ(results[i].stderr_tail(), absl::StrCat("task-", i, "\n"));
+  }
+  EXPECT_EQ(results.back().outcome(), v1::OUTCOME_CANCELLED);
+}
+
+}  // namespace
+}  // namespace taskgrid::agent
