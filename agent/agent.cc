@@ -1,10 +1,10 @@
 #include "agent/agent.h"
 
+#include <spdlog/spdlog.h>
+
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "common/proto_time.h"
 
@@ -20,16 +20,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 }  // namespace
 
-Agent::Agent(AgentOptions opts)
-    : opts_(std::move(opts)),
-      channel_(MakeChannel(opts_.scheduler)),
-      stub_(v1::AgentService::NewStub(channel_)) {}
+Agent::Agent(AgentOptions opts) : opts_(std::move(opts)) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -91,13 +88,18 @@ int Agent::Run() {
 }
 
 void Agent::Session() {
+  // A fresh channel per attempt: a channel that saw the scheduler go away
+  // keeps failing calls fast for its own backoff (seconds), while ours is
+  // bounded by reconnect_max, well inside the scheduler's reconnect grace.
+  std::unique_ptr<v1::AgentService::Stub> stub =
+      v1::AgentService::NewStub(MakeChannel(opts_.scheduler));
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ctx_ = &ctx;
   }
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>> stream =
-      stub_->Connect(&ctx);
+      stub->Connect(&ctx);
   v1::AgentMessage hello;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -141,9 +143,16 @@ void Agent::Session() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
   }
-  if (!stopping) {
-    spdlog::warn("stream to {} ended: {} {}", opts_.scheduler, static_cast<int>(st.error_code()),
-                 st.error_message());
+  if (stopping) return;
+  if (welcomed_) {
+    spdlog::warn("stream to {} ended ({}: {}); reconnecting", opts_.scheduler,
+                 static_cast<int>(st.error_code()), st.error_message());
+    welcomed_ = false;
+    last_unreachable_log_ = absl::Now();
+  } else if (absl::Now() - last_unreachable_log_ > absl::Seconds(10)) {
+    // Once per 10 s while the scheduler stays unreachable, not per attempt.
+    spdlog::warn("cannot reach the scheduler at {}: {}", opts_.scheduler, st.error_message());
+    last_unreachable_log_ = absl::Now();
   }
 }
 
@@ -162,6 +171,7 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
         if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
         cv_.notify_all();
       }
+      welcomed_ = true;
       spdlog::info("connected to {} as {} (session {})", opts_.scheduler, opts_.id,
                    msg.welcome().session_id());
       ResendUnacked();

@@ -18,6 +18,8 @@
 // the stream are serialized by write_mu_.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -25,8 +27,6 @@
 #include <mutex>
 #include <string>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
 #include "agent/executor.h"
@@ -41,7 +41,9 @@ struct AgentOptions {
   std::map<std::string, std::string> labels;
   ExecutorOptions exec;
   absl::Duration reconnect_min = absl::Milliseconds(100);
-  absl::Duration reconnect_max = absl::Seconds(5);
+  // Well inside the scheduler's reconnect grace (5 s by default), so a
+  // restarted scheduler gets its agents back before it re-queues their work.
+  absl::Duration reconnect_max = absl::Seconds(1);
   // On Stop(), how long to wait for the scheduler to acknowledge the last
   // results before exiting.
   absl::Duration stop_flush = absl::Seconds(2);
@@ -82,20 +84,21 @@ class Agent {
   bool StopCompleteLocked() const;
 
   const AgentOptions opts_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::AgentService::Stub> stub_;
+  // Touched only by the Run() thread (Session and the Handle it calls).
+  bool welcomed_ = false;
+  absl::Time last_unreachable_log_ = absl::InfinitePast();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                  // guarded by mu_
-  absl::Time stop_deadline_;               // guarded by mu_; set by Stop()
-  bool run_done_ = false;                  // guarded by mu_
-  std::map<std::string, Running> running_;  // guarded by mu_; by task id
-  std::map<Key, v1::Result> unacked_;      // guarded by mu_
-  int threads_ = 0;                        // guarded by mu_; live task threads
-  int used_slots_ = 0;                     // guarded by mu_
+  bool stopping_ = false;                                 // guarded by mu_
+  absl::Time stop_deadline_;                              // guarded by mu_; set by Stop()
+  bool run_done_ = false;                                 // guarded by mu_
+  std::map<std::string, Running> running_;                // guarded by mu_; by task id
+  std::map<Key, v1::Result> unacked_;                     // guarded by mu_
+  int threads_ = 0;                                       // guarded by mu_; live task threads
+  int used_slots_ = 0;                                    // guarded by mu_
   absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_
-  grpc::ClientContext* ctx_ = nullptr;      // guarded by mu_; the live stream's
+  grpc::ClientContext* ctx_ = nullptr;                    // guarded by mu_; the live stream's
 
   std::mutex write_mu_;
   grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>* stream_ =

@@ -1,20 +1,19 @@
 // taskgrid-agent: runs tasks for a taskgrid-scheduler.
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <map>
 #include <string>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "agent/agent.h"
 #include "common/ids.h"
+#include "common/key_values.h"
 #include "common/logging.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "HOST:PORT of the taskgrid-scheduler");
@@ -31,18 +30,17 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
 
-bool ParseLabels(const std::string& spec, std::map<std::string, std::string>* out,
-                 std::string* error) {
-  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    if (!taskgrid::IsValidName(kv.first, taskgrid::kMaxIdLength) ||
-        part.find('=') == absl::string_view::npos) {
-      *error = absl::StrCat("--labels: expected KEY=VALUE[,KEY=VALUE...], got '", part, "'");
-      return false;
+absl::Status ParseLabels(const std::string& spec, std::map<std::string, std::string>* out) {
+  auto kv = taskgrid::ParseKeyValues("labels", spec);
+  if (!kv.ok()) return kv.status();
+  for (const auto& [key, value] : *kv) {
+    if (absl::Status s = taskgrid::CheckName("--labels key", key, taskgrid::kMaxIdLength);
+        !s.ok()) {
+      return s;
     }
-    (*out)[kv.first] = kv.second;
   }
-  return true;
+  *out = std::move(*kv);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -80,9 +78,8 @@ int main(int argc, char** argv) {
     spdlog::error("--slots must be at least 1");
     return 2;
   }
-  std::string error;
-  if (!ParseLabels(absl::GetFlag(FLAGS_labels), &opts.labels, &error)) {
-    spdlog::error("{}", error);
+  if (absl::Status s = ParseLabels(absl::GetFlag(FLAGS_labels), &opts.labels); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
     return 2;
   }
   opts.exec.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);

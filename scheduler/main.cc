@@ -1,5 +1,6 @@
 // taskgrid-scheduler: owns the durable task table and serves gRPC.
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -8,15 +9,13 @@
 #include <mutex>
 #include <thread>
 
-#include <spdlog/spdlog.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/key_values.h"
 #include "common/logging.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/server.h"
@@ -35,12 +34,12 @@ ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
 ABSL_FLAG(int64_t, default_queue_max_length, 0,
           "Most non-terminal tasks a queue may hold (0: no limit), unless --queue_max_length "
           "names the queue");
-ABSL_FLAG(std::string, queue_max_length, "",
-          "Per-queue limits, e.g. 'emails=1000,reports=50'");
+ABSL_FLAG(std::string, queue_max_length, "", "Per-queue limits, e.g. 'emails=1000,reports=50'");
 ABSL_FLAG(int32_t, default_max_attempts, 3, "Attempts of a task that does not set max_attempts");
 ABSL_FLAG(absl::Duration, default_ack_timeout, absl::Seconds(10),
           "Dispatch -> agent accepts, for tasks that do not set ack_timeout");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat interval told to agents");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "Heartbeat interval told to agents");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "An agent silent this long is lost (its stream is ended)");
 ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
@@ -52,16 +51,20 @@ namespace {
 
 absl::Status ParseQueueLimits(const std::string& spec,
                               absl::flat_hash_map<std::string, int64_t>* out) {
-  if (spec.empty()) return absl::OkStatus();
-  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+  auto kv = taskgrid::ParseKeyValues("queue_max_length", spec);
+  if (!kv.ok()) return kv.status();
+  for (const auto& [queue, value] : *kv) {
     int64_t n = 0;
-    if (!taskgrid::IsValidName(kv.first, taskgrid::kMaxQueueNameLength) ||
-        !absl::SimpleAtoi(kv.second, &n) || n < 0) {
-      return absl::InvalidArgumentError("--queue_max_length: expected QUEUE=N[,QUEUE=N...], got '" +
-                                        std::string(part) + "'");
+    if (absl::Status s = taskgrid::CheckName("--queue_max_length queue", queue,
+                                             taskgrid::kMaxQueueNameLength);
+        !s.ok()) {
+      return s;
     }
-    (*out)[kv.first] = n;
+    if (!absl::SimpleAtoi(value, &n) || n < 0) {
+      return absl::InvalidArgumentError("--queue_max_length: the limit of queue " + queue +
+                                        " must be a number >= 0, not '" + value + "'");
+    }
+    (*out)[queue] = n;
   }
   return absl::OkStatus();
 }
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
   so.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
-  if (absl::Status s = ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
+  if (absl::Status s =
+          ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
       !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
