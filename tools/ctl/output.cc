@@ -1,0 +1,282 @@
+#include "tools/ctl/output.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
+#include "google/protobuf/util/json_util.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::ctl {
+
+namespace {
+
+// Code points, not bytes, so a UTF-8 cell does not throw the columns off.
+size_t DisplayWidth(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return s;
+}
+
+// The argument as a shell would need it, for display only.
+std::string QuoteArg(const std::string& arg) {
+  if (!arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+               absl::StrContains("-_./=:,+@%", c);
+      })) {
+    return arg;
+  }
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string StepText(const v1::Step& step) {
+  std::string out;
+  if (step.has_exec()) {
+    std::vector<std::string> words;
+    for (const std::string& a : step.exec().argv()) words.push_back(QuoteArg(a));
+    out = absl::StrCat("exec ", absl::StrJoin(words, " "));
+    if (!step.exec().cwd().empty()) absl::StrAppend(&out, " (in ", step.exec().cwd(), ")");
+  } else if (step.has_builtin()) {
+    std::vector<std::string> words = {step.builtin().name()};
+    for (const std::string& a : step.builtin().args()) words.push_back(QuoteArg(a));
+    out = absl::StrCat("builtin ", absl::StrJoin(words, " "));
+  } else {
+    out = "(empty step)";
+  }
+  const absl::Duration timeout = FromProto(step.timeout());
+  if (timeout > absl::ZeroDuration()) {
+    absl::StrAppend(&out, " [timeout ", absl::FormatDuration(timeout), "]");
+  }
+  return out;
+}
+
+// "Label:" padded so the values line up.
+void Field(std::string* out, absl::string_view label, absl::string_view value, size_t width = 13) {
+  std::string l = label.empty() ? "" : absl::StrCat(label, ":");
+  l.resize(std::max<size_t>(l.size(), width), ' ');
+  absl::StrAppend(out, l, value, "\n");
+}
+
+// Program output, indented, printed as is (it may not even be text).
+void Output(std::string* out, absl::string_view label, const std::string& text) {
+  if (text.empty()) {
+    Field(out, label, "(empty)", 11);
+    return;
+  }
+  absl::StrAppend(out, label, ":\n");
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    absl::StrAppend(out, "    ", line, "\n");
+  }
+  if (absl::EndsWith(text, "\n")) out->resize(out->size() - 5);  // the split's empty last line
+}
+
+bool HasExitCode(v1::Outcome o) {
+  return o == v1::OUTCOME_SUCCEEDED || o == v1::OUTCOME_FAILED || o == v1::OUTCOME_TIMED_OUT ||
+         o == v1::OUTCOME_CANCELLED;
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+}  // namespace
+
+Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
+
+void Table::AddRow(std::vector<std::string> row) {
+  row.resize(header_.size());
+  for (std::string& cell : row) cell = OneLine(std::move(cell));
+  rows_.push_back(std::move(row));
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> width(header_.size());
+  for (size_t i = 0; i < header_.size(); ++i) width[i] = DisplayWidth(header_[i]);
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], DisplayWidth(row[i]));
+  }
+  std::string out;
+  auto render_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - DisplayWidth(row[i]) + 2, ' ');
+    }
+    // A last column that is empty leaves padding behind; drop it.
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, line, "\n");
+  };
+  render_row(header_);
+  for (const auto& row : rows_) render_row(row);
+  return out;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  opts.add_whitespace = true;
+  std::string out;
+  // Printing a valid message cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  if (!absl::EndsWith(out, "\n")) out += "\n";
+  return out;
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& ts) {
+  const absl::Time t = FromProto(ts);
+  if (t == absl::InfinitePast()) return "-";
+  return absl::FormatTime(absl::RFC3339_sec, t, absl::LocalTimeZone());
+}
+
+std::string OutcomeName(v1::Outcome o) {
+  if (o == v1::OUTCOME_UNSPECIFIED) return "-";
+  std::string name = v1::Outcome_Name(o);
+  if (absl::StartsWith(name, "OUTCOME_")) name = name.substr(8);
+  return name.empty() ? absl::StrCat(static_cast<int>(o)) : name;
+}
+
+std::string AttemptText(const v1::Task& t) {
+  if (t.spec().max_attempts() > 0) return absl::StrCat(t.attempt(), "/", t.spec().max_attempts());
+  return absl::StrCat(t.attempt());
+}
+
+std::string Shorten(const std::string& s, size_t max) {
+  if (DisplayWidth(s) <= max) return s;
+  size_t points = 0;
+  size_t i = 0;
+  const size_t keep = max > 3 ? max - 3 : 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && points++ == keep) break;
+  }
+  return s.substr(0, i) + "...";
+}
+
+std::string FormatSubmitted(const v1::SubmitTasksResponse& resp) {
+  Table table({"ID", "QUEUE", "STATE"});
+  for (const v1::Task& t : resp.tasks()) {
+    table.AddRow({t.spec().id(), t.spec().queue(), core::StateName(t.state())});
+  }
+  return table.Render();
+}
+
+std::string FormatTaskList(const std::vector<v1::Task>& tasks) {
+  Table table({"ID", "QUEUE", "STATE", "ATTEMPT", "AGENT", "PRIO", "UPDATED", "REASON"});
+  for (const v1::Task& t : tasks) {
+    table.AddRow({t.spec().id(), t.spec().queue(), core::StateName(t.state()), AttemptText(t),
+                  OrDash(t.agent_id()), absl::StrCat(t.spec().priority()),
+                  FormatTime(t.update_time()), Shorten(OneLine(t.reason()), 50)});
+  }
+  return table.Render();
+}
+
+std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
+  std::vector<v1::TaskState> states;
+  for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
+    if (!v1::TaskState_IsValid(s) || s == v1::TASK_STATE_UNSPECIFIED) continue;
+    const std::string name = core::StateName(static_cast<v1::TaskState>(s));
+    for (const v1::QueueStats& q : resp.queues()) {
+      auto it = q.counts().find(name);
+      if (it != q.counts().end() && it->second != 0) {
+        states.push_back(static_cast<v1::TaskState>(s));
+        break;
+      }
+    }
+  }
+  std::vector<std::string> header = {"QUEUE", "LENGTH", "MAX"};
+  for (v1::TaskState s : states) header.push_back(core::StateName(s));
+  Table table(std::move(header));
+  for (const v1::QueueStats& q : resp.queues()) {
+    std::vector<std::string> row = {
+        q.queue(), absl::StrCat(q.length()),
+        q.max_length() == 0 ? std::string("-") : absl::StrCat(q.max_length())};
+    for (v1::TaskState s : states) {
+      auto it = q.counts().find(core::StateName(s));
+      row.push_back(absl::StrCat(it == q.counts().end() ? 0 : it->second));
+    }
+    table.AddRow(std::move(row));
+  }
+  return table.Render();
+}
+
+std::string FormatTaskDetail(const v1::Task& t) {
+  const v1::TaskSpec& spec = t.spec();
+  std::string out;
+  Field(&out, "ID", spec.id());
+  Field(&out, "Queue", spec.queue());
+  Field(&out, "State", core::StateName(t.state()));
+  Field(&out, "Attempt",
+        spec.max_attempts() > 0 ? absl::StrCat(t.attempt(), " / ", spec.max_attempts())
+                                : absl::StrCat(t.attempt(), " (max: the scheduler's default)"));
+  Field(&out, "Agent", OrDash(t.agent_id()));
+  Field(&out, "Priority", absl::StrCat(spec.priority()));
+  Field(&out, "Created", FormatTime(t.create_time()));
+  Field(&out, "Updated", FormatTime(t.update_time()));
+  if (t.state() == v1::TASK_STATE_SCHEDULED) Field(&out, "Next run", FormatTime(t.next_run_time()));
+  if (spec.has_not_before()) Field(&out, "Not before", FormatTime(spec.not_before()));
+  Field(&out, "Reason", OrDash(t.reason()));
+  // Numbered from 0, like TaskResult.step and the agent's error messages.
+  for (int i = 0; i < spec.steps_size(); ++i) {
+    Field(&out, i == 0 ? "Steps" : "", absl::StrCat("[", i, "] ", StepText(spec.steps(i))));
+  }
+  if (!spec.payload().empty())
+    Field(&out, "Payload", absl::StrCat(spec.payload().size(), " bytes"));
+
+  const v1::TaskResult& r = t.result();
+  out += "\n";
+  if (r.outcome() == v1::OUTCOME_UNSPECIFIED) {
+    Field(&out, "Result", "none yet");
+  } else {
+    out += "Result:\n";
+    std::string body;
+    Field(&body, "Outcome", OutcomeName(r.outcome()), 11);
+    Field(&body, "Exit code", HasExitCode(r.outcome()) ? absl::StrCat(r.exit_code()) : "-", 11);
+    if (spec.steps_size() > 1) Field(&body, "Step", absl::StrCat(r.step()), 11);
+    Field(&body, "Error", OrDash(OneLine(r.error())), 11);
+    Output(&body, "Stdout", r.stdout_tail());
+    Output(&body, "Stderr", r.stderr_tail());
+    // Indent the result block by two spaces.
+    for (absl::string_view line : absl::StrSplit(body, '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, "  ", line, "\n");
+    }
+  }
+
+  out += "\n";
+  if (t.attempts().empty()) {
+    Field(&out, "Attempts", "none finished");
+    return out;
+  }
+  out += "Attempts:\n";
+  Table table({"ATTEMPT", "AGENT", "OUTCOME", "EXIT", "STARTED", "FINISHED", "ERROR"});
+  for (const v1::Attempt& a : t.attempts()) {
+    const v1::TaskResult& ar = a.result();
+    table.AddRow({absl::StrCat(a.attempt()), OrDash(a.agent_id()), OutcomeName(ar.outcome()),
+                  HasExitCode(ar.outcome()) ? absl::StrCat(ar.exit_code()) : "-",
+                  FormatTime(a.start_time()), FormatTime(a.finish_time()),
+                  Shorten(OrDash(OneLine(ar.error())), 60)});
+  }
+  return out + table.Render();
+}
+
+}  // namespace taskgrid::ctl

@@ -1,0 +1,140 @@
+#include "tools/ctl/parse.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace taskgrid::ctl {
+
+namespace {
+
+// protobuf 3.21's util::Status is its own type, not absl::Status.
+std::string JsonError(std::string msg) {
+  while (!msg.empty() && absl::ascii_isspace(static_cast<unsigned char>(msg.back()))) {
+    msg.pop_back();
+  }
+  return msg;
+}
+
+// protobuf reports a syntax error as "WHAT\nCONTEXT\n   ^", CONTEXT being up
+// to 20 bytes of input either side of the error and the caret its column in
+// CONTEXT. Returns "line L, column C: WHAT", or just WHAT when the context
+// cannot be placed.
+std::string SyntaxError(absl::string_view text, const std::string& msg) {
+  const size_t first = msg.find('\n');
+  const size_t last = msg.rfind('\n');
+  if (first == std::string::npos || last == first) return JsonError(msg);
+  const std::string what = msg.substr(0, first);
+  const std::string context = msg.substr(first + 1, last - first - 1);
+  // Nothing left to show: the input ended too early.
+  if (context.empty()) return absl::StrCat("at the end of the input: ", what);
+  const size_t caret = msg.find('^', last);
+  const size_t pos = text.find(context);
+  if (caret == std::string::npos || pos == absl::string_view::npos) return what;
+  const size_t offset = pos + (caret - last - 1);
+  const absl::string_view head = text.substr(0, offset);
+  const size_t line = std::count(head.begin(), head.end(), '\n') + 1;
+  const size_t line_start = head.rfind('\n');
+  const size_t column = offset - (line_start == absl::string_view::npos ? 0 : line_start + 1) + 1;
+  return absl::StrCat("line ", line, ", column ", column, ": ", what);
+}
+
+absl::Status ParseSpec(const google::protobuf::Value& v, absl::string_view where,
+                       v1::TaskSpec* out) {
+  if (!v.has_struct_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a task object"));
+  }
+  std::string json;
+  if (auto s = google::protobuf::util::MessageToJsonString(v, &json); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", JsonError(s.message().ToString())));
+  }
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  if (auto s = google::protobuf::util::JsonStringToMessage(json, out, opts); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", JsonError(s.message().ToString())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSpecList(const google::protobuf::ListValue& list, absl::string_view where,
+                           std::vector<v1::TaskSpec>* out) {
+  for (int i = 0; i < list.values_size(); ++i) {
+    v1::TaskSpec spec;
+    if (absl::Status s = ParseSpec(list.values(i), absl::StrCat(where, ": tasks[", i, "]"), &spec);
+        !s.ok()) {
+      return s;
+    }
+    out->push_back(std::move(spec));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now) {
+  const std::string s(absl::StripAsciiWhitespace(text));
+  const std::string bad = absl::StrCat(
+      "expected an RFC 3339 time like 2026-11-21T20:00:00Z or +DURATION like +30s, got \"", s,
+      "\"");
+  if (absl::StartsWith(s, "+")) {
+    absl::Duration d;
+    if (!absl::ParseDuration(s.substr(1), &d) || d < absl::ZeroDuration() ||
+        d == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(bad);
+    }
+    return now + d;
+  }
+  absl::Time t;
+  std::string err;
+  if (absl::ParseTime(absl::RFC3339_full, s, &t, &err)) return t;
+  // No offset: the user's local time.
+  if (absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S", s, absl::LocalTimeZone(), &t, &err)) return t;
+  return absl::InvalidArgumentError(bad);
+}
+
+absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view text,
+                                                             absl::string_view source) {
+  // Parsed first as a generic JSON value to tell the three shapes apart and
+  // to report a syntax error once, whatever the shape.
+  google::protobuf::Value doc;
+  if (auto s = google::protobuf::util::JsonStringToMessage(
+          google::protobuf::StringPiece(text.data(), text.size()), &doc);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": invalid JSON: ", SyntaxError(text, s.message().ToString())));
+  }
+  std::vector<v1::TaskSpec> specs;
+  absl::Status status;
+  if (doc.has_list_value()) {
+    status = ParseSpecList(doc.list_value(), source, &specs);
+  } else if (doc.has_struct_value() && doc.struct_value().fields().contains("tasks")) {
+    for (const auto& [key, unused] : doc.struct_value().fields()) {
+      if (key != "tasks") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": unexpected field \"", key,
+            "\" next to \"tasks\" (a file holds {\"tasks\": [...]}, [...] or one task)"));
+      }
+    }
+    const google::protobuf::Value& tasks = doc.struct_value().fields().at("tasks");
+    if (!tasks.has_list_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": \"tasks\" must be an array"));
+    }
+    status = ParseSpecList(tasks.list_value(), source, &specs);
+  } else if (doc.has_struct_value()) {
+    specs.emplace_back();
+    status = ParseSpec(doc, source, &specs.back());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected {\"tasks\": [...]}, an array of tasks, or one task"));
+  }
+  if (!status.ok()) return status;
+  if (specs.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": holds no tasks"));
+  return specs;
+}
+
+}  // namespace taskgrid::ctl
