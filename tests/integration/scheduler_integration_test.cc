@@ -1,0 +1,322 @@
+// The scheduler and agents in one process over real gRPC on 127.0.0.1:
+// each behaviour of the foundation end to end.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "common/proto_time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "tests/integration/cluster.h"
+
+namespace taskgrid::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Scheduler, SubmittedTaskSucceedsWithItsOutput) {
+  InProcessCluster c;
+  c.AddAgent("a1", 2);
+  v1::TaskSpec s = ExecSpec("hello", {"/bin/sh", "-c", "cat; echo \" $TASKGRID_ATTEMPT\""});
+  s.set_payload("hi from stdin");
+  ASSERT_TRUE(c.Submit({s}).ok());
+  v1::Task t = c.WaitFor("hello", v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(t.attempt(), 1);
+  EXPECT_EQ(t.result().exit_code(), 0);
+  EXPECT_EQ(t.result().stdout_tail(), "hi from stdin 1\n");
+  ASSERT_EQ(t.attempts_size(), 1);
+  EXPECT_EQ(t.attempts(0).agent_id(), "a1");
+}
+
+TEST(Scheduler, FailingStepIsRetriedToMaxAttemptsThenFailed) {
+  InProcessCluster c;
+  c.AddAgent("a1", 1);
+  v1::TaskSpec s = ExecSpec("flaky", {"/bin/sh", "-c", "echo oops >&2; exit 3"});
+  s.set_max_attempts(3);
+  ASSERT_TRUE(c.Submit({s}).ok());
+  v1::Task t = c.WaitFor("flaky", v1::TASK_STATE_FAILED);
+  EXPECT_EQ(t.attempt(), 3);
+  ASSERT_EQ(t.attempts_size(), 3);
+  for (const v1::Attempt& a : t.attempts()) {
+    EXPECT_EQ(a.result().outcome(), v1::OUTCOME_FAILED);
+    EXPECT_EQ(a.result().exit_code(), 3);
+  }
+  EXPECT_EQ(t.result().stderr_tail(), "oops\n");
+  EXPECT_THAT(t.reason(), HasSubstr("all 3 attempts used"));
+}
+
+TEST(Scheduler, CancelPendingTaskNeverRuns) {
+  InProcessCluster c;
+  ASSERT_TRUE(c.Submit({BuiltinSpec("never", "noop")}).ok());
+  v1::CancelTaskRequest req;
+  req.set_id("never");
+  v1::Task t;
+  ASSERT_TRUE(c.tasks().CancelTask(InProcessCluster::Ctx().get(), req, &t).ok());
+  EXPECT_EQ(t.state(), v1::TASK_STATE_CANCELLED);
+  c.AddAgent("a1", 1);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("after", "noop")}).ok());
+  c.WaitFor("after", v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(c.Get("never").state(), v1::TASK_STATE_CANCELLED);
+  EXPECT_EQ(c.Get("never").attempt(), 0);
+}
+
+TEST(Scheduler, CancelRunningTaskStopsIt) {
+  InProcessCluster c;
+  c.AddAgent("a1", 1);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("long", "sleep", {"600"})}).ok());
+  c.WaitFor("long", v1::TASK_STATE_RUNNING);
+  v1::CancelTaskRequest req;
+  req.set_id("long");
+  v1::Task t;
+  ASSERT_TRUE(c.tasks().CancelTask(InProcessCluster::Ctx().get(), req, &t).ok());
+  EXPECT_EQ(t.state(), v1::TASK_STATE_CANCELLING);
+  t = c.WaitFor("long", v1::TASK_STATE_CANCELLED, absl::Seconds(10));
+  EXPECT_EQ(t.result().outcome(), v1::OUTCOME_CANCELLED);
+}
+
+TEST(Scheduler, PauseAndResume) {
+  InProcessCluster c;
+  ASSERT_TRUE(c.Submit({BuiltinSpec("p", "noop")}).ok());
+  v1::PauseTaskRequest pause;
+  pause.set_id("p");
+  v1::Task t;
+  ASSERT_TRUE(c.tasks().PauseTask(InProcessCluster::Ctx().get(), pause, &t).ok());
+  EXPECT_EQ(t.state(), v1::TASK_STATE_PAUSED);
+  c.AddAgent("a1", 1);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("other", "noop")}).ok());
+  c.WaitFor("other", v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(c.Get("p").state(), v1::TASK_STATE_PAUSED) << "a paused task is not dispatched";
+  v1::ResumeTaskRequest resume;
+  resume.set_id("p");
+  ASSERT_TRUE(c.tasks().ResumeTask(InProcessCluster::Ctx().get(), resume, &t).ok());
+  c.WaitFor("p", v1::TASK_STATE_SUCCEEDED);
+}
+
+TEST(Scheduler, HigherPriorityIsDispatchedFirst) {
+  InProcessCluster c;
+  std::vector<v1::TaskSpec> specs;
+  for (int i = 0; i < 6; ++i) {
+    v1::TaskSpec s = BuiltinSpec("p" + std::to_string(i), "noop");
+    s.set_priority(i % 3);  // 0 1 2 0 1 2
+    specs.push_back(s);
+  }
+  ASSERT_TRUE(c.Submit(specs).ok());
+  c.AddAgent("a1", 1);  // one slot: strictly one after another
+  std::vector<std::pair<absl::Time, std::string>> starts;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "p" + std::to_string(i);
+    v1::Task t = c.WaitFor(id, v1::TASK_STATE_SUCCEEDED);
+    starts.push_back({FromProto(t.attempts(0).dispatch_time()), id});
+  }
+  std::sort(starts.begin(), starts.end());
+  std::vector<std::string> order;
+  for (const auto& [time, id] : starts) order.push_back(id);
+  EXPECT_THAT(order, ::testing::ElementsAre("p2", "p5", "p1", "p4", "p0", "p3"));
+}
+
+TEST(Scheduler, NotBeforeIsRespected) {
+  InProcessCluster c;
+  c.AddAgent("a1", 1);
+  v1::TaskSpec s = BuiltinSpec("later", "noop");
+  const absl::Time not_before = absl::Now() + absl::Milliseconds(1500);
+  SetTimestamp(not_before, s.mutable_not_before());
+  v1::SubmitTasksResponse resp;
+  ASSERT_TRUE(c.Submit({s}, &resp).ok());
+  EXPECT_EQ(resp.tasks(0).state(), v1::TASK_STATE_SCHEDULED);
+  v1::Task t = c.WaitFor("later", v1::TASK_STATE_SUCCEEDED);
+  EXPECT_GE(FromProto(t.attempts(0).dispatch_time()), not_before);
+}
+
+TEST(Scheduler, IdenticalResubmitReturnsTheExistingTask) {
+  InProcessCluster c;
+  v1::TaskSpec s = BuiltinSpec("same", "noop");
+  v1::SubmitTasksResponse first, second;
+  ASSERT_TRUE(c.Submit({s}, &first).ok());
+  ASSERT_TRUE(c.Submit({s}, &second).ok());
+  EXPECT_EQ(first.tasks(0).create_time().seconds(), second.tasks(0).create_time().seconds());
+  EXPECT_EQ(first.tasks(0).create_time().nanos(), second.tasks(0).create_time().nanos());
+  EXPECT_EQ(c.store().LoadTasks()->size(), 1u);
+}
+
+TEST(Scheduler, ConflictingResubmitIsAlreadyExistsAndChangesNothing) {
+  InProcessCluster c;
+  ASSERT_TRUE(c.Submit({BuiltinSpec("x", "noop")}).ok());
+  v1::TaskSpec changed = BuiltinSpec("x", "sleep", {"1"});
+  grpc::Status s = c.Submit({BuiltinSpec("fresh", "noop"), changed});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(s.error_message(), HasSubstr("\"x\""));
+  EXPECT_EQ(c.store().LoadTasks()->size(), 1u);
+  EXPECT_EQ(c.Get("x").spec().steps(0).builtin().name(), "noop");
+}
+
+TEST(Scheduler, FullQueueIsResourceExhaustedAndStoresNothing) {
+  engine::EngineOptions o = InProcessCluster::DefaultOptions();
+  o.scheduler.queue_max_length["tiny"] = 2;
+  InProcessCluster c(o);
+  auto in_tiny = [](const std::string& id) {
+    v1::TaskSpec s = BuiltinSpec(id, "noop");
+    s.set_queue("tiny");
+    return s;
+  };
+  ASSERT_TRUE(c.Submit({in_tiny("t1"), in_tiny("t2")}).ok());
+  grpc::Status s = c.Submit({in_tiny("t3")});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("queue \"tiny\" is full"));
+  EXPECT_EQ(c.store().LoadTasks()->size(), 2u);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("elsewhere", "noop")}).ok()) << "other queues are unaffected";
+}
+
+TEST(Scheduler, BadInputGetsAClearStatusAndChangesNothing) {
+  InProcessCluster c;
+  struct Case {
+    std::vector<v1::TaskSpec> specs;
+    grpc::StatusCode code;
+    std::string names;
+  };
+  v1::TaskSpec huge = BuiltinSpec("huge", "noop");
+  huge.set_payload(std::string((1 << 20) + 1, 'x'));
+  v1::TaskSpec no_steps;
+  no_steps.set_id("empty");
+  v1::TaskSpec long_id = BuiltinSpec(std::string(129, 'a'), "noop");
+  v1::TaskSpec bad_chars = BuiltinSpec("a/b", "noop");
+  const std::vector<Case> cases = {
+      {{}, grpc::StatusCode::INVALID_ARGUMENT, "tasks is empty"},
+      {{huge}, grpc::StatusCode::INVALID_ARGUMENT, "tasks[0].payload"},
+      {{no_steps}, grpc::StatusCode::INVALID_ARGUMENT, "tasks[0].steps"},
+      {{long_id}, grpc::StatusCode::INVALID_ARGUMENT, "tasks[0].id"},
+      {{BuiltinSpec("ok", "noop"), bad_chars}, grpc::StatusCode::INVALID_ARGUMENT, "tasks[1].id"},
+      {{BuiltinSpec("d", "noop"), BuiltinSpec("d", "noop")},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "tasks[1].id"},
+      {{BuiltinSpec("z", "warp")}, grpc::StatusCode::INVALID_ARGUMENT, "builtin.name"},
+  };
+  for (const Case& k : cases) {
+    grpc::Status s = c.Submit(k.specs);
+    EXPECT_EQ(s.error_code(), k.code) << k.names;
+    EXPECT_THAT(s.error_message(), HasSubstr(k.names));
+  }
+  EXPECT_TRUE(c.store().LoadTasks()->empty());
+
+  v1::GetTaskRequest get;
+  get.set_id("missing");
+  v1::Task t;
+  grpc::Status s = c.tasks().GetTask(InProcessCluster::Ctx().get(), get, &t);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("missing"));
+  v1::RetryTaskRequest retry;
+  s = c.tasks().RetryTask(InProcessCluster::Ctx().get(), retry, &t);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(Scheduler, ListAndStatsOverGrpc) {
+  InProcessCluster c;
+  std::vector<v1::TaskSpec> specs;
+  for (int i = 0; i < 5; ++i) {
+    v1::TaskSpec s = BuiltinSpec("l" + std::to_string(i), "noop");
+    s.set_queue(i < 3 ? "a" : "b");
+    specs.push_back(s);
+  }
+  ASSERT_TRUE(c.Submit(specs).ok());
+  v1::ListTasksRequest req;
+  req.set_queue("a");
+  req.set_page_size(2);
+  v1::ListTasksResponse resp;
+  ASSERT_TRUE(c.tasks().ListTasks(InProcessCluster::Ctx().get(), req, &resp).ok());
+  ASSERT_EQ(resp.tasks_size(), 2);
+  EXPECT_FALSE(resp.next_page_token().empty());
+  req.set_page_token(resp.next_page_token());
+  ASSERT_TRUE(c.tasks().ListTasks(InProcessCluster::Ctx().get(), req, &resp).ok());
+  ASSERT_EQ(resp.tasks_size(), 1);
+  EXPECT_EQ(resp.tasks(0).spec().id(), "l2");
+
+  v1::GetQueueStatsRequest sreq;
+  v1::GetQueueStatsResponse sresp;
+  ASSERT_TRUE(c.tasks().GetQueueStats(InProcessCluster::Ctx().get(), sreq, &sresp).ok());
+  ASSERT_EQ(sresp.queues_size(), 2);
+  EXPECT_EQ(sresp.queues(0).queue(), "a");
+  EXPECT_EQ(sresp.queues(0).length(), 3);
+  EXPECT_EQ(sresp.queues(0).counts().at("PENDING"), 3);
+}
+
+TEST(Scheduler, TasksSpreadOverAgentsAndLabelsAreHonoured) {
+  InProcessCluster c;
+  c.AddAgent("cpu", 4, {{"kind", "cpu"}});
+  c.AddAgent("gpu", 1, {{"kind", "gpu"}});
+  v1::TaskSpec g = BuiltinSpec("needs-gpu", "noop");
+  (*g.mutable_placement()->mutable_required_labels())["kind"] = "gpu";
+  ASSERT_TRUE(c.Submit({g}).ok());
+  EXPECT_EQ(c.WaitFor("needs-gpu", v1::TASK_STATE_SUCCEEDED).attempts(0).agent_id(), "gpu");
+}
+
+TEST(Scheduler, HealthAndReflectionAreServed) {
+  InProcessCluster c;
+  auto channel = grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(health->Check(InProcessCluster::Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  namespace refl = grpc::reflection::v1alpha;
+  auto reflection = refl::ServerReflection::NewStub(channel);
+  auto ctx = InProcessCluster::Ctx();
+  auto stream = reflection->ServerReflectionInfo(ctx.get());
+  refl::ServerReflectionRequest list;
+  list.set_list_services("*");
+  ASSERT_TRUE(stream->Write(list));
+  refl::ServerReflectionResponse listed;
+  ASSERT_TRUE(stream->Read(&listed));
+  std::set<std::string> services;
+  for (const auto& s : listed.list_services_response().service()) services.insert(s.name());
+  for (const char* want :
+       {"taskgrid.v1.TaskService", "taskgrid.v1.AgentService", "grpc.health.v1.Health"}) {
+    EXPECT_TRUE(services.count(want)) << want;
+  }
+  // Each listed service can also be described (the health descriptor is
+  // linked in, see proto/CMakeLists.txt).
+  for (const char* symbol : {"taskgrid.v1.TaskService", "grpc.health.v1.Health"}) {
+    refl::ServerReflectionRequest describe;
+    describe.set_file_containing_symbol(symbol);
+    ASSERT_TRUE(stream->Write(describe));
+    refl::ServerReflectionResponse described;
+    ASSERT_TRUE(stream->Read(&described));
+    EXPECT_FALSE(described.has_error_response())
+        << symbol << ": " << described.error_response().error_message();
+    EXPECT_GT(described.file_descriptor_response().file_descriptor_proto_size(), 0) << symbol;
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST(Scheduler, AgentWithBadHelloIsRefused) {
+  InProcessCluster c;
+  auto stub =
+      v1::AgentService::NewStub(grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  auto ctx = InProcessCluster::Ctx();
+  auto stream = stub->Connect(ctx.get());
+  v1::AgentMessage m;
+  m.mutable_hello()->set_agent_id("bad id");
+  m.mutable_hello()->set_slots(1);
+  ASSERT_TRUE(stream->Write(m));
+  stream->WritesDone();
+  v1::SchedulerMessage in;
+  EXPECT_FALSE(stream->Read(&in));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("hello.agent_id"));
+
+  auto ctx2 = InProcessCluster::Ctx();
+  auto stream2 = stub->Connect(ctx2.get());
+  v1::AgentMessage hb;
+  hb.mutable_heartbeat();
+  ASSERT_TRUE(stream2->Write(hb));
+  EXPECT_FALSE(stream2->Read(&in));
+  s = stream2->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("hello"));
+}
+
+}  // namespace
+}  // namespace taskgrid::testing
