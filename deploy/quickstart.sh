@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Quick start: installs what is missing, builds a Release build, and runs a
+# scheduler with one local agent (2 slots) until Ctrl-C.
+#
+#   deploy/quickstart.sh
+#
+# Environment (all optional):
+#   TASKGRID_ADDR      where the scheduler listens   (default 127.0.0.1:7070)
+#   TASKGRID_DATA_DIR  its data directory            (default <repo>/.taskgrid/data)
+#   TASKGRID_SLOTS     the local agent's slots       (default 2)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+addr=${TASKGRID_ADDR:-127.0.0.1:7070}
+data_dir=${TASKGRID_DATA_DIR:-$root/.taskgrid/data}
+slots=${TASKGRID_SLOTS:-2}
+build=$root/build/release
+bin=$build/bin
+logs=$root/.taskgrid/logs
+
+"$root/deploy/install-deps.sh"
+
+echo "quickstart: building (Release) in $build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTASKGRID_TESTS=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)"
+
+mkdir -p "$data_dir" "$logs"
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  echo
+  echo "quickstart: stopping the agent and the scheduler"
+  # Agent first, so it can hand its last results over.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
+  echo "quickstart: stopped. Data kept in $data_dir"
+}
+trap stop INT TERM EXIT
+
+port_file=$root/.taskgrid/port
+rm -f "$port_file"
+"$bin/taskgrid-scheduler" --listen="$addr" --data_dir="$data_dir" --port_file="$port_file" \
+  >"$logs/scheduler.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  [[ -s $port_file ]] && break
+  if ! kill -0 "${pids[0]}" 2>/dev/null; then
+    echo "quickstart: the scheduler did not start:" >&2
+    cat "$logs/scheduler.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+[[ -s $port_file ]] || { echo "quickstart: the scheduler did not start in 10 s" >&2; exit 1; }
+
+"$bin/taskgrid-agent" --scheduler="$addr" --id=local-agent --slots="$slots" \
+  >"$logs/agent.log" 2>&1 &
+pids+=($!)
+
+cat <<TXT
+
+Taskgrid is running.
+  scheduler  $addr   data: $data_dir   log: $logs/scheduler.log
+  agent      local-agent, $slots slots          log: $logs/agent.log
+
+In another terminal:
+  export PATH="$bin:\$PATH" TASKGRID_ADDR=$addr
+  taskgridctl submit --id hello -- /bin/echo hi
+  taskgridctl get hello
+  taskgridctl list
+  taskgridctl stats
+
+Ctrl-C stops both.
+TXT
+
+# Wait until Ctrl-C, or until either process exits on its own.
+wait -n "${pids[@]}" || true
+echo "quickstart: a process exited; see $logs" >&2
