@@ -37,11 +37,13 @@ stop() {
   done
   echo "quickstart: stopped. Data kept in $data_dir"
 }
-trap stop INT TERM EXIT
+trap 'stop; exit 0' INT TERM
+trap stop EXIT
 
 port_file=$root/.taskgrid/port
 rm -f "$port_file"
-"$bin/taskgrid-scheduler" --listen="$addr" --data_dir="$data_dir" --port_file="$port_file" \
+# setsid: Ctrl-C reaches only this script, which stops the agent first.
+setsid "$bin/taskgrid-scheduler" --listen="$addr" --data_dir="$data_dir" --port_file="$port_file" \
   >"$logs/scheduler.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -55,7 +57,7 @@ for _ in $(seq 1 100); do
 done
 [[ -s $port_file ]] || { echo "quickstart: the scheduler did not start in 10 s" >&2; exit 1; }
 
-"$bin/taskgrid-agent" --scheduler="$addr" --id=local-agent --slots="$slots" \
+setsid "$bin/taskgrid-agent" --scheduler="$addr" --id=local-agent --slots="$slots" \
   >"$logs/agent.log" 2>&1 &
 pids+=($!)
 
@@ -77,4 +79,5 @@ TXT
 
 # Wait until Ctrl-C, or until either process exits on its own.
 wait -n "${pids[@]}" || true
-echo "quickstart: a process exited; see $logs" >&2
+echo "quickstart: a process exited on its own; see $logs" >&2
+exit 1

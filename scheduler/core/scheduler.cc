@@ -326,6 +326,11 @@ const TaskRecord* Scheduler::Find(const std::string& id) const {
   return it == tasks_.end() ? nullptr : it->second.get();
 }
 
+void Scheduler::Describe(const TaskRecord& t, v1::Task* out) const {
+  ToTaskProto(t, out);
+  out->set_max_attempts(MaxAttempts(t));
+}
+
 TaskRecord* Scheduler::Mutable(const std::string& id) {
   auto it = tasks_.find(id);
   return it == tasks_.end() ? nullptr : it->second.get();

@@ -118,7 +118,7 @@ void Engine::SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksRespon
   } else {
     v1::SubmitTasksResponse resp;
     resp.mutable_tasks()->Reserve(static_cast<int>(tasks->size()));
-    for (const core::TaskRecord* t : *tasks) core::ToTaskProto(*t, resp.add_tasks());
+    for (const core::TaskRecord* t : *tasks) sched_.Describe(*t, resp.add_tasks());
     result = std::move(resp);
   }
   Answer(std::move(result), std::move(done));
@@ -132,7 +132,7 @@ void Engine::GetTask(const v1::GetTaskRequest& req, Reply<v1::Task> done) {
     result = absl::InvalidArgumentError("id is empty");
   } else if (const core::TaskRecord* t = sched_.Find(req.id())) {
     v1::Task task;
-    core::ToTaskProto(*t, &task);
+    sched_.Describe(*t, &task);
     result = std::move(task);
   } else {
     result = absl::NotFoundError(absl::StrCat("task \"", req.id(), "\" does not exist"));
@@ -169,7 +169,7 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
   } else {
     core::ListPage page = sched_.List(filter);
     v1::ListTasksResponse resp;
-    for (const core::TaskRecord* t : page.tasks) core::ToTaskProto(*t, resp.add_tasks());
+    for (const core::TaskRecord* t : page.tasks) sched_.Describe(*t, resp.add_tasks());
     if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
     result = std::move(resp);
   }
@@ -187,7 +187,7 @@ void Engine::TaskOp(
     result = t.status();
   } else {
     v1::Task task;
-    core::ToTaskProto(**t, &task);
+    sched_.Describe(**t, &task);
     result = std::move(task);
   }
   Answer(std::move(result), std::move(done));

@@ -558,7 +558,7 @@ class WithAgentTest(CliTestCase):
         self.ok("submit", "--id=run1", f"--queue={self.queue}", "--builtin=sleep", "--", "60")
         self.cluster.wait_state("run1", "RUNNING", timeout=WAIT)
         rows = table_rows(self.ok("list", f"--queue={self.queue}", "--state=running"))
-        self.assertEqual(rows[1][:5], ["run1", self.queue, "RUNNING", "1", "a1"])
+        self.assertEqual(rows[1][:5], ["run1", self.queue, "RUNNING", "1/3", "a1"])
         self.ok("cancel", "run1")
         self.cluster.wait_state("run1", "CANCELLED", timeout=WAIT)
 

@@ -158,7 +158,7 @@ std::string OutcomeName(v1::Outcome o) {
 }
 
 std::string AttemptText(const v1::Task& t) {
-  if (t.spec().max_attempts() > 0) return absl::StrCat(t.attempt(), "/", t.spec().max_attempts());
+  if (t.max_attempts() > 0) return absl::StrCat(t.attempt(), "/", t.max_attempts());
   return absl::StrCat(t.attempt());
 }
 
@@ -226,9 +226,7 @@ std::string FormatTaskDetail(const v1::Task& t) {
   Field(&out, "ID", spec.id());
   Field(&out, "Queue", spec.queue());
   Field(&out, "State", core::StateName(t.state()));
-  Field(&out, "Attempt",
-        spec.max_attempts() > 0 ? absl::StrCat(t.attempt(), " / ", spec.max_attempts())
-                                : absl::StrCat(t.attempt(), " (max: the scheduler's default)"));
+  Field(&out, "Attempt", absl::StrCat(t.attempt(), " / ", t.max_attempts()));
   Field(&out, "Agent", OrDash(t.agent_id()));
   Field(&out, "Priority", absl::StrCat(spec.priority()));
   Field(&out, "Created", FormatTime(t.create_time()));
