@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "common/flags_help.h"
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
@@ -46,11 +47,12 @@ absl::Status ParseLabels(const std::string& spec, std::map<std::string, std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  taskgrid::SetUsage(
       "The Taskgrid agent: connects to a scheduler, runs the tasks it is given as real "
       "processes (or built-in steps), and reports their results.\n\n"
       "  taskgrid-agent --scheduler=127.0.0.1:7070 --slots=4 --labels=gpu=1 --id=worker-1\n\n"
-      "SIGINT or SIGTERM: stop the running tasks, report them, exit.");
+      "SIGINT or SIGTERM: stop the running tasks, report them, exit.",
+      "agent/main.cc");
   absl::ParseCommandLine(argc, argv);
   taskgrid::InitLogging("agent", absl::GetFlag(FLAGS_log_level));
 

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "common/clock.h"
+#include "common/flags_help.h"
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
@@ -55,8 +56,8 @@ absl::Status ParseQueueLimits(const std::string& spec,
   if (!kv.ok()) return kv.status();
   for (const auto& [queue, value] : *kv) {
     int64_t n = 0;
-    if (absl::Status s = taskgrid::CheckName("--queue_max_length queue", queue,
-                                             taskgrid::kMaxQueueNameLength);
+    if (absl::Status s =
+            taskgrid::CheckName("--queue_max_length queue", queue, taskgrid::kMaxQueueNameLength);
         !s.ok()) {
       return s;
     }
@@ -85,11 +86,12 @@ struct StopSignal {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  taskgrid::SetUsage(
       "The Taskgrid scheduler: owns the durable task table (SQLite) and serves gRPC to clients "
       "(taskgridctl, grpcurl) and agents.\n\n"
       "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n\n"
-      "Stops cleanly on SIGINT or SIGTERM.");
+      "Stops cleanly on SIGINT or SIGTERM.",
+      "scheduler/main.cc");
   absl::ParseCommandLine(argc, argv);
   taskgrid::InitLogging("scheduler", absl::GetFlag(FLAGS_log_level));
 

@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
 }
 
 void SchedulerServer::Shutdown(absl::Duration deadline) {
-  if (shut_down_) return;
+  if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
