@@ -41,6 +41,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.dispatch_us = ToUnixMicrosOrZero(t.dispatch_time);
   r.start_us = ToUnixMicrosOrZero(t.start_time);
   r.reason = t.reason;
+  r.pause_requested = t.pause_requested;
   if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) t.result.SerializeToString(&r.result);
   if (insert) t.spec.SerializeToString(&r.spec);
   return r;
@@ -73,6 +74,7 @@ absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored) {
   t.dispatch_time = FromUnixMicrosOrZero(r.dispatch_us);
   t.start_time = FromUnixMicrosOrZero(r.start_us);
   t.reason = r.reason;
+  t.pause_requested = r.pause_requested;
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }

@@ -31,6 +31,8 @@ struct TaskRecord {
   absl::Time dispatch_time = absl::InfinitePast();  // of the live attempt
   absl::Time start_time = absl::InfinitePast();     // of the live attempt
   std::string reason;
+  // A pause is waiting for the agent to stop the live attempt.
+  bool pause_requested = false;
   v1::TaskResult result;              // of the last finished attempt
   std::vector<v1::Attempt> attempts;  // finished attempts, oldest first
 
@@ -56,6 +58,7 @@ struct TaskRow {
   int64_t dispatch_us = 0;
   int64_t start_us = 0;
   std::string reason;
+  bool pause_requested = false;
   std::string result;  // serialized v1::TaskResult
   std::string spec;    // serialized v1::TaskSpec (set on insert)
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,6 +27,11 @@ struct SchedulerOptions {
   absl::Duration default_initial_backoff = absl::Seconds(1);
   absl::Duration default_max_backoff = absl::Minutes(5);
   double default_backoff_multiplier = 2.0;
+  // A retry waits backoff * (1 - backoff_jitter * u), u uniform in [0, 1):
+  // tasks that failed together do not all come back at once.
+  double backoff_jitter = 0.2;
+  // Source of u; unset: a seeded generator. Tests inject a fixed one.
+  std::function<double()> random;
 
   // Agents.
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -37,6 +43,8 @@ struct SchedulerOptions {
   // itself (the agent kills it at attempt_timeout and normally reports).
   absl::Duration attempt_timeout_slack = absl::Seconds(5);
   int64_t max_output_bytes = 64 << 10;
+  // A lost agent stays listed (state LOST) this long after its tasks moved.
+  absl::Duration lost_agent_retention = absl::Minutes(10);
 
   int64_t QueueMaxLength(const std::string& queue) const {
     auto it = queue_max_length.find(queue);

@@ -26,7 +26,7 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
   const int32_t need = SlotsOf(p);
   AgentRecord* best = nullptr;
   for (AgentRecord* a : agents) {
-    if (!a->connected() || a->free_slots() < need || !Matches(p, *a)) continue;
+    if (!a->takes_work() || a->free_slots() < need || !Matches(p, *a)) continue;
     if (best == nullptr || a->free_slots() > best->free_slots() ||
         (a->free_slots() == best->free_slots() && a->last_assigned < best->last_assigned)) {
       best = a;
@@ -41,6 +41,48 @@ std::string PlacementClass(const v1::Placement& p) {
   std::sort(ids.begin(), ids.end());
   return absl::StrCat(SlotsOf(p), "|", absl::StrJoin(labels, ",", absl::PairFormatter("=")), "|",
                       absl::StrJoin(ids, ","));
+}
+
+std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const AgentRecord*>& agents) {
+  std::vector<const AgentRecord*> live;
+  for (const AgentRecord* a : agents) {
+    if (a->takes_work()) live.push_back(a);
+  }
+  if (live.empty()) {
+    for (const AgentRecord* a : agents) {
+      if (a->connected()) return "every connected agent is draining";
+    }
+    return "no agent is connected";
+  }
+  for (const AgentRecord* a : live) {
+    if (Matches(p, *a)) return "";
+  }
+  // Name the first requirement that no live agent meets.
+  if (!p.agent_ids().empty()) {
+    bool any = false;
+    for (const AgentRecord* a : live) {
+      any |= std::find(p.agent_ids().begin(), p.agent_ids().end(), a->id) != p.agent_ids().end();
+    }
+    if (!any) {
+      return absl::StrCat("none of the agents ", absl::StrJoin(p.agent_ids(), ", "),
+                          " is connected and taking work");
+    }
+  }
+  std::map<std::string, std::string> labels(p.required_labels().begin(), p.required_labels().end());
+  for (const auto& [k, v] : labels) {
+    bool any = false;
+    for (const AgentRecord* a : live) {
+      auto it = a->labels.find(k);
+      any |= it != a->labels.end() && it->second == v;
+    }
+    if (!any) return absl::StrCat("no agent has label ", k, "=", v);
+  }
+  int32_t most = 0;
+  for (const AgentRecord* a : live) most = std::max(most, a->slots);
+  if (SlotsOf(p) > most) {
+    return absl::StrCat("the task needs ", SlotsOf(p), " slots; the largest agent has ", most);
+  }
+  return "no agent meets all of its placement at once";
 }
 
 }  // namespace taskgrid::core

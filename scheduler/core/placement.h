@@ -16,6 +16,12 @@ namespace taskgrid::core {
 struct AgentRecord {
   std::string id;
   uint64_t conn = 0;  // the live stream; 0 while disconnected
+  // Disconnected past its grace: its tasks have moved; kept to be listed.
+  bool lost = false;
+  bool draining = false;  // takes no new work
+  std::string version;
+  absl::Time connect_time = absl::InfinitePast();    // wall, for display
+  absl::Time last_seen_time = absl::InfinitePast();  // wall, for display
   absl::flat_hash_map<std::string, std::string> labels;
   int32_t slots = 0;
   int32_t used = 0;                        // slots held by live attempts
@@ -24,6 +30,8 @@ struct AgentRecord {
   absl::flat_hash_set<std::string> tasks;  // ids of the live attempts it holds
 
   bool connected() const { return conn != 0; }
+  // Connected and not draining: may be given work.
+  bool takes_work() const { return conn != 0 && !draining; }
   int32_t free_slots() const { return slots - used; }
 };
 
@@ -40,5 +48,10 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
 
 // The key grouping tasks that any given agent either can or cannot run.
 std::string PlacementClass(const v1::Placement& p);
+
+// Why no agent in `agents` can ever take a task with this placement right
+// now (ignoring how busy they are): e.g. "no agent has label gpu=1". Empty
+// when some agent that takes work matches.
+std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const AgentRecord*>& agents);
 
 }  // namespace taskgrid::core

@@ -127,6 +127,7 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks) {
     by_seq_[t.seq] = &t;
     next_seq_ = std::max(next_seq_, t.seq + 1);
     ++counts_[t.queue()][t.state];
+    if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (t.state == v1::TASK_STATE_PENDING) {
       ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
     } else if (t.state == v1::TASK_STATE_SCHEDULED) {
@@ -217,6 +218,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
     by_seq_[t.seq] = &t;
     const v1::TaskState to = ReadyOrScheduled(t);
     Transition(t, to, to == v1::TASK_STATE_SCHEDULED ? "waiting for not_before" : "submitted");
+    ArmStartDeadline(t, now);
     out.push_back(&t);
   }
   Dispatch();
@@ -233,9 +235,11 @@ absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
     case v1::TASK_STATE_BLOCKED:
     case v1::TASK_STATE_PAUSED:
       Transition(*t, v1::TASK_STATE_CANCELLED, "cancelled by request");
+      start_deadlines_.Remove(t->id());
       return t;
     case v1::TASK_STATE_DISPATCHED:
     case v1::TASK_STATE_RUNNING:
+      t->pause_requested = false;  // cancel wins over a pause under way
       Transition(*t, v1::TASK_STATE_CANCELLING,
                  absl::StrCat("cancel requested; waiting for agent ", t->agent_id));
       SendCancel(*t);
@@ -258,13 +262,14 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                      "; only FAILED or CANCELLED tasks can be retried"));
   }
-  if (t->attempt >= MaxAttempts(*t)) {
+  if (AttemptsUsed(*t) >= MaxAttempts(*t)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" has used all ", MaxAttempts(*t),
                      " of its attempts; reset it to run it again from attempt 0"));
   }
   t->next_run_time = absl::InfinitePast();
   Transition(*t, ReadyOrScheduled(*t), "retried by request");
+  ArmStartDeadline(*t, Now());
   Dispatch();
   return t;
 }
@@ -284,6 +289,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
   t->next_run_time = absl::InfinitePast();
   effects_.batch.clear_attempts.push_back(t->id());
   Transition(*t, ReadyOrScheduled(*t), "reset by request");
+  ArmStartDeadline(*t, Now());
   Dispatch();
   return t;
 }
@@ -300,11 +306,18 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
       return t;
     case v1::TASK_STATE_PAUSED:
       return t;
+    case v1::TASK_STATE_DISPATCHED:
+    case v1::TASK_STATE_RUNNING:
+      if (t->pause_requested) return t;
+      // The agent stops the attempt; its result then ends the task PAUSED.
+      t->pause_requested = true;
+      t->reason = absl::StrCat("pause requested; waiting for agent ", t->agent_id);
+      PersistRow(*t);
+      SendCancel(*t);
+      return t;
     default:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "task \"", id, "\" is ", StateName(t->state),
-          "; only PENDING, SCHEDULED or BLOCKED tasks can be paused (a task an agent holds "
-          "cannot be paused yet: cancel it instead)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("task \"", id, "\" is ", StateName(t->state), " and cannot be paused"));
   }
 }
 
@@ -329,6 +342,100 @@ const TaskRecord* Scheduler::Find(const std::string& id) const {
 void Scheduler::Describe(const TaskRecord& t, v1::Task* out) const {
   ToTaskProto(t, out);
   out->set_max_attempts(MaxAttempts(t));
+  if (t.state == v1::TASK_STATE_PENDING) {
+    const std::string why = WhyUnplaceable(t.spec.placement(), Agents());
+    out->set_reason(why.empty() ? "waiting for a free slot" : "waiting: " + why);
+  }
+}
+
+std::vector<const AgentRecord*> Scheduler::Agents() const {
+  std::vector<const AgentRecord*> out;
+  out.reserve(agents_.size());
+  for (const auto& [id, a] : agents_) out.push_back(a.get());
+  std::sort(out.begin(), out.end(),
+            [](const AgentRecord* x, const AgentRecord* y) { return x->id < y->id; });
+  return out;
+}
+
+void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
+  out->set_id(a.id);
+  for (const auto& [k, v] : a.labels) (*out->mutable_labels())[k] = v;
+  out->set_slots(a.slots);
+  out->set_slots_used(a.used);
+  std::vector<std::string> running(a.tasks.begin(), a.tasks.end());
+  std::sort(running.begin(), running.end());
+  for (std::string& id : running) out->add_running(std::move(id));
+  out->set_state(!a.connected() ? v1::AGENT_STATE_LOST
+                 : a.draining   ? v1::AGENT_STATE_DRAINING
+                                : v1::AGENT_STATE_ACTIVE);
+  SetTimestamp(a.last_seen_time, out->mutable_last_heartbeat_time());
+  SetTimestamp(a.connect_time, out->mutable_connect_time());
+  out->set_version(a.version);
+}
+
+v1::ClusterStats Scheduler::ClusterStats() const {
+  v1::ClusterStats st;
+  for (const auto& [id, a] : agents_) {
+    if (!a->connected()) {
+      st.set_agents_lost(st.agents_lost() + 1);
+      continue;
+    }
+    if (a->draining) {
+      st.set_agents_draining(st.agents_draining() + 1);
+    } else {
+      st.set_agents_active(st.agents_active() + 1);
+    }
+    st.set_slots_total(st.slots_total() + a->slots);
+    st.set_slots_used(st.slots_used() + a->used);
+  }
+  st.set_stale_messages(stale_messages_);
+  for (const auto& [queue, counts] : counts_) {
+    for (int s = 1; s < kNumStates; ++s) {
+      if (counts[s] != 0) {
+        (*st.mutable_tasks())[StateName(static_cast<v1::TaskState>(s))] += counts[s];
+      }
+    }
+  }
+  return st;
+}
+
+absl::StatusOr<const AgentRecord*> Scheduler::Drain(const std::string& agent_id) {
+  if (agent_id.empty()) return absl::InvalidArgumentError("id is empty");
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent \"", agent_id, "\" is not known"));
+  }
+  AgentRecord& a = *it->second;
+  if (!a.draining) {
+    a.draining = true;
+    SendDrain(a);
+  }
+  return &a;
+}
+
+void Scheduler::SendDrain(const AgentRecord& a) {
+  v1::SchedulerMessage msg;
+  msg.mutable_drain();
+  Send(a.conn, std::move(msg));
+}
+
+void Scheduler::PersistRow(const TaskRecord& t) {
+  effects_.batch.tasks.push_back(ToRow(t, /*insert=*/false));
+}
+
+void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
+  const absl::Duration timeout = FromProto(t.spec.schedule_timeout());
+  if (timeout <= absl::ZeroDuration()) return;
+  for (const v1::Attempt& a : t.attempts) {
+    if (FromProto(a.start_time()) != absl::InfinitePast()) return;  // it has started before
+  }
+  start_deadlines_.Set(t.id(), (from + timeout) - absl::UnixEpoch());
+}
+
+int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
+  int32_t interrupted = 0;
+  for (const v1::Attempt& a : t.attempts) interrupted += a.interrupted() ? 1 : 0;
+  return t.attempt - interrupted;
 }
 
 TaskRecord* Scheduler::Mutable(const std::string& id) {
@@ -404,7 +511,7 @@ absl::Duration Scheduler::AckTimeout(const TaskRecord& t) const {
   return d > absl::ZeroDuration() ? d : opts_.default_ack_timeout;
 }
 
-absl::Duration Scheduler::Backoff(const TaskRecord& t) const {
+absl::Duration Scheduler::Backoff(const TaskRecord& t) {
   const v1::RetryPolicy& r = t.spec.retry();
   absl::Duration initial = FromProto(r.initial_backoff());
   if (!r.has_initial_backoff()) initial = opts_.default_initial_backoff;
@@ -413,8 +520,11 @@ absl::Duration Scheduler::Backoff(const TaskRecord& t) const {
   const double mult = r.multiplier() > 0 ? r.multiplier() : opts_.default_backoff_multiplier;
   // attempt 1 failed -> initial; attempt 2 failed -> initial * mult; ...
   const double factor = std::pow(mult, std::max(0, t.attempt - 1));
-  const absl::Duration d = std::isfinite(factor) ? initial * factor : max;
-  return std::min(d, max);
+  absl::Duration d = std::min(std::isfinite(factor) ? initial * factor : max, max);
+  const double u =
+      opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
+  d *= 1.0 - opts_.backoff_jitter * std::clamp(u, 0.0, 1.0);
+  return d;
 }
 
 std::string Scheduler::NewTaskId() {
@@ -432,7 +542,7 @@ std::string Scheduler::NewTaskId() {
 void Scheduler::Dispatch() {
   std::vector<AgentRecord*> agents;
   for (auto& [id, a] : agents_) {
-    if (a->connected() && a->free_slots() > 0) agents.push_back(a.get());
+    if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
   }
   if (agents.empty()) return;
   absl::flat_hash_map<AgentRecord*, v1::Assign> assigns;
@@ -482,7 +592,7 @@ void Scheduler::Dispatch() {
   }
 }
 
-void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result) {
+void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted) {
   TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
   auto it = agents_.find(t.agent_id);
   TASKGRID_CHECK(it != agents_.end(), absl::StrCat("task ", t.id(), ": unknown agent"));
@@ -491,6 +601,10 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result) {
   a.tasks.erase(t.id());
   task_deadlines_.Remove(t.id());
 
+  const bool pausing = t.pause_requested;
+  t.pause_requested = false;
+  // A pause that stopped the attempt interrupts it, like a drain's release.
+  interrupted |= pausing && result.outcome() == v1::OUTCOME_CANCELLED;
   v1::Attempt done;
   done.set_attempt(t.attempt);
   done.set_agent_id(t.agent_id);
@@ -498,6 +612,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result) {
   SetTimestamp(t.start_time, done.mutable_start_time());
   SetTimestamp(Now(), done.mutable_finish_time());
   *done.mutable_result() = result;
+  done.set_interrupted(interrupted);
   effects_.batch.attempts.push_back(ToAttemptRow(t.id(), done));
   t.attempts.push_back(std::move(done));
   t.result = std::move(result);
@@ -522,12 +637,21 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result) {
   }
   std::string why = absl::StrCat(what, " ", OutcomeWord(r.outcome()));
   if (!r.error().empty()) absl::StrAppend(&why, ": ", r.error());
+  if (pausing) {
+    Transition(t, v1::TASK_STATE_PAUSED, absl::StrCat("paused by request (", why, ")"));
+    return;
+  }
+  if (interrupted) {
+    t.next_run_time = absl::InfinitePast();
+    Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; re-queued, not counted"));
+    return;
+  }
   if (!IsRetryableFailure(t, r)) {
     Transition(t, v1::TASK_STATE_FAILED,
                absl::StrCat(why, " (exit code ", r.exit_code(), " is not retryable)"));
     return;
   }
-  if (t.attempt >= MaxAttempts(t)) {
+  if (AttemptsUsed(t) >= MaxAttempts(t)) {
     Transition(t, v1::TASK_STATE_FAILED,
                absl::StrCat(why, "; all ", MaxAttempts(t), " attempts used"));
     return;
@@ -580,15 +704,23 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   }
   a.conn = conn;
   by_conn_[conn] = &a;
+  a.lost = false;
+  a.draining = hello.draining();
+  a.version = hello.version();
   a.labels = {hello.labels().begin(), hello.labels().end()};
   a.slots = hello.slots();
   a.last_seen = Mono();
+  a.connect_time = Now();
+  a.last_seen_time = a.connect_time;
   agent_deadlines_.Set(a.id, a.last_seen + opts_.heartbeat_timeout);
 
   v1::SchedulerMessage welcome;
   welcome.mutable_welcome()->set_session_id(absl::StrCat(a.id, "/", conn));
   *welcome.mutable_welcome()->mutable_heartbeat_interval() = ToProto(opts_.heartbeat_interval);
   welcome.mutable_welcome()->set_max_output_bytes(opts_.max_output_bytes);
+  // The agent stops its tasks itself before the grace ends and they move.
+  *welcome.mutable_welcome()->mutable_stop_on_lost_after() =
+      ToProto(std::max(opts_.reconnect_grace - absl::Seconds(1), opts_.reconnect_grace / 2));
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.
@@ -600,7 +732,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     auto it = running.find(id);
     if (it != running.end() && it->second == t.attempt) {
       running.erase(it);
-      if (t.state == v1::TASK_STATE_CANCELLING) SendCancel(t);
+      // Cancels and pauses are durable: said again until the agent confirms.
+      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested) SendCancel(t);
       continue;
     }
     FinishAttempt(t, LostResult(absl::StrCat("agent ", a.id, " came back without it")));
@@ -628,8 +761,9 @@ void Scheduler::Disconnect(uint64_t conn) {
 void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
   const std::vector<std::string> held(a.tasks.begin(), a.tasks.end());
   for (const std::string& id : held) FinishAttempt(*Mutable(id), LostResult(why));
-  agent_deadlines_.Remove(a.id);
-  agents_.erase(a.id);  // `a` is gone
+  // Listed as LOST for a while, then forgotten.
+  a.lost = true;
+  agent_deadlines_.Set(a.id, Mono() + opts_.lost_agent_retention);
 }
 
 TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task_id,
@@ -646,8 +780,21 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   if (it == by_conn_.end()) return;
   AgentRecord& a = *it->second;
   a.last_seen = Mono();
+  a.last_seen_time = Now();
   agent_deadlines_.Set(a.id, a.last_seen + opts_.heartbeat_timeout);
   switch (msg.msg_case()) {
+    case v1::AgentMessage::kHeartbeat: {
+      v1::SchedulerMessage ack;
+      ack.mutable_heartbeat_ack();
+      Send(a.conn, std::move(ack));
+      break;
+    }
+    case v1::AgentMessage::kDraining:
+      a.draining = true;
+      break;
+    case v1::AgentMessage::kRelease:
+      OnRelease(a, msg.release());
+      break;
     case v1::AgentMessage::kAccept:
       OnAccept(a, msg.accept());
       break;
@@ -657,7 +804,7 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kResult:
       OnResult(a, msg.result());
       break;
-    default:  // Heartbeat: liveness only.
+    default:
       break;
   }
   Dispatch();
@@ -681,8 +828,28 @@ void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {
   } else {
     task_deadlines_.Remove(t->id());
   }
+  start_deadlines_.Remove(t->id());
   Transition(*t, v1::TASK_STATE_RUNNING,
              absl::StrCat("attempt ", t->attempt, " running on agent ", a.id));
+  if (t->pause_requested) SendCancel(*t);
+}
+
+void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
+  v1::SchedulerMessage ack;
+  ack.mutable_result_ack()->set_task_id(m.task_id());
+  ack.mutable_result_ack()->set_attempt(m.attempt());
+  TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  if (t == nullptr) {
+    ++stale_messages_;
+  } else {
+    v1::TaskResult r;
+    r.set_outcome(v1::OUTCOME_CANCELLED);
+    r.set_exit_code(-1);
+    r.set_error(absl::StrCat("released by the agent: ", m.reason()));
+    FinishAttempt(*t, std::move(r), /*interrupted=*/true);
+    ack.mutable_result_ack()->set_accepted(true);
+  }
+  Send(a.conn, std::move(ack));
 }
 
 void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
@@ -741,6 +908,13 @@ void Scheduler::Tick() {
     Transition(t, v1::TASK_STATE_PENDING,
                t.attempt > 0 ? "retry backoff over" : "not_before reached");
   }
+  for (const std::string& id : start_deadlines_.PopExpired(now - absl::UnixEpoch())) {
+    TaskRecord* t = Mutable(id);
+    if (t == nullptr || IsTerminal(t->state) || IsInFlight(t->state)) continue;
+    Transition(*t, v1::TASK_STATE_FAILED,
+               absl::StrCat("expired before start: not started within schedule_timeout ",
+                            absl::FormatDuration(FromProto(t->spec.schedule_timeout()))));
+  }
   const absl::Duration mono = Mono();
   for (const std::string& id : task_deadlines_.PopExpired(mono)) {
     TaskRecord* t = Mutable(id);
@@ -768,9 +942,11 @@ void Scheduler::Tick() {
       by_conn_.erase(a.conn);
       a.conn = 0;
       agent_deadlines_.Set(a.id, mono + opts_.reconnect_grace);
-    } else {
+    } else if (!a.lost) {
       LoseAgent(a, absl::StrCat("agent ", id, " was lost and did not come back within ",
                                 absl::FormatDuration(opts_.reconnect_grace)));
+    } else {
+      agents_.erase(it);  // lost long enough: forgotten
     }
   }
   Dispatch();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -35,6 +36,7 @@
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
@@ -83,6 +85,8 @@ class Scheduler {
   absl::StatusOr<const TaskRecord*> Cancel(const std::string& id);
   absl::StatusOr<const TaskRecord*> Retry(const std::string& id);
   absl::StatusOr<const TaskRecord*> Reset(const std::string& id);
+  // A task an agent holds is interrupted (the agent kills it) and ends
+  // PAUSED; the interrupted attempt does not count against max_attempts.
   absl::StatusOr<const TaskRecord*> Pause(const std::string& id);
   absl::StatusOr<const TaskRecord*> Resume(const std::string& id);
 
@@ -100,8 +104,14 @@ class Scheduler {
   absl::Status Connect(uint64_t conn, const v1::Hello& hello);
   // The stream ended. The agent keeps its tasks for the reconnect grace.
   void Disconnect(uint64_t conn);
-  // Heartbeat, Accept, Reject or Result on a stream that said Hello.
+  // Heartbeat, Accept, Reject, Result, Draining or Release on a stream that
+  // said Hello.
   void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg);
+  // Gives the agent no more work and tells it so.
+  absl::StatusOr<const AgentRecord*> Drain(const std::string& agent_id);
+  std::vector<const AgentRecord*> Agents() const;
+  void DescribeAgent(const AgentRecord& a, v1::Agent* out) const;
+  v1::ClusterStats ClusterStats() const;
 
   // Time-driven work: scheduled tasks whose time came, expired deadlines,
   // agents silent or lost past their grace. Call it often (the Engine does
@@ -133,8 +143,14 @@ class Scheduler {
   v1::TaskState ReadyOrScheduled(TaskRecord& t);
 
   void Dispatch();
-  // Ends the live attempt with `result` and moves the task on (retry, done).
-  void FinishAttempt(TaskRecord& t, v1::TaskResult result);
+  // Ends the live attempt with `result` and moves the task on (retry, done,
+  // paused, re-queued). `interrupted`: ended by a pause or a drain, so it
+  // does not count against max_attempts.
+  void FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted = false);
+  // Writes a row change that is not a state change (pause_requested).
+  void PersistRow(const TaskRecord& t);
+  // schedule_timeout: fail the task if it has not started by `from` + timeout.
+  void ArmStartDeadline(const TaskRecord& t, absl::Time from);
   void LoseAgent(AgentRecord& a, const std::string& why);
   void Send(uint64_t conn, v1::SchedulerMessage msg);
   void SendCancel(const TaskRecord& t);
@@ -144,10 +160,14 @@ class Scheduler {
   void OnAccept(AgentRecord& a, const v1::Accept& m);
   void OnReject(AgentRecord& a, const v1::Reject& m);
   void OnResult(AgentRecord& a, const v1::Result& m);
+  void OnRelease(AgentRecord& a, const v1::Release& m);
+  void SendDrain(const AgentRecord& a);
 
+  // Attempts that count against max_attempts (interrupted ones do not).
+  int32_t AttemptsUsed(const TaskRecord& t) const;
   int32_t MaxAttempts(const TaskRecord& t) const;
   absl::Duration AckTimeout(const TaskRecord& t) const;
-  absl::Duration Backoff(const TaskRecord& t) const;
+  absl::Duration Backoff(const TaskRecord& t);
   int64_t QueueLength(const std::string& queue) const;
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
@@ -171,7 +191,9 @@ class Scheduler {
   uint64_t assign_counter_ = 0;
 
   DeadlineTable task_deadlines_;   // DISPATCHED: ack; RUNNING: attempt timeout
-  DeadlineTable agent_deadlines_;  // connected: heartbeat; disconnected: grace
+  DeadlineTable agent_deadlines_;  // connected: heartbeat; disconnected: grace; lost: forget
+  DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
+  std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
 };
 

@@ -22,26 +22,28 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
   switch (from) {
     case TASK_STATE_UNSPECIFIED:  // submit
       return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_BLOCKED;
+    // Waiting states may also expire before start (schedule_timeout): FAILED.
     case TASK_STATE_SCHEDULED:
-      return to == TASK_STATE_PENDING || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
     case TASK_STATE_BLOCKED:
-      return to == TASK_STATE_PENDING || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
     case TASK_STATE_PENDING:
-      return to == TASK_STATE_DISPATCHED || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED;
+      return to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED || to == TASK_STATE_FAILED ||
+             (from == TASK_STATE_PENDING ? to == TASK_STATE_DISPATCHED : to == TASK_STATE_PENDING);
     case TASK_STATE_DISPATCHED:
       // Accepted; or the hand-over failed (ack timeout, agent lost, rejected):
-      // retry now, retry after backoff, or attempts used up; or cancel.
+      // retry now, retry after backoff, or attempts used up; or cancel; or a
+      // pause interrupted it.
       return to == TASK_STATE_RUNNING || to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED ||
-             to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING;
+             to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED;
     case TASK_STATE_RUNNING:
       return to == TASK_STATE_SUCCEEDED || to == TASK_STATE_FAILED || to == TASK_STATE_PENDING ||
-             to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING;
+             to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED;
     case TASK_STATE_CANCELLING:
       // The agent confirms (or its lease ends); a result that beat the cancel
       // to the agent still counts as a success.
       return to == TASK_STATE_CANCELLED || to == TASK_STATE_SUCCEEDED;
     case TASK_STATE_PAUSED:
-      return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLED;
+      return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLED ||
+             to == TASK_STATE_FAILED;
     case TASK_STATE_SUCCEEDED:
       return to == TASK_STATE_PENDING;  // reset
     case TASK_STATE_FAILED:

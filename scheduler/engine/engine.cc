@@ -219,7 +219,44 @@ void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
 }
 
 // ---------------------------------------------------------------------------
+// ClusterService.
+
+void Engine::ListAgents(Reply<v1::ListAgentsResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  v1::ListAgentsResponse resp;
+  for (const core::AgentRecord* a : sched_.Agents()) sched_.DescribeAgent(*a, resp.add_agents());
+  Answer(absl::StatusOr<v1::ListAgentsResponse>(std::move(resp)), std::move(done));
+}
+
+void Engine::DrainAgent(const std::string& id, Reply<v1::Agent> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  auto a = sched_.Drain(id);
+  absl::StatusOr<v1::Agent> result;
+  if (!a.ok()) {
+    result = a.status();
+  } else {
+    v1::Agent view;
+    sched_.DescribeAgent(**a, &view);
+    result = std::move(view);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::GetClusterStats(Reply<v1::ClusterStats> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  Answer(absl::StatusOr<v1::ClusterStats>(sched_.ClusterStats()), std::move(done));
+}
+
+// ---------------------------------------------------------------------------
 // Agents.
+
+void Engine::CloseAgentStreams(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(channels_mu_);
+  for (auto& [conn, channel] : channels_) channel->Close(why);
+}
 
 uint64_t Engine::AttachAgent(std::shared_ptr<AgentChannel> channel) {
   uint64_t conn;

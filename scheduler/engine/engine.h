@@ -25,6 +25,7 @@
 #include "scheduler/store/group_commit.h"
 #include "scheduler/store/store.h"
 #include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::engine {
@@ -73,6 +74,11 @@ class Engine {
   void ResumeTask(const std::string& id, Reply<v1::Task> done);
   void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
 
+  // --- ClusterService. ---
+  void ListAgents(Reply<v1::ListAgentsResponse> done);
+  void DrainAgent(const std::string& id, Reply<v1::Agent> done);
+  void GetClusterStats(Reply<v1::ClusterStats> done);
+
   // --- Agent streams. ---
   // A new stream; returns its connection id.
   uint64_t AttachAgent(std::shared_ptr<AgentChannel> channel);
@@ -81,6 +87,9 @@ class Engine {
   void AgentMessage(uint64_t conn, const v1::AgentMessage& msg);
   // The stream ended.
   void DetachAgent(uint64_t conn);
+  // Ends every agent stream with `why` (the scheduler is stopping: agents
+  // reconnect to the next one, and keep their tasks within the grace).
+  void CloseAgentStreams(const absl::Status& why);
 
   // --- For tests and tools. ---
   // Blocks until everything queued so far is committed and delivered.

@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   builder.SetMaxSendMessageSize(opts.max_message_bytes);
   builder.RegisterService(&s->tasks_);
   builder.RegisterService(&s->agents_);
+  builder.RegisterService(&s->cluster_);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,
@@ -33,6 +34,8 @@ void SchedulerServer::Shutdown(absl::Duration deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
+  engine_->CloseAgentStreams(
+      absl::UnavailableError("the scheduler is shutting down; reconnect to the next one"));
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
   server_->Wait();
 }

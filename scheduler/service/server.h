@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/agent_service.h"
+#include "scheduler/service/cluster_service.h"
 #include "scheduler/service/task_service.h"
 
 namespace taskgrid::service {
@@ -29,13 +30,17 @@ class SchedulerServer {
 
   int port() const { return port_; }
   grpc::Server* server() { return server_.get(); }
-  // Stops taking RPCs and ends open streams after `deadline`.
+  // Stops taking RPCs, tells agents to reconnect (their streams end at
+  // once), and cancels what is still open after `deadline`.
   void Shutdown(absl::Duration deadline);
 
  private:
-  SchedulerServer(engine::Engine* engine) : tasks_(engine), agents_(engine) {}
+  SchedulerServer(engine::Engine* engine)
+      : engine_(engine), tasks_(engine), agents_(engine), cluster_(engine) {}
+  engine::Engine* const engine_;
   TaskServiceImpl tasks_;
   AgentServiceImpl agents_;
+  ClusterServiceImpl cluster_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -2,24 +2,9 @@
 
 #include <utility>
 
-#include "common/grpc_status.h"
+#include "scheduler/service/unary.h"
 
 namespace taskgrid::service {
-
-namespace {
-
-// Returns the reactor, and a reply that fills `resp` and finishes it.
-template <typename Resp>
-std::pair<grpc::ServerUnaryReactor*, engine::Engine::Reply<Resp>> Unary(
-    grpc::CallbackServerContext* ctx, Resp* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  return {reactor, [reactor, resp](absl::StatusOr<Resp> r) {
-            if (r.ok()) *resp = std::move(*r);
-            reactor->Finish(ToGrpcStatus(r.status()));
-          }};
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* TaskServiceImpl::SubmitTasks(grpc::CallbackServerContext* ctx,
                                                        const v1::SubmitTasksRequest* req,

@@ -61,6 +61,10 @@ const std::vector<const char*>& Migrations() {
         reason     TEXT NOT NULL
       );
       )sql",
+      // 1 -> 2: a pause waiting for the agent to stop the live attempt.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN pause_requested INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return *kMigrations;
 }
@@ -206,12 +210,12 @@ absl::Status SqliteStore::Prepare() {
   } stmts[] = {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
-       "next_run_us, dispatch_us, start_us, reason, result, spec) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"},
+       "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
-       "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10 "
-       "WHERE id = ?1"},
+       "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
+       "pause_requested = ?11 WHERE id = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
@@ -264,6 +268,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       BindText(st, 12, r.reason);
       BindBlob(st, 13, r.result);
       BindBlob(st, 14, r.spec);
+      sqlite3_bind_int(st, 15, r.pause_requested ? 1 : 0);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else {
       sqlite3_stmt* st = update_task_;
@@ -277,6 +282,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int64(st, 8, r.start_us);
       BindText(st, 9, r.reason);
       BindBlob(st, 10, r.result);
+      sqlite3_bind_int(st, 11, r.pause_requested ? 1 : 0);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
@@ -313,8 +319,8 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
-                         "next_run_us, dispatch_us, start_us, reason, result, spec "
-                         "FROM tasks ORDER BY seq",
+                         "next_run_us, dispatch_us, start_us, reason, result, spec, "
+                         "pause_requested FROM tasks ORDER BY seq",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading tasks");
   }
@@ -337,6 +343,7 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
     r.reason = ColumnString(st, 11);
     r.result = ColumnString(st, 12);
     r.spec = ColumnString(st, 13);
+    r.pause_requested = sqlite3_column_int(st, 14) != 0;
     index[r.id] = out.size();
     out.push_back(std::move(t));
   }

@@ -9,6 +9,7 @@
 #include "common/proto_time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "tests/integration/cluster.h"
 
 namespace taskgrid::testing {
@@ -316,6 +317,76 @@ TEST(Scheduler, AgentWithBadHelloIsRefused) {
   s = stream2->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("hello"));
+}
+
+TEST(Scheduler, PausingARunningTaskStopsItAndResumeRunsItAgain) {
+  InProcessCluster c;
+  c.AddAgent("a1", 1);
+  v1::TaskSpec s = BuiltinSpec("long", "sleep", {"600"});
+  s.set_max_attempts(1);
+  ASSERT_TRUE(c.Submit({s}).ok());
+  c.WaitFor("long", v1::TASK_STATE_RUNNING);
+  v1::PauseTaskRequest pause;
+  pause.set_id("long");
+  v1::Task t;
+  ASSERT_TRUE(c.tasks().PauseTask(InProcessCluster::Ctx().get(), pause, &t).ok());
+  EXPECT_THAT(t.reason(), HasSubstr("pause requested"));
+  t = c.WaitFor("long", v1::TASK_STATE_PAUSED, absl::Seconds(10));
+  ASSERT_EQ(t.attempts_size(), 1);
+  EXPECT_TRUE(t.attempts(0).interrupted());
+  v1::ResumeTaskRequest resume;
+  resume.set_id("long");
+  ASSERT_TRUE(c.tasks().ResumeTask(InProcessCluster::Ctx().get(), resume, &t).ok());
+  t = c.WaitFor("long", v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(t.attempt(), 2) << "the interrupted attempt did not use up max_attempts=1";
+}
+
+TEST(Scheduler, ClusterServiceListsDrainsAndCounts) {
+  InProcessCluster c;
+  c.AddAgent("a1", 3, {{"zone", "a"}});
+  auto cluster = v1::ClusterService::NewStub(
+      grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  v1::ListAgentsResponse agents;
+  ASSERT_TRUE(InProcessCluster::Eventually([&] {
+    agents.Clear();
+    return cluster->ListAgents(InProcessCluster::Ctx().get(), {}, &agents).ok() &&
+           agents.agents_size() == 1;
+  }));
+  EXPECT_EQ(agents.agents(0).id(), "a1");
+  EXPECT_EQ(agents.agents(0).state(), v1::AGENT_STATE_ACTIVE);
+  EXPECT_EQ(agents.agents(0).slots(), 3);
+  EXPECT_EQ(agents.agents(0).labels().at("zone"), "a");
+
+  v1::DrainAgentRequest drain;
+  drain.set_id("a1");
+  v1::Agent drained;
+  ASSERT_TRUE(cluster->DrainAgent(InProcessCluster::Ctx().get(), drain, &drained).ok());
+  EXPECT_EQ(drained.state(), v1::AGENT_STATE_DRAINING);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("waits", "noop")}).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  v1::Task t = c.Get("waits");
+  EXPECT_EQ(t.state(), v1::TASK_STATE_PENDING) << "a draining agent gets no work";
+  EXPECT_THAT(t.reason(), HasSubstr("draining"));
+
+  v1::ClusterStats stats;
+  ASSERT_TRUE(cluster->GetClusterStats(InProcessCluster::Ctx().get(), {}, &stats).ok());
+  EXPECT_EQ(stats.agents_draining(), 1);
+  EXPECT_EQ(stats.slots_total(), 3);
+  EXPECT_EQ(stats.tasks().at("PENDING"), 1);
+
+  drain.set_id("ghost");
+  grpc::Status s = cluster->DrainAgent(InProcessCluster::Ctx().get(), drain, &drained);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(Scheduler, ScheduleTimeoutExpiresAnUnplaceableTask) {
+  InProcessCluster c;
+  v1::TaskSpec s = BuiltinSpec("nowhere", "noop");
+  (*s.mutable_placement()->mutable_required_labels())["gpu"] = "1";
+  s.mutable_schedule_timeout()->set_nanos(300'000'000);
+  ASSERT_TRUE(c.Submit({s}).ok());
+  v1::Task t = c.WaitFor("nowhere", v1::TASK_STATE_FAILED);
+  EXPECT_THAT(t.reason(), HasSubstr("expired before start"));
 }
 
 }  // namespace

@@ -16,8 +16,8 @@ TEST(KeyValues, ParsesListsAndPairs) {
   EXPECT_THAT(ParseList(" a, b,,c "), ElementsAre("a", "b", "c"));
   auto kv = ParseKeyValues("labels", "gpu=1, zone=a,empty=,eq=a=b");
   ASSERT_TRUE(kv.ok());
-  EXPECT_THAT(*kv, ElementsAre(Pair("empty", ""), Pair("eq", "a=b"), Pair("gpu", "1"),
-                               Pair("zone", "a")));
+  EXPECT_THAT(
+      *kv, ElementsAre(Pair("empty", ""), Pair("eq", "a=b"), Pair("gpu", "1"), Pair("zone", "a")));
   EXPECT_TRUE(ParseKeyValues("labels", "")->empty());
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
+#include "taskgrid/v1/cluster_service.pb.h"
 
 namespace taskgrid::core {
 namespace {
@@ -28,6 +29,7 @@ class SchedulerTest : public ::testing::Test {
     o.default_ack_timeout = absl::Seconds(10);
     o.heartbeat_timeout = absl::Seconds(5);
     o.reconnect_grace = absl::Seconds(5);
+    o.random = [] { return 0.0; };  // no jitter unless a test asks for it
     return o;
   }
 
@@ -439,7 +441,8 @@ TEST_F(SchedulerTest, AfterGraceTasksAreRequeuedAndTheAttemptCounts) {
   Advance(absl::Seconds(1));
   EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
   EXPECT_EQ(Task("t").attempt, 1);
-  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+  ASSERT_NE(sched_.FindAgent("a1"), nullptr);
+  EXPECT_TRUE(sched_.FindAgent("a1")->lost) << "listed as lost for a while";
   const uint64_t other = Connect("a2", 1);
   EXPECT_THAT(Assigned(Take(), other), ElementsAre("t"));
   EXPECT_EQ(Task("t").attempt, 2);
@@ -579,6 +582,7 @@ TEST_F(SchedulerTest, PauseAndResume) {
   Check();
   EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
   EXPECT_EQ(sched_.Resume("t").status().code(), absl::StatusCode::kFailedPrecondition);
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
   EXPECT_EQ(sched_.Pause("t").status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -818,6 +822,225 @@ TEST_F(SchedulerTest, RestoredInFlightTaskIsRequeuedWhenItsAgentNeverReturns) {
   EXPECT_NE(restored.Find("t")->state, v1::TASK_STATE_RUNNING);
   EXPECT_EQ(restored.Find("t")->attempts.size(), 1u);
   ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
+}
+
+// --- Leases, drain and the elastic pool. ---
+
+TEST_F(SchedulerTest, BackoffHasJitterBelowTheExponentialValue) {
+  SchedulerOptions o = Options();
+  o.random = [] { return 1.0; };
+  o.backoff_jitter = 0.5;
+  Scheduler sched(&clock_, o);
+  v1::TaskSpec s = Spec("j");
+  s.mutable_retry()->mutable_initial_backoff()->set_seconds(4);
+  ASSERT_TRUE(sched.Submit({s}).ok());
+  v1::Hello h;
+  h.set_agent_id("a1");
+  h.set_slots(1);
+  ASSERT_TRUE(sched.Connect(1, h).ok());
+  v1::AgentMessage m;
+  m.mutable_result()->set_task_id("j");
+  m.mutable_result()->set_attempt(1);
+  m.mutable_result()->mutable_result()->set_outcome(v1::OUTCOME_FAILED);
+  sched.OnAgentMessage(1, m);
+  EXPECT_EQ(sched.Find("j")->next_run_time, clock_.Now() + absl::Seconds(2));
+  ASSERT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
+}
+
+TEST_F(SchedulerTest, ScheduleTimeoutFailsATaskNotStartedInTime) {
+  v1::TaskSpec s = Spec("late");
+  s.mutable_schedule_timeout()->set_seconds(30);
+  SubmitOk(s);
+  Advance(absl::Seconds(29));
+  EXPECT_EQ(State("late"), v1::TASK_STATE_PENDING);
+  Advance(absl::Seconds(1));
+  EXPECT_EQ(State("late"), v1::TASK_STATE_FAILED);
+  EXPECT_THAT(Task("late").reason, HasSubstr("expired before start"));
+  EXPECT_EQ(Task("late").attempt, 0);
+}
+
+TEST_F(SchedulerTest, ScheduleTimeoutDoesNotStopAStartedTask) {
+  v1::TaskSpec s = Spec("started");
+  s.mutable_schedule_timeout()->set_seconds(3);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "started", 1);
+  for (int i = 0; i < 5; ++i) {
+    Advance(absl::Seconds(1));
+    Heartbeat(conn);
+  }
+  EXPECT_EQ(State("started"), v1::TASK_STATE_RUNNING);
+}
+
+TEST_F(SchedulerTest, PausingARunningTaskInterruptsItWithoutCountingTheAttempt) {
+  v1::TaskSpec s = Spec("p");
+  s.set_max_attempts(1);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "p", 1);
+  Take();
+  ASSERT_TRUE(sched_.Pause("p").ok());
+  Check();
+  EXPECT_EQ(State("p"), v1::TASK_STATE_RUNNING);
+  EXPECT_TRUE(Task("p").pause_requested);
+  Effects fx = Take();
+  EXPECT_THAT(Cancels(fx, conn), ElementsAre("p"));
+  ASSERT_EQ(fx.batch.tasks.size(), 1u) << "the pause request is durable";
+  EXPECT_TRUE(fx.batch.tasks[0].pause_requested);
+  Result(conn, "p", 1, v1::OUTCOME_CANCELLED, -1);
+  EXPECT_EQ(State("p"), v1::TASK_STATE_PAUSED);
+  ASSERT_EQ(Task("p").attempts.size(), 1u);
+  EXPECT_TRUE(Task("p").attempts[0].interrupted());
+  ASSERT_TRUE(sched_.Resume("p").ok());
+  Check();
+  EXPECT_EQ(State("p"), v1::TASK_STATE_DISPATCHED) << "max_attempts 1, but attempt 1 did not count";
+  EXPECT_EQ(Task("p").attempt, 2);
+  Result(conn, "p", 2, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("p"), v1::TASK_STATE_SUCCEEDED);
+}
+
+TEST_F(SchedulerTest, PauseIsResentWhenTheAgentReconnects) {
+  SubmitOk(Spec("p"));
+  uint64_t conn = Connect("a1", 1);
+  Accept(conn, "p", 1);
+  ASSERT_TRUE(sched_.Pause("p").ok());
+  sched_.Disconnect(conn);
+  Take();
+  conn = Connect("a1", 1, {}, {{"p", 1}});
+  EXPECT_THAT(Cancels(Take(), conn), ElementsAre("p"));
+}
+
+TEST_F(SchedulerTest, CancelWinsOverAPauseUnderWay) {
+  SubmitOk(Spec("p"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "p", 1);
+  ASSERT_TRUE(sched_.Pause("p").ok());
+  ASSERT_TRUE(sched_.Cancel("p").ok());
+  Check();
+  Result(conn, "p", 1, v1::OUTCOME_CANCELLED, -1);
+  EXPECT_EQ(State("p"), v1::TASK_STATE_CANCELLED);
+}
+
+TEST_F(SchedulerTest, DrainedAgentGetsNoNewWork) {
+  const uint64_t a1 = Connect("a1", 4);
+  Take();
+  auto drained = sched_.Drain("a1");
+  ASSERT_TRUE(drained.ok());
+  Effects fx = Take();
+  ASSERT_EQ(fx.messages.size(), 1u);
+  EXPECT_TRUE(fx.messages[0].msg.has_drain());
+  EXPECT_EQ(fx.messages[0].conn, a1);
+  SubmitOk(Spec("t"));
+  EXPECT_THAT(Assigned(Take(), a1), IsEmpty());
+  const uint64_t a2 = Connect("a2", 1);
+  EXPECT_THAT(Assigned(Take(), a2), ElementsAre("t"));
+  EXPECT_EQ(sched_.Drain("nobody").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, AgentThatSaysDrainingGetsNoNewWork) {
+  const uint64_t a1 = Connect("a1", 4);
+  v1::AgentMessage m;
+  m.mutable_draining();
+  sched_.OnAgentMessage(a1, m);
+  SubmitOk(Spec("t"));
+  EXPECT_THAT(Assigned(Take(), a1), IsEmpty());
+  EXPECT_EQ(sched_.ClusterStats().agents_draining(), 1);
+}
+
+TEST_F(SchedulerTest, ReleasedAttemptIsRequeuedAtOnceWithoutCounting) {
+  v1::TaskSpec s = Spec("r");
+  s.set_max_attempts(1);
+  SubmitOk(s);
+  const uint64_t a1 = Connect("a1", 1);
+  Accept(a1, "r", 1);
+  Take();
+  v1::AgentMessage draining;  // a releasing agent is draining first
+  draining.mutable_draining();
+  sched_.OnAgentMessage(a1, draining);
+  v1::AgentMessage m;
+  m.mutable_release()->set_task_id("r");
+  m.mutable_release()->set_attempt(1);
+  m.mutable_release()->set_reason("drain_timeout passed");
+  sched_.OnAgentMessage(a1, m);
+  Check();
+  Effects fx = Take();
+  ASSERT_EQ(Acks(fx).size(), 1u);
+  EXPECT_TRUE(Acks(fx)[0].accepted());
+  EXPECT_EQ(State("r"), v1::TASK_STATE_PENDING) << "no backoff for a release";
+  EXPECT_TRUE(Task("r").attempts[0].interrupted());
+  const uint64_t a2 = Connect("a2", 1);
+  EXPECT_THAT(Assigned(Take(), a2), ElementsAre("r"));
+  EXPECT_EQ(Task("r").attempt, 2);
+  sched_.OnAgentMessage(a1, m);  // the same release again: stale now
+  EXPECT_FALSE(Acks(Take())[0].accepted());
+  EXPECT_EQ(sched_.stale_messages(), 1);
+}
+
+TEST_F(SchedulerTest, HeartbeatsAreAcknowledged) {
+  const uint64_t conn = Connect("a1", 1);
+  Take();
+  Heartbeat(conn);
+  Effects fx = Take();
+  ASSERT_EQ(fx.messages.size(), 1u);
+  EXPECT_TRUE(fx.messages[0].msg.has_heartbeat_ack());
+  EXPECT_TRUE(fx.batch.empty()) << "liveness is never written";
+}
+
+TEST_F(SchedulerTest, WelcomeTellsTheAgentToStopBeforeTheGraceEnds) {
+  const uint64_t conn = Connect("a1", 1);
+  Effects fx = Take();
+  ASSERT_TRUE(fx.messages[0].msg.has_welcome());
+  const absl::Duration stop = FromProto(fx.messages[0].msg.welcome().stop_on_lost_after());
+  EXPECT_GT(stop, absl::ZeroDuration());
+  EXPECT_LT(stop, Options().reconnect_grace);
+  (void)conn;
+}
+
+TEST_F(SchedulerTest, LostAgentIsListedThenForgotten) {
+  const uint64_t conn = Connect("a1", 1);
+  sched_.Disconnect(conn);
+  Advance(absl::Seconds(5));
+  ASSERT_NE(sched_.FindAgent("a1"), nullptr);
+  v1::Agent view;
+  sched_.DescribeAgent(*sched_.FindAgent("a1"), &view);
+  EXPECT_EQ(view.state(), v1::AGENT_STATE_LOST);
+  EXPECT_EQ(sched_.ClusterStats().agents_lost(), 1);
+  Advance(Options().lost_agent_retention);
+  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+}
+
+TEST_F(SchedulerTest, PendingTaskSaysWhyNoAgentTakesIt) {
+  v1::TaskSpec gpu = Spec("gpu");
+  (*gpu.mutable_placement()->mutable_required_labels())["gpu"] = "1";
+  SubmitOk(gpu);
+  v1::Task view;
+  sched_.Describe(Task("gpu"), &view);
+  EXPECT_THAT(view.reason(), HasSubstr("no agent is connected"));
+  Connect("cpu", 4, {{"gpu", "0"}});
+  sched_.Describe(Task("gpu"), &view);
+  EXPECT_THAT(view.reason(), HasSubstr("no agent has label gpu=1"));
+  v1::TaskSpec big = Spec("big");
+  big.mutable_placement()->set_slots(8);
+  SubmitOk(big);
+  sched_.Describe(Task("big"), &view);
+  EXPECT_THAT(view.reason(), HasSubstr("needs 8 slots"));
+  v1::TaskSpec pinned = Spec("pinned");
+  pinned.mutable_placement()->add_agent_ids("elsewhere");
+  SubmitOk(pinned);
+  sched_.Describe(Task("pinned"), &view);
+  EXPECT_THAT(view.reason(), HasSubstr("elsewhere"));
+}
+
+TEST_F(SchedulerTest, ClusterStatsCountAgentsSlotsAndTasks) {
+  SubmitOk(Spec("a"));
+  SubmitOk(Spec("b"));
+  Connect("x", 3);
+  Connect("y", 2);
+  v1::ClusterStats st = sched_.ClusterStats();
+  EXPECT_EQ(st.agents_active(), 2);
+  EXPECT_EQ(st.slots_total(), 5);
+  EXPECT_EQ(st.slots_used(), 2);
+  EXPECT_EQ(st.tasks().at("DISPATCHED"), 2);
 }
 
 }  // namespace

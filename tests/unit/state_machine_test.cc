@@ -27,6 +27,14 @@ const std::set<std::pair<TaskState, TaskState>>& Allowed() {
       {TASK_STATE_PENDING, TASK_STATE_DISPATCHED},
       {TASK_STATE_PENDING, TASK_STATE_CANCELLED},
       {TASK_STATE_PENDING, TASK_STATE_PAUSED},
+      // schedule_timeout: expired before start
+      {TASK_STATE_SCHEDULED, TASK_STATE_FAILED},
+      {TASK_STATE_BLOCKED, TASK_STATE_FAILED},
+      {TASK_STATE_PENDING, TASK_STATE_FAILED},
+      {TASK_STATE_PAUSED, TASK_STATE_FAILED},
+      // a pause interrupts a task an agent holds
+      {TASK_STATE_DISPATCHED, TASK_STATE_PAUSED},
+      {TASK_STATE_RUNNING, TASK_STATE_PAUSED},
       // two-phase dispatch and its failures
       {TASK_STATE_DISPATCHED, TASK_STATE_RUNNING},
       {TASK_STATE_DISPATCHED, TASK_STATE_PENDING},

@@ -99,6 +99,7 @@ TYPED_TEST(StoreConformance, RoundTripsEveryColumn) {
   r.dispatch_us = 12;
   r.start_us = 13;
   r.reason = "because";
+  r.pause_requested = true;
   r.result = std::string("\x08\x01\x10\x00", 4);
   b.tasks.push_back(r);
   ASSERT_TRUE(this->store()->Apply(b).ok());
@@ -117,6 +118,7 @@ TYPED_TEST(StoreConformance, RoundTripsEveryColumn) {
   EXPECT_EQ(got.dispatch_us, 12);
   EXPECT_EQ(got.start_us, 13);
   EXPECT_EQ(got.reason, "because");
+  EXPECT_TRUE(got.pause_requested);
   EXPECT_EQ(got.result, r.result) << "binary blobs survive, NUL bytes included";
   EXPECT_EQ(got.spec, r.spec);
 }
@@ -237,6 +239,40 @@ TEST(SqliteStore, MigratesAnEmptyFileToTheLatestSchema) {
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
   sqlite3_finalize(st);
   sqlite3_close(db);
+}
+
+TEST(SqliteStore, MigratesAVersion1TableKeepingItsRows) {
+  testing::TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/taskgrid.db").c_str(), &db), SQLITE_OK);
+  // The version-1 schema as released, with one row.
+  const char* v1_schema = R"sql(
+    CREATE TABLE tasks (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, queue TEXT NOT NULL,
+      state INTEGER NOT NULL, attempt INTEGER NOT NULL, agent_id TEXT NOT NULL,
+      create_us INTEGER NOT NULL, update_us INTEGER NOT NULL, next_run_us INTEGER NOT NULL,
+      dispatch_us INTEGER NOT NULL, start_us INTEGER NOT NULL, reason TEXT NOT NULL,
+      result BLOB NOT NULL, spec BLOB NOT NULL);
+    CREATE TABLE attempts (task_id TEXT NOT NULL, attempt INTEGER NOT NULL, data BLOB NOT NULL,
+      PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;
+    CREATE TABLE events (revision INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
+      queue TEXT NOT NULL, from_state INTEGER NOT NULL, to_state INTEGER NOT NULL,
+      attempt INTEGER NOT NULL, agent_id TEXT NOT NULL, time_us INTEGER NOT NULL,
+      reason TEXT NOT NULL);
+    INSERT INTO tasks VALUES ('old', 1, 'default', 3, 0, '', 1, 1, 0, 0, 0, 'submitted', x'', x'');
+    PRAGMA user_version = 1;
+  )sql";
+  ASSERT_EQ(sqlite3_exec(db, v1_schema, nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->schema_version(), SqliteStore::LatestSchemaVersion());
+  auto tasks = (*s)->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].row.id, "old");
+  EXPECT_EQ((*tasks)[0].row.reason, "submitted");
+  EXPECT_FALSE((*tasks)[0].row.pause_requested);
 }
 
 TEST(SqliteStore, ReopenReadsWhatWasCommitted) {
