@@ -30,11 +30,14 @@ stop() {
   trap - INT TERM EXIT
   echo
   echo "quickstart: stopping the agent and the scheduler"
-  # Agent first, so it can hand its last results over.
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    kill -TERM "${pids[$i]}" 2>/dev/null || true
-    wait "${pids[$i]}" 2>/dev/null || true
-  done
+  # Agent first: SIGINT makes it release what it runs at once (re-queued,
+  # not counted) and hand its last results over; then the scheduler.
+  if ((${#pids[@]} > 1)); then
+    kill -INT "${pids[1]}" 2>/dev/null || true
+    wait "${pids[1]}" 2>/dev/null || true
+  fi
+  kill -TERM "${pids[0]}" 2>/dev/null || true
+  wait "${pids[0]}" 2>/dev/null || true
   echo "quickstart: stopped. Data kept in $data_dir"
 }
 trap 'stop; exit 0' INT TERM
