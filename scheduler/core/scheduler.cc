@@ -339,12 +339,16 @@ const TaskRecord* Scheduler::Find(const std::string& id) const {
   return it == tasks_.end() ? nullptr : it->second.get();
 }
 
-void Scheduler::Describe(const TaskRecord& t, v1::Task* out) const {
+void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
+                         const std::vector<const AgentRecord*>* agents) const {
   ToTaskProto(t, out);
   out->set_max_attempts(MaxAttempts(t));
   if (t.state == v1::TASK_STATE_PENDING) {
-    const std::string why = WhyUnplaceable(t.spec.placement(), Agents());
-    out->set_reason(why.empty() ? "waiting for a free slot" : "waiting: " + why);
+    // Placeable tasks keep their stored reason (e.g. why the last attempt
+    // failed); the others say what no agent offers.
+    const std::string why =
+        WhyUnplaceable(t.spec.placement(), agents != nullptr ? *agents : Agents());
+    if (!why.empty()) out->set_reason("waiting: " + why);
   }
 }
 

@@ -92,8 +92,10 @@ class Scheduler {
 
   // nullptr when unknown.
   const TaskRecord* Find(const std::string& id) const;
-  // The API view of a task, with effective values filled in.
-  void Describe(const TaskRecord& t, v1::Task* out) const;
+  // The API view of a task, with effective values filled in. `agents`:
+  // Agents(), when the caller describes many tasks at once.
+  void Describe(const TaskRecord& t, v1::Task* out,
+                const std::vector<const AgentRecord*>* agents = nullptr) const;
   ListPage List(const ListFilter& filter) const;
   // Every queue that holds tasks or has a configured limit; one when named.
   std::vector<v1::QueueStats> Stats(const std::string& queue) const;

@@ -118,7 +118,8 @@ void Engine::SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksRespon
   } else {
     v1::SubmitTasksResponse resp;
     resp.mutable_tasks()->Reserve(static_cast<int>(tasks->size()));
-    for (const core::TaskRecord* t : *tasks) sched_.Describe(*t, resp.add_tasks());
+    const std::vector<const core::AgentRecord*> agents = sched_.Agents();
+    for (const core::TaskRecord* t : *tasks) sched_.Describe(*t, resp.add_tasks(), &agents);
     result = std::move(resp);
   }
   Answer(std::move(result), std::move(done));
@@ -169,7 +170,8 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
   } else {
     core::ListPage page = sched_.List(filter);
     v1::ListTasksResponse resp;
-    for (const core::TaskRecord* t : page.tasks) sched_.Describe(*t, resp.add_tasks());
+    const std::vector<const core::AgentRecord*> agents = sched_.Agents();
+    for (const core::TaskRecord* t : page.tasks) sched_.Describe(*t, resp.add_tasks(), &agents);
     if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
     result = std::move(resp);
   }
