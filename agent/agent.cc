@@ -2,10 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
@@ -24,11 +26,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetMaxReceiveMessageSize(64 << 20);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
+
+// "30s", "1.5s", "0s" (absl says "0").
+std::string Format(absl::Duration d) {
+  return d == absl::ZeroDuration() ? "0s" : absl::FormatDuration(d);
+}
 }  // namespace
 
 Agent::Agent(AgentOptions opts) : opts_(std::move(opts)) {}
 
 Agent::~Agent() { Stop(); }
+
+absl::Duration Agent::Now() { return RealClock::Get()->Monotonic(); }
 
 int Agent::running() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -40,50 +49,129 @@ int Agent::unacked() const {
   return static_cast<int>(unacked_.size());
 }
 
-void Agent::Stop() {
+bool Agent::draining() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return;
-  stopping_ = true;
-  stop_deadline_ = absl::Now() + opts_.exec.kill_grace + opts_.stop_flush;
-  for (auto& [id, r] : running_) r.run->Cancel();
-  cv_.notify_all();
+  return draining_;
 }
 
-bool Agent::StopCompleteLocked() const {
-  return stopping_ && ((threads_ == 0 && unacked_.empty()) || absl::Now() >= stop_deadline_);
+bool Agent::StartDrainingLocked() {
+  if (draining_) return false;
+  draining_ = true;
+  spdlog::info("draining: taking no more work; {} task(s) still running", running_.size());
+  cv_.notify_all();
+  return true;
+}
+
+void Agent::StopTakingWork() {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = StartDrainingLocked();
+  }
+  // When there is no stream now, the next Hello says draining (and Draining
+  // follows its Welcome).
+  if (first) {
+    v1::AgentMessage m;
+    m.mutable_draining();
+    Write(m);
+  }
+}
+
+void Agent::Drain(absl::Duration timeout) {
+  timeout = std::max(timeout, absl::ZeroDuration());
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = StartDrainingLocked();
+    const absl::Duration now = Now();
+    exiting_ = true;
+    if (!drain_expired_ && now + timeout < drain_deadline_) {
+      drain_deadline_ = now + timeout;
+      drain_timeout_ = timeout;
+      exit_deadline_ =
+          std::min(exit_deadline_, drain_deadline_ + opts_.exec.kill_grace + opts_.stop_flush);
+      if (timeout > absl::ZeroDuration()) {
+        spdlog::info("drain: waiting up to {} for {} running task(s), then exiting",
+                     Format(timeout), running_.size());
+      }
+    }
+    if (threads_ == 0) exit_deadline_ = std::min(exit_deadline_, now + opts_.stop_flush);
+    if (!drain_expired_ && now >= drain_deadline_) {
+      drain_expired_ = true;
+      const int n = StopRunningLocked(StopCause::kReleased,
+                                      "agent drained: " + Format(drain_timeout_) + " passed");
+      if (n > 0) spdlog::info("drain: releasing {} running task(s) at once", n);
+    }
+    cv_.notify_all();
+  }
+  if (first) {
+    v1::AgentMessage m;
+    m.mutable_draining();
+    Write(m);
+  }
+}
+
+int Agent::StopRunningLocked(StopCause cause, const std::string& note) {
+  int n = 0;
+  for (auto& [id, r] : running_) {
+    if (r.cause != StopCause::kNone) continue;
+    r.cause = cause;
+    r.note = note;
+    r.run->Cancel();
+    ++n;
+  }
+  return n;
+}
+
+absl::Duration Agent::StopOnLostAfterLocked() const {
+  if (opts_.stop_on_lost_after > absl::ZeroDuration()) return opts_.stop_on_lost_after;
+  if (welcome_stop_on_lost_after_ > absl::ZeroDuration()) return welcome_stop_on_lost_after_;
+  return kDefaultStopOnLostAfter;
+}
+
+bool Agent::DrainCompleteLocked() const {
+  return exiting_ && ((threads_ == 0 && unacked_.empty()) || Now() >= exit_deadline_);
 }
 
 int Agent::Run() {
-  std::thread heartbeat([this] { HeartbeatLoop(); });
+  std::thread timer([this] { TimerLoop(); });
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = opts_.reconnect_min;
   int sessions = 0;
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (StopCompleteLocked()) break;
+      if (DrainCompleteLocked()) break;
     }
     ++sessions;
-    const absl::Time start = absl::Now();
+    const absl::Duration start = Now();
     Session();
-    if (absl::Now() - start > absl::Seconds(10)) backoff = opts_.reconnect_min;
+    if (Now() - start > absl::Seconds(10)) backoff = opts_.reconnect_min;
     // Full jitter: agents that lost one scheduler do not return in lockstep.
     std::uniform_int_distribution<int64_t> jitter(0, absl::ToInt64Microseconds(backoff));
     const absl::Duration wait = absl::Microseconds(jitter(rng)) + opts_.reconnect_min;
     backoff = std::min(backoff * 2, opts_.reconnect_max);
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(wait), [this] { return StopCompleteLocked(); });
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(wait), [this] { return DrainCompleteLocked(); });
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     run_done_ = true;
     cv_.notify_all();
   }
-  heartbeat.join();
-  // Task threads hold `this`: wait for them (cancelled, they end within
-  // kill_grace).
+  timer.join();
+  // Task threads hold `this`: wait for them. Normally none is left; past the
+  // exit deadline any still running is cancelled now and ends within
+  // kill_grace.
   std::unique_lock<std::mutex> lock(mu_);
+  const int left = StopRunningLocked(StopCause::kReleased, "agent exited");
   cv_.wait(lock, [this] { return threads_ == 0; });
+  if (left > 0 || !unacked_.empty()) {
+    spdlog::warn("drained: exiting with {} result(s) not acknowledged by the scheduler",
+                 unacked_.size());
+  } else {
+    spdlog::info("drained: every result was handed over");
+  }
   return sessions;
 }
 
@@ -107,15 +195,17 @@ void Agent::Session() {
     h->set_agent_id(opts_.id);
     h->set_slots(opts_.slots);
     h->set_version(kVersion);
+    h->set_draining(draining_);
     for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
     for (const auto& [id, r] : running_) {
       v1::AttemptRef* ref = h->add_running();
       ref->set_task_id(id);
       ref->set_attempt(r.run->assignment().attempt());
     }
-    // Finished but unacknowledged attempts are still ours: the scheduler
-    // must keep them until the results (resent after Welcome) arrive.
-    for (const auto& [key, result] : unacked_) {
+    // Finished but unacknowledged attempts (Result or Release) are still
+    // ours: the scheduler must keep them until the messages, resent after
+    // Welcome, arrive.
+    for (const auto& [key, m] : unacked_) {
       v1::AttemptRef* ref = h->add_running();
       ref->set_task_id(key.first);
       ref->set_attempt(key.second);
@@ -127,7 +217,13 @@ void Agent::Session() {
     stream_ = stream.get();
   }
   v1::SchedulerMessage msg;
-  while (ok && stream->Read(&msg)) Handle(msg);
+  while (ok && stream->Read(&msg)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_heard_ = Now();
+    }
+    Handle(msg);
+  }
   {
     std::lock_guard<std::mutex> lock(write_mu_);
     stream_ = nullptr;
@@ -136,23 +232,28 @@ void Agent::Session() {
     std::lock_guard<std::mutex> lock(mu_);
     ctx_ = nullptr;
   }
-  ctx.TryCancel();
+  // After Read() returned false the call is over and Finish() gives the
+  // scheduler's status; a failed Hello needs the call cancelled first.
+  if (!ok) ctx.TryCancel();
   grpc::Status st = stream->Finish();
-  bool stopping;
+  bool exiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopping = stopping_;
+    exiting = exiting_;
   }
-  if (stopping) return;
+  if (exiting) {  // the final line of Run() says what was left unacknowledged
+    welcomed_ = false;
+    return;
+  }
   if (welcomed_) {
     spdlog::warn("stream to {} ended ({}: {}); reconnecting", opts_.scheduler,
                  static_cast<int>(st.error_code()), st.error_message());
     welcomed_ = false;
-    last_unreachable_log_ = absl::Now();
-  } else if (absl::Now() - last_unreachable_log_ > absl::Seconds(10)) {
+    last_unreachable_log_ = Now();
+  } else if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
     // Once per 10 s while the scheduler stays unreachable, not per attempt.
     spdlog::warn("cannot reach the scheduler at {}: {}", opts_.scheduler, st.error_message());
-    last_unreachable_log_ = absl::Now();
+    last_unreachable_log_ = Now();
   }
 }
 
@@ -165,15 +266,25 @@ bool Agent::Write(const v1::AgentMessage& msg) {
 void Agent::Handle(const v1::SchedulerMessage& msg) {
   switch (msg.msg_case()) {
     case v1::SchedulerMessage::kWelcome: {
+      bool draining;
       {
         std::lock_guard<std::mutex> lock(mu_);
         const absl::Duration hb = FromProto(msg.welcome().heartbeat_interval());
         if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
+        welcome_stop_on_lost_after_ =
+            std::max(FromProto(msg.welcome().stop_on_lost_after()), absl::ZeroDuration());
+        draining = draining_;
         cv_.notify_all();
       }
       welcomed_ = true;
       spdlog::info("connected to {} as {} (session {})", opts_.scheduler, opts_.id,
                    msg.welcome().session_id());
+      // Hello said so too, unless the drain began while it was on its way.
+      if (draining) {
+        v1::AgentMessage m;
+        m.mutable_draining();
+        Write(m);
+      }
       ResendUnacked();
       break;
     }
@@ -194,6 +305,11 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
       cv_.notify_all();
       break;
     }
+    case v1::SchedulerMessage::kDrain:
+      spdlog::info("the scheduler asked this agent to drain");
+      StopTakingWork();
+      break;
+    case v1::SchedulerMessage::kHeartbeatAck:  // contact, noted by Session()
     default:
       break;
   }
@@ -209,16 +325,18 @@ void Agent::OnAssign(const v1::Assignment& a) {
     if (it != running_.end() && it->second.run->assignment().attempt() == a.attempt()) {
       reply.mutable_accept()->set_task_id(a.task_id());  // a repeat: accept again
       reply.mutable_accept()->set_attempt(a.attempt());
-    } else if (stopping_ || it != running_.end() || used_slots_ + slots > opts_.slots) {
+    } else if (draining_ || it != running_.end() || used_slots_ + slots > opts_.slots) {
       reply.mutable_reject()->set_task_id(a.task_id());
       reply.mutable_reject()->set_attempt(a.attempt());
-      reply.mutable_reject()->set_reason(stopping_ ? "agent is stopping"
+      reply.mutable_reject()->set_reason(draining_ ? "agent is draining"
                                          : it != running_.end()
                                              ? "another attempt of this task is running here"
                                              : "no free slots");
     } else {
       run = std::make_shared<TaskRun>(a, opts_.exec);
-      running_[a.task_id()] = {run, slots};
+      Running& r = running_[a.task_id()];
+      r.run = run;
+      r.slots = slots;
       used_slots_ += slots;
       ++threads_;
       reply.mutable_accept()->set_task_id(a.task_id());
@@ -246,24 +364,46 @@ void Agent::TaskThread(std::shared_ptr<TaskRun> run) {
   v1::TaskResult result = run->Run();
   const v1::Assignment& a = run->assignment();
   v1::AgentMessage msg;
-  v1::Result* r = msg.mutable_result();
-  r->set_task_id(a.task_id());
-  r->set_attempt(a.attempt());
-  *r->mutable_result() = std::move(result);
-  spdlog::info("{} attempt {} finished: {}", a.task_id(), a.attempt(),
-               v1::Outcome_Name(r->result().outcome()));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    StopCause cause = StopCause::kNone;
+    std::string note;
     auto it = running_.find(a.task_id());
     if (it != running_.end() && it->second.run == run) {
+      cause = it->second.cause;
+      note = std::move(it->second.note);
       used_slots_ -= it->second.slots;
       running_.erase(it);
     }
-    unacked_[{a.task_id(), a.attempt()}] = msg.result();
+    // A task that ended on its own just before the agent stopped it keeps
+    // its real result.
+    const bool stopped_by_us = result.outcome() == v1::OUTCOME_CANCELLED;
+    if (cause == StopCause::kReleased && stopped_by_us) {
+      v1::Release* r = msg.mutable_release();
+      r->set_task_id(a.task_id());
+      r->set_attempt(a.attempt());
+      r->set_reason(note);
+    } else {
+      if (cause == StopCause::kFenced && stopped_by_us) result.set_error(note);
+      v1::Result* r = msg.mutable_result();
+      r->set_task_id(a.task_id());
+      r->set_attempt(a.attempt());
+      *r->mutable_result() = std::move(result);
+    }
+    unacked_[{a.task_id(), a.attempt()}] = msg;
+  }
+  if (msg.has_release()) {
+    spdlog::info("{} attempt {} released: {}", a.task_id(), a.attempt(), msg.release().reason());
+  } else {
+    spdlog::info("{} attempt {} finished: {}", a.task_id(), a.attempt(),
+                 v1::Outcome_Name(msg.result().result().outcome()));
   }
   Write(msg);  // if the stream is down, ResendUnacked() sends it after Welcome
   std::lock_guard<std::mutex> lock(mu_);
   --threads_;
+  if (exiting_ && threads_ == 0) {
+    exit_deadline_ = std::min(exit_deadline_, Now() + opts_.stop_flush);
+  }
   cv_.notify_all();
 }
 
@@ -271,33 +411,68 @@ void Agent::ResendUnacked() {
   std::vector<v1::AgentMessage> msgs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, result] : unacked_) *msgs.emplace_back().mutable_result() = result;
+    for (const auto& [key, m] : unacked_) msgs.push_back(m);
   }
   for (const v1::AgentMessage& m : msgs) Write(m);
 }
 
-void Agent::HeartbeatLoop() {
+void Agent::TimerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  absl::Duration last_heartbeat = Now();
   for (;;) {
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(heartbeat_interval_),
-                 [this] { return run_done_ || StopCompleteLocked(); });
     if (run_done_) return;
-    if (StopCompleteLocked()) {
-      // Everything is handed over: end the stream so Run() returns.
+    const absl::Duration now = Now();
+    if (DrainCompleteLocked()) {
+      // Everything is handed over (or the time is up): end the stream so
+      // Run() returns.
       if (ctx_ != nullptr) ctx_->TryCancel();
+      cv_.notify_all();  // Run() may be waiting to reconnect
       cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return run_done_; });
       continue;
     }
-    v1::AgentMessage hb;
-    hb.mutable_heartbeat();
-    for (const auto& [id, r] : running_) {
-      v1::AttemptRef* ref = hb.mutable_heartbeat()->add_running();
-      ref->set_task_id(id);
-      ref->set_attempt(r.run->assignment().attempt());
+    if (exiting_ && !drain_expired_ && now >= drain_deadline_) {
+      drain_expired_ = true;
+      const int n = StopRunningLocked(StopCause::kReleased,
+                                      "agent drained: " + Format(drain_timeout_) + " passed");
+      if (n > 0) {
+        spdlog::info("drain: {} passed; releasing {} running task(s)", Format(drain_timeout_), n);
+      }
     }
-    lock.unlock();
-    Write(hb);
-    lock.lock();
+    absl::Duration wake = last_heartbeat + heartbeat_interval_;
+    if (exiting_ && !drain_expired_) wake = std::min(wake, drain_deadline_);
+    wake = std::min(wake, exit_deadline_);
+    const bool unstopped = std::any_of(running_.begin(), running_.end(), [](const auto& e) {
+      return e.second.cause == StopCause::kNone;
+    });
+    if (unstopped) {
+      const absl::Duration lost_after = StopOnLostAfterLocked();
+      if (now - last_heard_ >= lost_after) {
+        // By now the scheduler may have given these tasks to another agent.
+        const int n = StopRunningLocked(
+            StopCause::kFenced, "stopped: no contact with the scheduler for " + Format(lost_after));
+        spdlog::warn(
+            "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)",
+            Format(lost_after), n);
+      } else {
+        wake = std::min(wake, last_heard_ + lost_after);
+      }
+    }
+    if (now >= last_heartbeat + heartbeat_interval_) {
+      last_heartbeat = now;
+      v1::AgentMessage hb;
+      hb.mutable_heartbeat();
+      for (const auto& [id, r] : running_) {
+        v1::AttemptRef* ref = hb.mutable_heartbeat()->add_running();
+        ref->set_task_id(id);
+        ref->set_attempt(r.run->assignment().attempt());
+      }
+      lock.unlock();
+      Write(hb);
+      lock.lock();
+      continue;
+    }
+    // Woken early by any change (notify_all); then everything is recomputed.
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(std::max(wake - now, absl::Milliseconds(1))));
   }
 }
 

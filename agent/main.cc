@@ -1,8 +1,10 @@
 // taskgrid-agent: runs tasks for a taskgrid-scheduler.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <string>
 #include <thread>
@@ -27,6 +29,12 @@ ABSL_FLAG(int64_t, max_output_bytes, 64 << 10,
           "Bytes of stdout and of stderr kept per attempt (the scheduler may ask for fewer)");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(2),
           "Between SIGTERM and SIGKILL when a step is stopped (timeout, cancel)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long running tasks may take to finish; those still running then "
+          "are stopped and released to the scheduler, which re-queues them at once");
+ABSL_FLAG(absl::Duration, stop_on_lost_after, absl::ZeroDuration(),
+          "Stop the running tasks after hearing nothing from the scheduler for this long "
+          "(before it gives them to another agent). 0: what the scheduler says, else 4s");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -51,16 +59,23 @@ int main(int argc, char** argv) {
       "The Taskgrid agent: connects to a scheduler, runs the tasks it is given as real "
       "processes (or built-in steps), and reports their results.\n\n"
       "  taskgrid-agent --scheduler=127.0.0.1:7070 --slots=4 --labels=gpu=1 --id=worker-1\n\n"
-      "SIGINT or SIGTERM: stop the running tasks, report them, exit.",
+      "SIGTSTP: take no more work; running tasks finish.\n"
+      "SIGTERM: the same, then exit when they finished (at most --drain_timeout; tasks still "
+      "running then are stopped and handed back to the scheduler).\n"
+      "SIGINT: stop the running tasks at once, hand them back, exit. A second SIGINT or "
+      "SIGTERM during a drain ends it at once.",
       "agent/main.cc");
   absl::ParseCommandLine(argc, argv);
   taskgrid::InitLogging("agent", absl::GetFlag(FLAGS_log_level));
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Blocked in every thread (gRPC's inherit the mask): only the waiter
+  // below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGTSTP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   taskgrid::agent::AgentOptions opts;
@@ -86,18 +101,42 @@ int main(int argc, char** argv) {
   }
   opts.exec.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   opts.exec.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  opts.stop_on_lost_after = absl::GetFlag(FLAGS_stop_on_lost_after);
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  if (opts.stop_on_lost_after < absl::ZeroDuration() || drain_timeout < absl::ZeroDuration()) {
+    spdlog::error("--stop_on_lost_after and --drain_timeout must not be negative");
+    return 2;
+  }
 
   taskgrid::agent::Agent agent(opts);
-  std::thread waiter([&agent, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    agent.Stop();
+  std::atomic<bool> done{false};
+  std::thread waiter([&agent, &done, signals, drain_timeout] {
+    bool draining = false;
+    // Wakes every 200 ms to notice that Run() returned.
+    const timespec poll = {0, 200 * 1000 * 1000};
+    while (!done.load()) {
+      const int sig = sigtimedwait(&signals, nullptr, &poll);
+      if (sig < 0) continue;  // EAGAIN (timeout) or EINTR
+      if (sig == SIGTSTP) {
+        spdlog::info("received SIGTSTP: taking no more work");
+        agent.StopTakingWork();
+      } else if (sig == SIGINT || draining) {
+        spdlog::info("received {}: stopping the running tasks now",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+        agent.Drain(absl::ZeroDuration());
+        draining = true;
+      } else {
+        spdlog::info("received SIGTERM: draining for up to {}",
+                     absl::FormatDuration(drain_timeout));
+        agent.Drain(drain_timeout);
+        draining = true;
+      }
+    }
   });
   spdlog::info("agent {} with {} slots, scheduler {}", opts.id, opts.slots, opts.scheduler);
   agent.Run();
   spdlog::info("stopped");
-  // Run() returns only after Stop(), so the waiter has its signal.
+  done.store(true);
   waiter.join();
   return 0;
 }

@@ -1,0 +1,573 @@
+// The agent (agent/agent.h) against a fake scheduler: an in-process gRPC
+// AgentService on 127.0.0.1 that records every AgentMessage and answers only
+// as the test says. Real streams, real time, builtin steps; every wait is
+// bounded.
+#include "agent/agent.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/proto_time.h"
+
+namespace taskgrid::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Duration Mono() { return RealClock::Get()->Monotonic(); }
+
+// One AgentMessage as the fake received it.
+struct Received {
+  int session = 0;    // 1 for the first stream, 2 for the next...
+  absl::Duration at;  // monotonic
+  v1::AgentMessage msg;
+};
+using Log = std::vector<Received>;
+
+// The fake scheduler. Connect (sync API: one handler thread per stream plus
+// a reader thread) records what arrives and writes what the test pushes.
+// By default it answers Hello with Welcome, every Heartbeat with
+// HeartbeatAck, every Result and Release with ResultAck{accepted}.
+class FakeScheduler final : public v1::AgentService::Service {
+ public:
+  FakeScheduler() {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+    EXPECT_NE(server_, nullptr);
+    EXPECT_GT(port_, 0);
+  }
+  ~FakeScheduler() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // What it answers on its own.
+  void set_ack_heartbeats(bool v) { Set(&ack_heartbeats_, v); }
+  void set_ack_results(bool v) { Set(&ack_results_, v); }
+  // Refuses every new stream (UNAVAILABLE) while set.
+  void set_refuse(bool v) { Set(&refuse_, v); }
+  void set_stop_on_lost_after(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_on_lost_after_ = d;
+  }
+
+  // Writes `m` on the live stream; fails the test when there is none.
+  void Push(const v1::SchedulerMessage& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(current_);
+    ASSERT_NE(it, streams_.end()) << "no live stream to push to";
+    it->second.outbox.push_back(m);
+    cv_.notify_all();
+  }
+  void PushAck(const std::string& task_id, int32_t attempt) {
+    v1::SchedulerMessage m;
+    m.mutable_result_ack()->set_task_id(task_id);
+    m.mutable_result_ack()->set_attempt(attempt);
+    m.mutable_result_ack()->set_accepted(true);
+    Push(m);
+  }
+  // Ends the live stream (the agent sees it break).
+  void EndStream() {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(current_);
+    ASSERT_NE(it, streams_.end()) << "no live stream to end";
+    it->second.end = true;
+    cv_.notify_all();
+  }
+
+  Log log() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  int refused() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
+
+  // Polls until pred(log) holds; false after `timeout`.
+  bool WaitFor(const std::function<bool(const Log&)>& pred,
+               absl::Duration timeout = absl::Seconds(5)) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return pred(log_); });
+  }
+
+  grpc::Status Connect(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::SchedulerMessage, v1::AgentMessage>* stream) override {
+    int session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (refuse_) {
+        ++refused_;
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake refuses streams");
+      }
+      session = ++sessions_;
+      current_ = session;
+      streams_[session];
+    }
+    std::thread reader([&] {
+      v1::AgentMessage m;
+      while (stream->Read(&m)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        log_.push_back({session, Mono(), m});
+        std::deque<v1::SchedulerMessage>& out = streams_[session].outbox;
+        if (m.has_hello()) {
+          v1::Welcome* w = out.emplace_back().mutable_welcome();
+          w->set_session_id("s" + std::to_string(session));
+          *w->mutable_heartbeat_interval() = ToProto(absl::Milliseconds(100));
+          *w->mutable_stop_on_lost_after() = ToProto(stop_on_lost_after_);
+        } else if (m.has_heartbeat() && ack_heartbeats_) {
+          out.emplace_back().mutable_heartbeat_ack();
+        } else if ((m.has_result() || m.has_release()) && ack_results_) {
+          v1::ResultAck* ack = out.emplace_back().mutable_result_ack();
+          ack->set_task_id(m.has_result() ? m.result().task_id() : m.release().task_id());
+          ack->set_attempt(m.has_result() ? m.result().attempt() : m.release().attempt());
+          ack->set_accepted(true);
+        }
+        cv_.notify_all();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_[session].reader_done = true;
+      cv_.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      Stream& s = streams_[session];
+      // Bounded, so a server shutdown (ctx cancelled) is noticed.
+      cv_.wait_for(lock, std::chrono::milliseconds(20),
+                   [&] { return !s.outbox.empty() || s.reader_done || s.end; });
+      if (s.reader_done || s.end || ctx->IsCancelled()) break;
+      while (!s.outbox.empty()) {
+        v1::SchedulerMessage m = std::move(s.outbox.front());
+        s.outbox.pop_front();
+        lock.unlock();
+        stream->Write(m);
+        lock.lock();
+      }
+    }
+    if (current_ == session) current_ = 0;
+    streams_.erase(session);
+    lock.unlock();
+    ctx->TryCancel();  // unblocks the reader's Read
+    reader.join();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the fake ended the stream");
+  }
+
+ private:
+  struct Stream {
+    std::deque<v1::SchedulerMessage> outbox;
+    bool end = false;
+    bool reader_done = false;
+  };
+  void Set(bool* field, bool v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *field = v;
+  }
+
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool ack_heartbeats_ = true;  // guarded by mu_, like everything below
+  bool ack_results_ = true;
+  bool refuse_ = false;
+  absl::Duration stop_on_lost_after_ = absl::Seconds(1);
+  int sessions_ = 0;
+  int current_ = 0;
+  int refused_ = 0;
+  std::map<int, Stream> streams_;
+  Log log_;
+};
+
+// --- Reading the log ---
+
+using Pred = std::function<bool(const Received&)>;
+
+// Index of the first entry at or after `from` matching, or -1.
+int Find(const Log& log, const Pred& p, int from = 0) {
+  for (int i = from; i < static_cast<int>(log.size()); ++i) {
+    if (p(log[i])) return i;
+  }
+  return -1;
+}
+int Count(const Log& log, const Pred& p) {
+  int n = 0;
+  for (const Received& r : log) n += p(r) ? 1 : 0;
+  return n;
+}
+Pred InSession(int session, Pred p) {
+  return [session, p](const Received& r) { return r.session == session && p(r); };
+}
+Pred IsHello() {
+  return [](const Received& r) { return r.msg.has_hello(); };
+}
+Pred IsHeartbeat() {
+  return [](const Received& r) { return r.msg.has_heartbeat(); };
+}
+Pred IsDraining() {
+  return [](const Received& r) { return r.msg.has_draining(); };
+}
+Pred IsAccept(const std::string& id) {
+  return [id](const Received& r) { return r.msg.has_accept() && r.msg.accept().task_id() == id; };
+}
+Pred IsReject(const std::string& id) {
+  return [id](const Received& r) { return r.msg.has_reject() && r.msg.reject().task_id() == id; };
+}
+Pred IsResult(const std::string& id) {
+  return [id](const Received& r) { return r.msg.has_result() && r.msg.result().task_id() == id; };
+}
+Pred IsRelease(const std::string& id) {
+  return [id](const Received& r) { return r.msg.has_release() && r.msg.release().task_id() == id; };
+}
+// Waits for the first match; -1 (and a test failure) after `timeout`.
+int WaitFind(const FakeScheduler& fake, const Pred& p, const std::string& what,
+             absl::Duration timeout = absl::Seconds(5)) {
+  int at = -1;
+  const bool ok = fake.WaitFor(
+      [&](const Log& log) {
+        at = Find(log, p);
+        return at >= 0;
+      },
+      timeout);
+  EXPECT_TRUE(ok) << "timed out waiting for " << what;
+  return ok ? at : -1;
+}
+
+// --- Assignments ---
+
+v1::Assignment Task(const std::string& id, const std::string& builtin,
+                    std::vector<std::string> args = {}, int32_t attempt = 1) {
+  v1::Assignment a;
+  a.set_task_id(id);
+  a.set_attempt(attempt);
+  a.set_queue("default");
+  v1::BuiltinStep* b = a.add_steps()->mutable_builtin();
+  b->set_name(builtin);
+  for (std::string& s : args) b->add_args(std::move(s));
+  return a;
+}
+v1::Assignment Sleep(const std::string& id, const std::string& seconds) {
+  return Task(id, "sleep", {seconds});
+}
+v1::SchedulerMessage Assign(std::vector<v1::Assignment> tasks) {
+  v1::SchedulerMessage m;
+  for (v1::Assignment& a : tasks) *m.mutable_assign()->add_tasks() = std::move(a);
+  return m;
+}
+v1::SchedulerMessage DrainMsg() {
+  v1::SchedulerMessage m;
+  m.mutable_drain();
+  return m;
+}
+
+// --- The agent under test ---
+
+AgentOptions Options(const std::string& addr) {
+  AgentOptions o;
+  o.scheduler = addr;
+  o.id = "a1";
+  o.slots = 2;
+  o.exec.kill_grace = absl::Milliseconds(200);
+  o.reconnect_min = absl::Milliseconds(20);
+  o.reconnect_max = absl::Milliseconds(100);
+  o.stop_flush = absl::Milliseconds(500);
+  return o;
+}
+
+// An Agent with its Run() on a thread. The destructor stops it and fails
+// (then aborts, rather than hang) if Run() does not return in time.
+class RunningAgent {
+ public:
+  explicit RunningAgent(AgentOptions o)
+      : agent_(std::move(o)), thread_([this] {
+          agent_.Run();
+          returned_at_ = Mono();
+          returned_ = true;
+        }) {}
+  ~RunningAgent() {
+    agent_.Stop();
+    if (!WaitReturned(absl::Seconds(10))) {
+      ADD_FAILURE() << "Agent::Run() did not return 10 s after Stop()";
+      std::abort();
+    }
+    thread_.join();
+  }
+  Agent& operator*() { return agent_; }
+  Agent* operator->() { return &agent_; }
+
+  bool returned() const { return returned_; }
+  // Once returned() is true.
+  absl::Duration returned_at() const { return returned_at_; }
+  bool WaitReturned(absl::Duration timeout) const {
+    return Eventually([this] { return returned_.load(); }, timeout);
+  }
+
+  static bool Eventually(const std::function<bool()>& pred, absl::Duration timeout) {
+    const absl::Duration deadline = Mono() + timeout;
+    while (Mono() < deadline) {
+      if (pred()) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return pred();
+  }
+
+ private:
+  Agent agent_;
+  std::atomic<bool> returned_{false};
+  absl::Duration returned_at_;  // written before returned_ is set
+  std::thread thread_;
+};
+
+// Waits until the agent's stream `session` said Hello (the fake has queued
+// its Welcome, so pushes after this follow the Welcome).
+void WaitHello(const FakeScheduler& fake, int session) {
+  WaitFind(fake, InSession(session, IsHello()), "hello on stream " + std::to_string(session));
+}
+
+// --- Tests ---
+
+TEST(Agent, AcceptPrecedesResultAndUnackedResultIsResent) {
+  FakeScheduler fake;
+  fake.set_ack_results(false);
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Task("quick", "noop"), Sleep("short", "0.2")}));
+  for (const std::string id : {"quick", "short"}) {
+    const int result = WaitFind(fake, IsResult(id), "result of " + id);
+    const int accept = Find(fake.log(), IsAccept(id));
+    ASSERT_GE(accept, 0) << id;
+    EXPECT_LT(accept, result) << id << ": Accept must precede Result";
+    EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  }
+  EXPECT_EQ(agent->unacked(), 2);
+
+  fake.EndStream();
+  WaitHello(fake, 2);
+  const Log log = fake.log();
+  const v1::Hello& hello = log[Find(log, InSession(2, IsHello()))].msg.hello();
+  std::set<std::pair<std::string, int>> listed;
+  for (const v1::AttemptRef& r : hello.running()) listed.insert({r.task_id(), r.attempt()});
+  EXPECT_EQ(listed, (std::set<std::pair<std::string, int>>{{"quick", 1}, {"short", 1}}));
+  EXPECT_FALSE(hello.draining());
+  for (const std::string id : {"quick", "short"}) {
+    WaitFind(fake, InSession(2, IsResult(id)), "resent result of " + id);
+    fake.PushAck(id, 1);
+  }
+  EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
+  EXPECT_FALSE(agent.returned());
+}
+
+TEST(Agent, SelfFencesWithoutHeartbeatAcks) {
+  FakeScheduler fake;
+  fake.set_ack_heartbeats(false);  // stop_on_lost_after is 1 s in Welcome
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  const int accept = WaitFind(fake, IsAccept("long"), "accept");
+  const int result = WaitFind(fake, IsResult("long"), "the self-fenced result");
+  ASSERT_GE(accept, 0);
+  ASSERT_GE(result, 0);
+  const Log log = fake.log();
+  const v1::TaskResult& r = log[result].msg.result().result();
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(r.error(), "stopped: no contact with the scheduler for 1s");
+  const absl::Duration after = log[result].at - log[accept].at;
+  EXPECT_GE(after, absl::Milliseconds(900));
+  EXPECT_LT(after, absl::Seconds(3));
+  EXPECT_GE(Count(log, IsHeartbeat()), 5) << "heartbeats went out meanwhile";
+  EXPECT_EQ(Count(log, IsHello()), 1) << "the stream stayed up";
+  EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
+}
+
+TEST(Agent, KeepsRunningWhileHeartbeatsAreAcked) {
+  FakeScheduler fake;  // acks heartbeats; stop_on_lost_after is 1 s
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  // Real time is the point: more than twice stop_on_lost_after.
+  absl::SleepFor(absl::Milliseconds(2500));
+  const Log log = fake.log();
+  EXPECT_EQ(Find(log, IsResult("long")), -1);
+  EXPECT_EQ(agent->running(), 1);
+  EXPECT_GE(Count(log, IsHeartbeat()), 10);
+}
+
+TEST(Agent, SelfFencesWhileDisconnected) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  fake.set_refuse(true);
+  const absl::Duration cut = Mono();
+  fake.EndStream();
+  ASSERT_TRUE(RunningAgent::Eventually(
+      [&] { return agent->running() == 0 && agent->unacked() == 1; }, absl::Seconds(4)))
+      << "the agent did not stop its task while cut off";
+  EXPECT_LT(Mono() - cut, absl::Seconds(2));
+  EXPECT_GT(fake.refused(), 0) << "it kept trying to reconnect";
+
+  fake.set_refuse(false);
+  WaitHello(fake, 2);
+  const int result = WaitFind(fake, InSession(2, IsResult("long")), "the resent result");
+  ASSERT_GE(result, 0);
+  const Log log = fake.log();
+  const v1::Hello& hello = log[Find(log, InSession(2, IsHello()))].msg.hello();
+  ASSERT_EQ(hello.running_size(), 1);
+  EXPECT_EQ(hello.running(0).task_id(), "long");
+  const v1::TaskResult& r = log[result].msg.result().result();
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(r.error(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
+}
+
+TEST(Agent, DrainMessageStopsTakingWorkAndRunningTasksFinish) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("running", "0.5")}));
+  WaitFind(fake, IsAccept("running"), "accept");
+  fake.Push(DrainMsg());
+  WaitFind(fake, IsDraining(), "draining");
+  EXPECT_TRUE(agent->draining());
+  fake.Push(Assign({Task("later", "noop")}));
+  const int reject = WaitFind(fake, IsReject("later"), "reject");
+  ASSERT_GE(reject, 0);
+  EXPECT_THAT(fake.log()[reject].msg.reject().reason(), HasSubstr("draining"));
+  const int result = WaitFind(fake, IsResult("running"), "result");
+  ASSERT_GE(result, 0);
+  EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(Find(fake.log(), IsAccept("later")), -1);
+
+  fake.EndStream();
+  WaitHello(fake, 2);
+  const Log log = fake.log();
+  EXPECT_TRUE(log[Find(log, InSession(2, IsHello()))].msg.hello().draining());
+  WaitFind(fake, InSession(2, IsDraining()), "draining again after the reconnect");
+  EXPECT_FALSE(agent.returned()) << "a Drain message does not make the agent exit";
+}
+
+TEST(Agent, DrainWaitsForTasksThenReleasesTheRest) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("short", "0.3"), Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  const absl::Duration start = Mono();
+  agent->Drain(absl::Seconds(1));
+  const int draining = WaitFind(fake, IsDraining(), "draining");
+  const int result = WaitFind(fake, IsResult("short"), "result of the short task");
+  const int release = WaitFind(fake, IsRelease("long"), "release of the long task");
+  ASSERT_GE(draining, 0);
+  ASSERT_GE(result, 0);
+  ASSERT_GE(release, 0);
+  const Log log = fake.log();
+  EXPECT_LT(draining, release);
+  EXPECT_EQ(log[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(log[release].msg.release().attempt(), 1);
+  EXPECT_EQ(log[release].msg.release().reason(), "agent drained: 1s passed");
+  EXPECT_GE(log[release].at - start, absl::Milliseconds(950));
+  EXPECT_LT(log[release].at - start, absl::Seconds(2));
+  EXPECT_EQ(Find(log, IsResult("long")), -1) << "released, not reported as a result";
+  ASSERT_TRUE(agent.WaitReturned(absl::Seconds(3)));
+  EXPECT_EQ(agent->unacked(), 0);
+  EXPECT_EQ(agent->running(), 0);
+}
+
+TEST(Agent, DrainZeroReleasesEverythingAtOnce) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("one", "60"), Sleep("two", "60")}));
+  WaitFind(fake, IsAccept("two"), "accept");
+  const absl::Duration start = Mono();
+  agent->Stop();  // Drain(0)
+  for (const std::string id : {"one", "two"}) {
+    const int release = WaitFind(fake, IsRelease(id), "release of " + id, absl::Seconds(2));
+    ASSERT_GE(release, 0);
+    const Received r = fake.log()[release];
+    EXPECT_EQ(r.msg.release().reason(), "agent drained: 0s passed");
+    EXPECT_LT(r.at - start, absl::Milliseconds(500));
+  }
+  ASSERT_TRUE(agent.WaitReturned(absl::Seconds(2)));
+  EXPECT_EQ(agent->unacked(), 0);
+}
+
+TEST(Agent, LaterDrainShortensTheTimeout) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  agent->Drain(absl::Seconds(30));
+  WaitFind(fake, IsDraining(), "draining");
+  agent->Drain(absl::Seconds(60));  // cannot lengthen it
+  agent->Drain(absl::ZeroDuration());
+  const int release = WaitFind(fake, IsRelease("long"), "release", absl::Seconds(2));
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(fake.log()[release].msg.release().reason(), "agent drained: 0s passed");
+  EXPECT_EQ(Count(fake.log(), IsDraining()), 1);
+  ASSERT_TRUE(agent.WaitReturned(absl::Seconds(2)));
+}
+
+TEST(Agent, UnackedReleaseIsResentAfterAReconnectAndRunWaitsForItsAck) {
+  FakeScheduler fake;
+  fake.set_ack_results(false);
+  AgentOptions o = Options(fake.addr());
+  o.stop_flush = absl::Seconds(4);
+  RunningAgent agent(o);
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  agent->Drain(absl::ZeroDuration());
+  WaitFind(fake, InSession(1, IsRelease("long")), "release");
+  fake.EndStream();
+  WaitHello(fake, 2);
+  const int release = WaitFind(fake, InSession(2, IsRelease("long")), "resent release");
+  ASSERT_GE(release, 0);
+  const Log log = fake.log();
+  const v1::Hello& hello = log[Find(log, InSession(2, IsHello()))].msg.hello();
+  EXPECT_TRUE(hello.draining());
+  ASSERT_EQ(hello.running_size(), 1);
+  EXPECT_EQ(hello.running(0).task_id(), "long");
+  EXPECT_FALSE(agent.returned()) << "its release is not acknowledged yet";
+  const absl::Duration acked = Mono();
+  fake.PushAck("long", 1);
+  ASSERT_TRUE(agent.WaitReturned(absl::Seconds(2)));
+  EXPECT_LT(agent.returned_at() - acked, absl::Seconds(1));
+  EXPECT_EQ(agent->unacked(), 0);
+}
+
+TEST(Agent, DrainEndsWithinItsBoundsWhenTheSchedulerIsGone) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));  // kill_grace 200 ms, stop_flush 500 ms
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  fake.set_refuse(true);
+  fake.EndStream();
+  const absl::Duration start = Mono();
+  agent->Drain(absl::ZeroDuration());
+  ASSERT_TRUE(agent.WaitReturned(absl::Seconds(3)));
+  EXPECT_LT(agent.returned_at() - start, absl::Milliseconds(1500));
+  EXPECT_EQ(agent->unacked(), 1) << "the release could not be handed over";
+}
+
+}  // namespace
+}  // namespace taskgrid::agent
