@@ -57,6 +57,8 @@ ABSL_FLAG(absl::Duration, step_timeout, absl::ZeroDuration(), "submit: kill the 
 ABSL_FLAG(absl::Duration, attempt_timeout, absl::ZeroDuration(), "submit: limit of one attempt");
 ABSL_FLAG(absl::Duration, ack_timeout, absl::ZeroDuration(),
           "submit: dispatch -> agent accepts (0: scheduler default)");
+ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
+          "submit: FAILED if no agent started it within this of the submit (0: no limit)");
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
@@ -89,8 +91,8 @@ const std::vector<Command>& Commands() {
        "Submit one task that runs PROGRAM (or --builtin=NAME, or -f FILE of tasks)",
        "taskgridctl submit --queue=mail --max_attempts=5 -- /usr/bin/send-mail --to=bob",
        {"file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
-        "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout", "labels",
-        "agents", "slots"},
+        "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
+        "schedule_timeout", "labels", "agents", "slots"},
        R"(Forms:
   taskgridctl submit [FLAGS] -- PROGRAM [ARGS...]
   taskgridctl submit --builtin=NAME [FLAGS] [--] [ARGS...]
@@ -114,6 +116,8 @@ Flags of the task (one task, one step):
   --step_timeout=DUR    kill the step after DUR (e.g. 90s, 5m, 1h30m)
   --attempt_timeout=DUR limit of one attempt, start to finish
   --ack_timeout=DUR     dispatch -> agent accepts (default: scheduler's)
+  --schedule_timeout=DUR  start within DUR of the submit, or end FAILED
+                        ("expired before start") instead of running late
   --labels=k=v,...      run only on agents carrying these labels
   --agents=a1,a2        run only on these agents
   --slots=N             slots the task takes on its agent (default 1)
@@ -122,6 +126,7 @@ Flags of the task (one task, one step):
 
   taskgridctl submit --builtin=sleep -- 5
   taskgridctl submit --id=report-42 --not_before=+10m --payload_file=in.csv -- ./report
+  taskgridctl submit --schedule_timeout=5m --labels=gpu=1 -- ./train
 
 File (-f): {"tasks": [TASK, ...]}, [TASK, ...] or one TASK, where TASK is a
 taskgrid.v1.TaskSpec in proto3 JSON (snake_case or lowerCamelCase names;
@@ -137,7 +142,12 @@ Prints ID, QUEUE and STATE of each task; --json prints the SubmitTasksResponse.)
        "Show a task: state, times, result with output tails, attempts",
        "taskgridctl get report-42",
        {},
-       R"(--json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
+       R"(Reason says why the task is in its state; for a PENDING task that no agent
+can take, why not (e.g. no agent has a required label). In the attempts table,
+an attempt ended by a pause or a drain reads e.g. CANCELLED (interrupted): it
+does not count against max_attempts.
+
+--json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
       {"list",
        "list [--queue=Q] [--state=S,...] [--page_size=N] [--page_token=T] [--all]",
        "List tasks in submit order, one page (100 by default)",
@@ -167,17 +177,53 @@ CANCELLING until the agent confirms. Prints "ID STATE".)"},
        ""},
       {"pause",
        "pause ID",
-       "Hold a PENDING, SCHEDULED or BLOCKED task",
+       "Hold a task until resumed (a running one is stopped by its agent)",
        "taskgridctl pause report-42",
        {},
+       R"(PENDING, SCHEDULED, BLOCKED -> PAUSED. A DISPATCHED or RUNNING task is
+stopped on its agent and ends PAUSED; that attempt is marked interrupted and
+does not count against max_attempts. Prints "ID STATE": such a task still reads
+RUNNING until its agent confirmed the stop (a note on stderr says so).)"},
+      {"resume",
+       "resume ID",
+       "Release a PAUSED task (it becomes PENDING and runs again)",
+       "taskgridctl resume report-42",
+       {},
        ""},
-      {"resume", "resume ID", "Release a PAUSED task", "taskgridctl resume report-42", {}, ""},
       {"stats",
        "stats [--queue=Q]",
        "Queue lengths, limits and task counts by state",
        "taskgridctl stats --queue=mail",
        {"queue"},
        R"(LENGTH counts the tasks not yet finished; MAX is the queue's limit ('-': none).)"},
+      {"agents",
+       "agents",
+       "List the agents: state, slots, running tasks, labels, last heartbeat",
+       "taskgridctl agents",
+       {},
+       R"(Columns: ID; STATE (ACTIVE: taking work; DRAINING: finishing what it runs,
+taking nothing new; LOST: disconnected or silent, keeps its tasks within the
+scheduler's reconnect grace); SLOTS (used/total); RUNNING (tasks it holds);
+LABELS (k=v,...); LAST HEARTBEAT (how long ago); VERSION.
+
+--json prints the ListAgentsResponse.)"},
+      {"drain",
+       "drain AGENT_ID",
+       "Stop giving work to an agent; the tasks it runs finish there",
+       "taskgridctl drain worker-1",
+       {},
+       R"(The agent stays DRAINING until it restarts. Prints "AGENT_ID STATE";
+--json prints the Agent. An unknown agent is NOT_FOUND (exit 1).)"},
+      {"cluster",
+       "cluster",
+       "Agents by state, slots used, stale messages and tasks by state",
+       "taskgridctl cluster",
+       {},
+       R"(Stale messages counts agent messages about an attempt that was no longer
+live (e.g. a late result from an agent presumed lost): answered stale, never
+committed. Tasks lists the non-zero counts over every queue.
+
+--json prints the ClusterStats message.)"},
       {"help",
        "help [COMMAND]",
        "This text, or the details of one command",
@@ -404,7 +450,8 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   const std::pair<const char*, absl::Duration> durations[] = {
       {"step_timeout", absl::GetFlag(FLAGS_step_timeout)},
       {"attempt_timeout", absl::GetFlag(FLAGS_attempt_timeout)},
-      {"ack_timeout", absl::GetFlag(FLAGS_ack_timeout)}};
+      {"ack_timeout", absl::GetFlag(FLAGS_ack_timeout)},
+      {"schedule_timeout", absl::GetFlag(FLAGS_schedule_timeout)}};
   for (const auto& [f, d] : durations) {
     if (d < absl::ZeroDuration() || d == absl::InfiniteDuration()) {
       return UsageError(absl::StrCat("--", f, " must be a positive duration like 90s"));
@@ -420,6 +467,9 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   }
   if (absl::GetFlag(FLAGS_ack_timeout) > absl::ZeroDuration()) {
     *spec->mutable_ack_timeout() = taskgrid::ToProto(absl::GetFlag(FLAGS_ack_timeout));
+  }
+  if (absl::GetFlag(FLAGS_schedule_timeout) > absl::ZeroDuration()) {
+    *spec->mutable_schedule_timeout() = taskgrid::ToProto(absl::GetFlag(FLAGS_schedule_timeout));
   }
   auto labels = taskgrid::ctl::ParseKeyValues("labels", absl::GetFlag(FLAGS_labels));
   if (!labels.ok()) return UsageError(std::string(labels.status().message()));
@@ -531,21 +581,26 @@ int Run(int argc, char** argv) {
     if (int rc = BuildSubmit(args, has_dashdash, after, set, &req); rc != kExitOk) return rc;
     return client.Submit(req);
   }
-  if (name == "list" || name == "stats") {
+  if (name == "list" || name == "stats" || name == "agents" || name == "cluster") {
     if (!args.empty()) {
       return UsageError(absl::StrCat("unexpected \"", args[0], "\" after ", name), command_hint);
     }
     if (name == "stats") return client.Stats(absl::GetFlag(FLAGS_queue));
+    if (name == "agents") return client.Agents();
+    if (name == "cluster") return client.ClusterStats();
     v1::ListTasksRequest req;
     if (int rc = BuildList(&req); rc != kExitOk) return rc;
     return client.List(req, absl::GetFlag(FLAGS_all));
   }
-  // The commands on one task.
+  // The commands on one task, and drain (on one agent).
+  const bool on_agent = name == "drain";
   if (args.size() != 1 || args[0].empty()) {
-    return UsageError(args.empty() ? absl::StrCat(name, " needs a task ID")
-                                   : absl::StrCat(name, " takes one task ID"),
-                      command_hint);
+    return UsageError(
+        args.empty() ? absl::StrCat(name, on_agent ? " needs an agent ID" : " needs a task ID")
+                     : absl::StrCat(name, on_agent ? " takes one agent ID" : " takes one task ID"),
+        command_hint);
   }
+  if (on_agent) return client.Drain(args[0]);
   if (name == "get") return client.Get(args[0]);
   using taskgrid::ctl::Action;
   const Action action = name == "cancel"  ? Action::kCancel

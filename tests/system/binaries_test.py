@@ -35,6 +35,8 @@ class BinariesTest(unittest.TestCase):
                 (["--queue_max_length=emails"], "--queue_max_length"),
                 (["--queue_max_length=emails=-1"], "--queue_max_length"),
                 (["--default_max_attempts=0"], "--default_max_attempts"),
+                (["--reconnect_grace=1500ms"], "--reconnect_grace at least 4 times"),
+                (["--heartbeat_timeout=1s"], "--heartbeat_timeout must be at least 2"),
             ]
             for flags, message in cases:
                 res = run(binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0",

@@ -9,6 +9,7 @@ TASKGRID_AGENT and TASKGRID_CTL set.
 """
 import base64
 import calendar
+import collections
 import json
 import os
 import re
@@ -168,6 +169,26 @@ class NoAgentTest(CliTestCase):
                          [{"builtin": {"name": "sleep", "args": ["5"]}}])
         self.assertEqual(self.ok_json("get", "b-echo")["spec"]["steps"],
                          [{"builtin": {"name": "echo", "args": ["a", "b"]}}])
+
+    def test_submit_schedule_timeout(self):
+        self.ok("submit", "--id=st-1", f"--queue={self.queue}", "--schedule_timeout=90s",
+                "--", "/bin/true")
+        task = self.ok_json("get", "st-1")
+        self.assertEqual(task["spec"]["schedule_timeout"], "90s")
+        self.assertRegex(
+            self.ok("get", "st-1"),
+            r"(?m)^Start by:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "
+            r"\(schedule_timeout 1m30s\)$")
+        # Not given: not in the spec (same spec as from JSON).
+        self.ok("submit", "--id=st-2", f"--queue={self.queue}", "--", "/bin/true")
+        self.assertNotIn("schedule_timeout", self.ok_json("get", "st-2")["spec"])
+        self.assertNotRegex(self.ok("get", "st-2"), r"(?m)^Start by:")
+        for bad in ("-1s", "soon", "inf"):
+            with self.subTest(bad):
+                err = self.fails(2, "submit", f"--queue={self.queue}", f"--schedule_timeout={bad}",
+                                 "--", "/bin/true")
+                self.assertTrue(err.startswith("error: "), err)
+        self.assertEqual(self.queue_ids(), ["st-1", "st-2"])
 
     def test_submit_payload_file_from_stdin(self):
         self.ok("submit", "--id=pf", f"--queue={self.queue}", "--payload_file=-", "--",
@@ -418,6 +439,55 @@ class NoAgentTest(CliTestCase):
         rows = table_rows(self.ok("stats", f"--queue={self.queue}"))
         self.assertEqual(rows, [["QUEUE", "LENGTH", "MAX", "PENDING"], [self.queue, "1", "7", "1"]])
 
+    # --- agents, drain, cluster (no agent) ------------------------------------
+
+    def test_agents_none(self):
+        self.assertEqual(table_rows(self.ok("agents")),
+                         [["ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT",
+                           "VERSION"]])
+        self.assertEqual(self.ok_json("agents").get("agents", []), [])
+
+    def test_drain_unknown_agent(self):
+        res = self.ctl("drain", "no-such-agent")
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertEqual(res.stdout, "")
+        self.assertRegex(res.stderr, r"^error: NOT_FOUND: ")
+        self.assertIn("no-such-agent", res.stderr)
+        self.assertEqual(self.fails(1, "--json", "drain", "no-such-agent"), res.stderr)
+
+    def test_cluster_without_agents(self):
+        stats = self.ok_json("cluster")
+        for key in ("agents_active", "agents_draining", "agents_lost"):
+            self.assertEqual(stats[key], 0, stats)
+        self.assertEqual(int(stats["slots_total"]), 0)
+        self.assertEqual(int(stats["slots_used"]), 0)
+        self.assertEqual(int(stats["stale_messages"]), 0)
+        # The same counts as `stats` summed over the queues.
+        totals = collections.Counter()
+        for q in self.ok_json("stats")["queues"]:
+            totals.update({k: int(v) for k, v in q["counts"].items()})
+        self.assertEqual({k: int(v) for k, v in stats["tasks"].items() if int(v)},
+                         {k: v for k, v in totals.items() if v})
+        out = self.ok("cluster")
+        self.assertRegex(out, r"(?m)^Agents active:\s+0$")
+        self.assertRegex(out, r"(?m)^Agents draining:\s+0$")
+        self.assertRegex(out, r"(?m)^Agents lost:\s+0$")
+        self.assertRegex(out, r"(?m)^Slots used:\s+0 / 0$")
+        self.assertRegex(out, r"(?m)^Stale messages:\s+0$")
+        for name, n in totals.items():
+            if n:
+                self.assertRegex(out, rf"(?m)^  {name}:\s+{n}$")
+
+    def test_cluster_commands_usage_errors(self):
+        self.assertIn("needs an agent ID", self.fails(2, "drain"))
+        self.assertIn("takes one agent ID", self.fails(2, "drain", "a", "b"))
+        self.fails(2, "drain", "a", "--queue=x")
+        self.fails(2, "agents", "extra")
+        self.fails(2, "agents", "--state=pending")
+        self.fails(2, "cluster", "extra")
+        self.fails(2, "cluster", "--queue=x")
+        self.fails(2, "drain", "a", "--", "b")
+
     # --- the command line itself --------------------------------------------
 
     def test_unknown_command(self):
@@ -427,7 +497,7 @@ class NoAgentTest(CliTestCase):
 
     def test_help(self):
         commands = ["submit", "get", "list", "cancel", "retry", "reset", "pause", "resume",
-                    "stats", "help"]
+                    "stats", "agents", "drain", "cluster", "help"]
         for args in (["help"], ["--help"], ["-h"]):
             with self.subTest(args=args):
                 out = self.ok(*args)
@@ -438,6 +508,12 @@ class NoAgentTest(CliTestCase):
         for flag in ("--builtin", "--not_before", "--payload_file", "-f FILE", "--labels"):
             self.assertIn(flag, out)
         self.assertEqual(self.ok("submit", "--help"), out)
+        self.assertIn("--schedule_timeout", out)
+        for command in ("agents", "drain", "cluster"):
+            with self.subTest(command):
+                out = self.ok("help", command)
+                self.assertRegex(out, rf"(?m)^  \$ taskgridctl {command}\b")
+                self.assertIn("--json", out)
         self.fails(2, "help", "frobnicate")
         # No command at all: the usage, as an error.
         res = self.ctl()
@@ -554,6 +630,45 @@ class WithAgentTest(CliTestCase):
         self.cluster.wait_state("long", "CANCELLED", timeout=WAIT)
         self.assertRegex(self.ok("get", "long"), r"(?m)^\s+Outcome:\s+CANCELLED$")
 
+    def test_pause_running_shows_interrupted_attempt(self):
+        self.ok("submit", "--id=pr1", f"--queue={self.queue}", "--max_attempts=1",
+                "--builtin=sleep", "--", "60")
+        self.cluster.wait_state("pr1", "RUNNING", timeout=WAIT)
+        res = self.ctl("pause", "pr1")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertRegex(res.stdout, r"^pr1 (RUNNING|PAUSED)\n$")
+        if res.stdout == "pr1 RUNNING\n":  # stopping on a1: said on stderr
+            self.assertEqual(res.stderr, "note: pr1 is being stopped on agent a1; it ends PAUSED\n")
+        task = self.cluster.wait_state("pr1", "PAUSED", timeout=WAIT)
+        self.assertEqual(len(task["attempts"]), 1, task)
+        self.assertTrue(task["attempts"][0]["interrupted"], task)
+        out = self.ok("get", "pr1")
+        lines = out.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.startswith("ATTEMPT"))
+        row = table_rows(lines[header + 1])[0]
+        self.assertEqual(row[:2], ["1", "a1"])
+        self.assertRegex(row[2], r"^([A-Z_]+ \(interrupted\)|interrupted)$")
+        self.assertRegex(out, r"(?m)^State:\s+PAUSED$")
+        # The interrupted attempt does not count: attempt 2 runs (max_attempts=1).
+        # Dispatched at once when a1 has room.
+        self.assertRegex(self.ok("resume", "pr1"), r"^pr1 (PENDING|DISPATCHED|RUNNING)\n$")
+        harness.wait_until(lambda: self.ok_json("get", "pr1")["attempt"] == 2, timeout=WAIT,
+                           what="pr1 to run attempt 2")
+        self.cluster.wait_state("pr1", "RUNNING", timeout=WAIT)
+        self.ok("cancel", "pr1")
+        self.cluster.wait_state("pr1", "CANCELLED", timeout=WAIT)
+
+    def test_schedule_timeout_fails_a_task_never_started(self):
+        self.ok("submit", "--id=exp1", f"--queue={self.queue}", "--schedule_timeout=1s",
+                "--labels=gpu=1", "--builtin=noop")
+        task = self.cluster.wait_state("exp1", "FAILED", timeout=WAIT)
+        self.assertEqual(task["attempt"], 0, task)
+        self.assertIn("expired", task["reason"] + task.get("result", {}).get("error", ""), task)
+        # One that starts in time runs normally.
+        self.ok("submit", "--id=exp2", f"--queue={self.queue}", "--schedule_timeout=60s",
+                "--builtin=noop")
+        self.cluster.wait_state("exp2", "SUCCEEDED", timeout=WAIT)
+
     def test_list_shows_agent_of_running_task(self):
         self.ok("submit", "--id=run1", f"--queue={self.queue}", "--builtin=sleep", "--", "60")
         self.cluster.wait_state("run1", "RUNNING", timeout=WAIT)
@@ -561,6 +676,132 @@ class WithAgentTest(CliTestCase):
         self.assertEqual(rows[1][:5], ["run1", self.queue, "RUNNING", "1/3", "a1"])
         self.ok("cancel", "run1")
         self.cluster.wait_state("run1", "CANCELLED", timeout=WAIT)
+
+
+class ClusterTest(CliTestCase):
+    """agents and cluster: a1 (3 slots, labels) and a2 (2 slots)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = harness.Cluster()
+        cls.addClassCleanup(cls.cluster.close)
+        cls.cluster.start_scheduler()
+        cls.cluster.start_agent("a1", slots=3, labels="zone=eu,disk=ssd")
+        cls.cluster.start_agent("a2", slots=2)
+
+    def wait_agents(self, expected):
+        """Waits until `agents --json` lists exactly the ids of `expected`
+        ({id: state}); returns {id: Agent}."""
+        def listed():
+            got = {a["id"]: a for a in self.ok_json("agents").get("agents", [])}
+            states = {k: a["state"].replace("AGENT_STATE_", "") for k, a in got.items()}
+            return states == expected and got
+        return harness.wait_until(listed, timeout=WAIT, interval=0.1,
+                                  what=f"agents to be {expected}")
+
+    def run_on(self, task_id, agent_id):
+        """A 60 s sleep pinned to agent_id, RUNNING when this returns."""
+        self.ok("submit", f"--id={task_id}", f"--queue={self.queue}", f"--agents={agent_id}",
+                "--builtin=sleep", "--", "60")
+        self.cluster.wait_state(task_id, "RUNNING", timeout=WAIT)
+
+    def test_agents(self):
+        agents = self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})
+        a1 = agents["a1"]
+        self.assertEqual(a1["labels"], {"zone": "eu", "disk": "ssd"})
+        self.assertEqual((a1["slots"], a1["slots_used"]), (3, 0))
+        self.assertEqual(a1.get("running", []), [])
+        self.assertTrue(a1["version"])
+        self.assertIn("last_heartbeat_time", a1)
+
+        rows = table_rows(self.ok("agents"))
+        self.assertEqual(rows[0], ["ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT",
+                                   "VERSION"])
+        self.assertEqual([r[0] for r in rows[1:]], ["a1", "a2"])  # by id
+        self.assertEqual(rows[1][:5], ["a1", "ACTIVE", "0/3", "0", "disk=ssd,zone=eu"])
+        self.assertRegex(rows[1][5], r"^\d+(\.\d)?s ago$")
+        self.assertEqual(rows[1][6], a1["version"])
+        self.assertEqual(rows[2][:5], ["a2", "ACTIVE", "0/2", "0", "-"])
+
+        # A running task shows in its agent's slots and RUNNING.
+        self.run_on("ag-run", "a1")
+        rows = table_rows(self.ok("agents"))
+        self.assertEqual(rows[1][:4], ["a1", "ACTIVE", "1/3", "1"])
+        self.assertEqual(rows[2][:4], ["a2", "ACTIVE", "0/2", "0"])
+        a1 = self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})["a1"]
+        self.assertEqual((a1["slots_used"], a1["running"]), (1, ["ag-run"]))
+        self.ok("cancel", "ag-run")
+        self.cluster.wait_state("ag-run", "CANCELLED", timeout=WAIT)
+
+    def test_cluster(self):
+        self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})
+        self.run_on("cl-run", "a2")
+        stats = self.ok_json("cluster")
+        self.assertEqual((stats["agents_active"], stats["agents_draining"], stats["agents_lost"]),
+                         (2, 0, 0), stats)
+        self.assertEqual((int(stats["slots_used"]), int(stats["slots_total"])), (1, 5), stats)
+        self.assertEqual(int(stats["stale_messages"]), 0, stats)
+        every = self.ok_json("list", "--all")["tasks"]
+        want = collections.Counter(t["state"].replace("TASK_STATE_", "") for t in every)
+        self.assertEqual({k: int(v) for k, v in stats["tasks"].items() if int(v)}, dict(want))
+        self.assertGreaterEqual(want["RUNNING"], 1)
+
+        out = self.ok("cluster")
+        self.assertRegex(out, r"(?m)^Agents active:\s+2$")
+        self.assertRegex(out, r"(?m)^Agents draining:\s+0$")
+        self.assertRegex(out, r"(?m)^Agents lost:\s+0$")
+        self.assertRegex(out, r"(?m)^Slots used:\s+1 / 5$")
+        self.assertRegex(out, r"(?m)^Stale messages:\s+0$")
+        self.assertRegex(out, r"(?m)^Tasks:$")
+        self.assertRegex(out, rf"(?m)^  RUNNING:\s+{want['RUNNING']}$")
+        self.ok("cancel", "cl-run")
+        self.cluster.wait_state("cl-run", "CANCELLED", timeout=WAIT)
+
+
+class DrainTest(CliTestCase):
+    """drain: d1 is drained while it runs a task; d2 takes the new work."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start_cluster(agents=["d1", "d2"])
+
+    def agent_states(self):
+        return {a["id"]: a["state"].replace("AGENT_STATE_", "")
+                for a in self.ok_json("agents").get("agents", [])}
+
+    def test_drain(self):
+        q = self.queue
+        harness.wait_until(lambda: self.agent_states() == {"d1": "ACTIVE", "d2": "ACTIVE"},
+                           timeout=WAIT, what="d1 and d2 to be ACTIVE")
+        self.ok("submit", "--id=dr-running", f"--queue={q}", "--agents=d1", "--builtin=sleep",
+                "--", "3")
+        self.cluster.wait_state("dr-running", "RUNNING", timeout=WAIT)
+
+        self.assertEqual(self.ok("drain", "d1"), "d1 DRAINING\n")
+        self.assertEqual(self.agent_states(), {"d1": "DRAINING", "d2": "ACTIVE"})
+        rows = table_rows(self.ok("agents"))
+        self.assertEqual(rows[1][:4], ["d1", "DRAINING", "1/2", "1"])
+        # Again, as JSON: the Agent.
+        agent = self.ok_json("drain", "d1")
+        self.assertEqual((agent["id"], agent["state"]), ("d1", "AGENT_STATE_DRAINING"))
+        self.assertEqual(self.ok_json("cluster")["agents_draining"], 1)
+        self.assertRegex(self.ok("cluster"), r"(?m)^Agents draining:\s+1$")
+
+        # New work goes to d2 only; work only d1 may run waits.
+        self.ok("submit", "-f", "-", input=json.dumps(
+            [self.noop_spec(f"dr-new-{i}") for i in range(6)] +
+            [self.noop_spec("dr-pinned", placement={"agent_ids": ["d1"]})]))
+        for i in range(6):
+            task = self.cluster.wait_state(f"dr-new-{i}", "SUCCEEDED", timeout=WAIT)
+            self.assertEqual([a["agent_id"] for a in task["attempts"]], ["d2"], task)
+        # The task it ran when drained finishes there.
+        task = self.cluster.wait_state("dr-running", "SUCCEEDED", timeout=WAIT)
+        self.assertEqual([a["agent_id"] for a in task["attempts"]], ["d1"], task)
+        time.sleep(1)  # d1 has free slots now: still nothing for it
+        task = self.ok_json("get", "dr-pinned")
+        self.assertEqual((task["state"], task["attempt"]), ("TASK_STATE_PENDING", 0), task)
+        self.assertEqual(self.agent_states(), {"d1": "DRAINING", "d2": "ACTIVE"})
+        self.ok("cancel", "dr-pinned")
 
 
 if __name__ == "__main__":

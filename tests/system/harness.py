@@ -9,8 +9,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 DEFAULT_TIMEOUT = 30.0
@@ -127,9 +129,11 @@ class Cluster:
                 self.port = int(f.read().strip())
         return self.scheduler
 
-    def start_agent(self, agent_id, slots=2, labels="", extra_flags=()):
-        argv = [binary("TASKGRID_AGENT"), f"--scheduler={self.addr}", f"--id={agent_id}",
-                f"--slots={slots}"]
+    def start_agent(self, agent_id, slots=2, labels="", extra_flags=(), scheduler_addr=None):
+        """scheduler_addr: where the agent connects (default: the scheduler
+        itself; e.g. a TcpProxy's addr)."""
+        argv = [binary("TASKGRID_AGENT"), f"--scheduler={scheduler_addr or self.addr}",
+                f"--id={agent_id}", f"--slots={slots}"]
         if labels:
             argv.append(f"--labels={labels}")
         argv += list(extra_flags)
@@ -152,6 +156,22 @@ class Cluster:
 
     def task(self, task_id):
         return self.ctl_json("get", task_id)
+
+    def tasks(self, *filters):
+        """Every task (all pages), e.g. tasks("--queue=q", "--state=running")."""
+        return self.ctl_json("list", "--all", "--page_size=1000", *filters).get("tasks", [])
+
+    def agents_info(self):
+        """`taskgridctl agents --json`: {agent id: Agent as a dict}."""
+        return {a["id"]: a for a in self.ctl_json("agents").get("agents", [])}
+
+    def cluster_stats(self):
+        """`taskgridctl cluster --json`: ClusterStats as a dict (int64 as int)."""
+        stats = self.ctl_json("cluster")
+        for key in ("slots_total", "slots_used", "stale_messages"):
+            stats[key] = int(stats.get(key, 0))
+        stats["tasks"] = {k: int(v) for k, v in stats.get("tasks", {}).items()}
+        return stats
 
     def wait_state(self, task_id, states, timeout=DEFAULT_TIMEOUT):
         states = {states} if isinstance(states, str) else set(states)
@@ -179,3 +199,128 @@ class Cluster:
             p.close()
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 to (host, port), for cutting connections.
+
+    Every accepted connection is relayed to the target by two threads (one
+    per direction). cut() drops every current connection at once (both ends
+    see their stream end) and keeps accepting new ones; close() stops
+    accepting, drops everything and joins every thread.
+    """
+
+    def __init__(self, target_port, target_host="127.0.0.1"):
+        self.target = (target_host, target_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._live = []       # [(client, upstream)] still relaying; guarded by _lock
+        self._sockets = []    # every socket opened, closed by close(); guarded by _lock
+        self._pumps = {}      # pair -> its two pump threads; guarded by _lock
+        self._stop = threading.Event()
+        self.accepted = 0     # connections accepted so far; guarded by _lock
+        self._acceptor = threading.Thread(target=self._accept_loop, name="proxy-accept",
+                                          daemon=True)
+        self._acceptor.start()
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def connections(self):
+        """How many connections are relayed now."""
+        with self._lock:
+            return len(self._live)
+
+    def _accept_loop(self):
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            client.settimeout(None)
+            upstream.settimeout(None)
+            pair = (client, upstream)
+            with self._lock:
+                self._sockets += [client, upstream]
+                if self._stop.is_set():
+                    break
+                self._live.append(pair)
+                self.accepted += 1
+                self._pumps[pair] = [
+                    threading.Thread(target=self._pump, args=(src, dst, pair), name="proxy-pump",
+                                     daemon=True)
+                    for src, dst in ((client, upstream), (upstream, client))]
+                for t in self._pumps[pair]:
+                    t.start()
+
+    def _pump(self, src, dst, pair):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._drop(pair)
+
+    def _drop(self, pair):
+        """Ends both sides of `pair`; wakes its pumps blocked in recv()."""
+        for sock in pair:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self._lock:
+            if pair in self._live:
+                self._live.remove(pair)
+
+    def _join_pumps(self, pairs, timeout):
+        deadline = time.monotonic() + timeout
+        for pair in pairs:
+            with self._lock:
+                threads = self._pumps.pop(pair, [])
+            for t in threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    raise TimeoutError("a proxy thread did not stop")
+
+    def cut(self, timeout=DEFAULT_TIMEOUT):
+        """Drops every current connection; returns how many there were."""
+        with self._lock:
+            pairs = list(self._live)
+        for pair in pairs:
+            self._drop(pair)
+        self._join_pumps(pairs, timeout)
+        return len(pairs)
+
+    def close(self):
+        self._stop.set()
+        self._acceptor.join(timeout=DEFAULT_TIMEOUT)
+        self._listener.close()
+        self.cut()
+        with self._lock:
+            finished = list(self._pumps)
+        self._join_pumps(finished, DEFAULT_TIMEOUT)
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()

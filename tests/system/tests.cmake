@@ -2,3 +2,4 @@
 taskgrid_system_test(cli cli_test.py)
 taskgrid_system_test(restart restart_test.py)
 taskgrid_system_test(binaries binaries_test.py)
+taskgrid_system_test(fault fault_test.py TIMEOUT 900)

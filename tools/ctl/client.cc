@@ -15,8 +15,10 @@
 namespace taskgrid::ctl {
 
 Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
-  stub_ =
-      v1::TaskService::NewStub(grpc::CreateChannel(opts_.addr, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(opts_.addr, grpc::InsecureChannelCredentials());
+  stub_ = v1::TaskService::NewStub(channel);
+  cluster_stub_ = v1::ClusterService::NewStub(channel);
 }
 
 template <typename Rpc>
@@ -118,6 +120,14 @@ int Client::Act(Action action, const std::string& id) {
   } else {
     std::cout << task.spec().id() << " " << core::StateName(task.state()) << "\n";
   }
+  // There is no PAUSING state: a task on an agent reads RUNNING until the
+  // agent confirmed the stop. Said on stderr so stdout stays "ID STATE".
+  if (action == Action::kPause &&
+      (task.state() == v1::TASK_STATE_DISPATCHED || task.state() == v1::TASK_STATE_RUNNING)) {
+    std::cout.flush();
+    std::cerr << "note: " << task.spec().id() << " is being stopped on agent " << task.agent_id()
+              << "; it ends PAUSED\n";
+  }
   return kExitOk;
 }
 
@@ -129,6 +139,44 @@ int Client::Stats(const std::string& queue) {
     return kExitRpcFailed;
   }
   std::cout << (opts_.json ? ToJson(resp) : FormatStats(resp));
+  return kExitOk;
+}
+
+int Client::Agents() {
+  v1::ListAgentsResponse resp;
+  if (!Call([&](grpc::ClientContext* ctx) {
+        return cluster_stub_->ListAgents(ctx, v1::ListAgentsRequest(), &resp);
+      })) {
+    return kExitRpcFailed;
+  }
+  std::cout << (opts_.json ? ToJson(resp) : FormatAgents(resp, absl::Now()));
+  return kExitOk;
+}
+
+int Client::Drain(const std::string& agent_id) {
+  v1::DrainAgentRequest req;
+  req.set_id(agent_id);
+  v1::Agent agent;
+  if (!Call(
+          [&](grpc::ClientContext* ctx) { return cluster_stub_->DrainAgent(ctx, req, &agent); })) {
+    return kExitRpcFailed;
+  }
+  if (opts_.json) {
+    std::cout << ToJson(agent);
+  } else {
+    std::cout << agent.id() << " " << AgentStateName(agent.state()) << "\n";
+  }
+  return kExitOk;
+}
+
+int Client::ClusterStats() {
+  v1::ClusterStats stats;
+  if (!Call([&](grpc::ClientContext* ctx) {
+        return cluster_stub_->GetClusterStats(ctx, v1::GetClusterStatsRequest(), &stats);
+      })) {
+    return kExitRpcFailed;
+  }
+  std::cout << (opts_.json ? ToJson(stats) : FormatClusterStats(stats));
   return kExitOk;
 }
 

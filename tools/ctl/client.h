@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
 
 namespace taskgrid::ctl {
@@ -36,6 +37,10 @@ class Client {
   int List(v1::ListTasksRequest req, bool all);
   int Act(Action action, const std::string& id);
   int Stats(const std::string& queue);
+  // ClusterService: the table of agents, draining one, the cluster's counts.
+  int Agents();
+  int Drain(const std::string& agent_id);
+  int ClusterStats();
 
  private:
   // Runs `rpc` with a fresh context carrying the deadline. On failure prints
@@ -45,6 +50,7 @@ class Client {
 
   ClientOptions opts_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
 };
 
 }  // namespace taskgrid::ctl

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -233,6 +234,12 @@ std::string FormatTaskDetail(const v1::Task& t) {
   Field(&out, "Updated", FormatTime(t.update_time()));
   if (t.state() == v1::TASK_STATE_SCHEDULED) Field(&out, "Next run", FormatTime(t.next_run_time()));
   if (spec.has_not_before()) Field(&out, "Not before", FormatTime(spec.not_before()));
+  if (const absl::Duration d = FromProto(spec.schedule_timeout()); d > absl::ZeroDuration()) {
+    // Counted from the submit: a task not started by then ends FAILED.
+    Field(&out, "Start by",
+          absl::StrCat(FormatTime(ToProto(FromProto(t.create_time()) + d)), " (schedule_timeout ",
+                       absl::FormatDuration(d), ")"));
+  }
   Field(&out, "Reason", OrDash(t.reason()));
   // Numbered from 0, like TaskResult.step and the agent's error messages.
   for (int i = 0; i < spec.steps_size(); ++i) {
@@ -269,12 +276,83 @@ std::string FormatTaskDetail(const v1::Task& t) {
   Table table({"ATTEMPT", "AGENT", "OUTCOME", "EXIT", "STARTED", "FINISHED", "ERROR"});
   for (const v1::Attempt& a : t.attempts()) {
     const v1::TaskResult& ar = a.result();
-    table.AddRow({absl::StrCat(a.attempt()), OrDash(a.agent_id()), OutcomeName(ar.outcome()),
+    std::string outcome = OutcomeName(ar.outcome());
+    // Ended by a pause or a drain: does not count against max_attempts.
+    if (a.interrupted()) {
+      outcome = ar.outcome() == v1::OUTCOME_UNSPECIFIED ? "interrupted"
+                                                        : absl::StrCat(outcome, " (interrupted)");
+    }
+    table.AddRow({absl::StrCat(a.attempt()), OrDash(a.agent_id()), outcome,
                   HasExitCode(ar.outcome()) ? absl::StrCat(ar.exit_code()) : "-",
                   FormatTime(a.start_time()), FormatTime(a.finish_time()),
                   Shorten(OrDash(OneLine(ar.error())), 60)});
   }
   return out + table.Render();
+}
+
+std::string AgentStateName(v1::AgentState s) {
+  if (s == v1::AGENT_STATE_UNSPECIFIED) return "-";
+  std::string name = v1::AgentState_Name(s);
+  if (absl::StartsWith(name, "AGENT_STATE_")) name = name.substr(12);
+  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
+}
+
+std::string FormatAgo(absl::Time then, absl::Time now) {
+  if (then == absl::InfinitePast()) return "-";
+  const absl::Duration d = std::max(now - then, absl::ZeroDuration());
+  if (d < absl::Seconds(10)) return absl::StrFormat("%.1fs ago", absl::ToDoubleSeconds(d));
+  const int64_t s = absl::ToInt64Seconds(d);
+  if (s < 60) return absl::StrCat(s, "s ago");
+  if (s < 3600) return absl::StrFormat("%dm%02ds ago", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm ago", s / 3600, s % 3600 / 60);
+}
+
+std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
+  Table table({"ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT", "VERSION"});
+  for (const v1::Agent& a : resp.agents()) {
+    // A proto map has no order; sorted so the column reads the same each time.
+    std::vector<std::string> labels;
+    for (const auto& [k, v] : a.labels()) labels.push_back(absl::StrCat(k, "=", v));
+    std::sort(labels.begin(), labels.end());
+    table.AddRow({a.id(), AgentStateName(a.state()), absl::StrCat(a.slots_used(), "/", a.slots()),
+                  absl::StrCat(a.running_size()), OrDash(absl::StrJoin(labels, ",")),
+                  FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version())});
+  }
+  return table.Render();
+}
+
+std::string FormatClusterStats(const v1::ClusterStats& stats) {
+  constexpr size_t kWidth = 17;
+  std::string out;
+  Field(&out, "Agents active", absl::StrCat(stats.agents_active()), kWidth);
+  Field(&out, "Agents draining", absl::StrCat(stats.agents_draining()), kWidth);
+  Field(&out, "Agents lost", absl::StrCat(stats.agents_lost()), kWidth);
+  Field(&out, "Slots used", absl::StrCat(stats.slots_used(), " / ", stats.slots_total()), kWidth);
+  Field(&out, "Stale messages", absl::StrCat(stats.stale_messages()), kWidth);
+  // Known states in TaskState order, then any other key the scheduler sent.
+  std::vector<std::pair<std::string, int64_t>> counts;
+  for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
+    if (!v1::TaskState_IsValid(s) || s == v1::TASK_STATE_UNSPECIFIED) continue;
+    const std::string name = core::StateName(static_cast<v1::TaskState>(s));
+    auto it = stats.tasks().find(name);
+    if (it != stats.tasks().end() && it->second != 0) counts.emplace_back(name, it->second);
+  }
+  std::vector<std::pair<std::string, int64_t>> others;
+  for (const auto& [name, n] : stats.tasks()) {
+    v1::TaskState unused;
+    if (n != 0 && !core::ParseStateName(name, &unused)) others.emplace_back(name, n);
+  }
+  std::sort(others.begin(), others.end());
+  counts.insert(counts.end(), others.begin(), others.end());
+  if (counts.empty()) {
+    Field(&out, "Tasks", "none", kWidth);
+    return out;
+  }
+  out += "Tasks:\n";
+  for (const auto& [name, n] : counts) {
+    Field(&out, absl::StrCat("  ", name), absl::StrCat(n), kWidth);
+  }
+  return out;
 }
 
 }  // namespace taskgrid::ctl

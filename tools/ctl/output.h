@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
@@ -54,7 +56,24 @@ std::string FormatTaskList(const std::vector<v1::Task>& tasks);
 // The table of `stats`.
 std::string FormatStats(const v1::GetQueueStatsResponse& resp);
 
-// The detail view of `get`: fields, result with output tails, attempts table.
+// The detail view of `get`: fields, result with output tails, attempts table
+// (an interrupted attempt's outcome reads e.g. "CANCELLED (interrupted)").
 std::string FormatTaskDetail(const v1::Task& t);
+
+// "ACTIVE" for AGENT_STATE_ACTIVE; "-" for AGENT_STATE_UNSPECIFIED.
+std::string AgentStateName(v1::AgentState s);
+
+// How long before `now` `then` was: "0.4s ago", "12s ago", "3m05s ago",
+// "2h10m ago"; "-" when `then` is unset (InfinitePast). A `then` after `now`
+// (clocks apart) reads "0.0s ago".
+std::string FormatAgo(absl::Time then, absl::Time now);
+
+// The table of `agents`: ID, STATE, SLOTS, RUNNING, LABELS, LAST HEARTBEAT,
+// VERSION, ages counted from `now`.
+std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now);
+
+// The key/value view of `cluster`: agents by state, slots, stale messages,
+// the non-zero task counts in TaskState order.
+std::string FormatClusterStats(const v1::ClusterStats& stats);
 
 }  // namespace taskgrid::ctl

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/key_values.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/key_values.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::ctl {
