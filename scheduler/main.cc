@@ -120,6 +120,18 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
+  if (so.heartbeat_interval <= absl::ZeroDuration() ||
+      so.heartbeat_timeout < 2 * so.heartbeat_interval ||
+      so.reconnect_grace < 4 * so.heartbeat_interval) {
+    // Agents stop their own tasks after StopOnLostAfter() without a heartbeat
+    // ack: with a grace this short they would do so while healthy.
+    spdlog::error(
+        "--heartbeat_timeout must be at least 2 and --reconnect_grace at least 4 times "
+        "--heartbeat_interval (got {}, {} and {})",
+        absl::FormatDuration(so.heartbeat_timeout), absl::FormatDuration(so.reconnect_grace),
+        absl::FormatDuration(so.heartbeat_interval));
+    return 2;
+  }
   if (so.default_max_attempts < 1 || so.default_max_attempts > so.max_attempts_limit) {
     spdlog::error("--default_max_attempts must be in [1, {}]", so.max_attempts_limit);
     return 2;

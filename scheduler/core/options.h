@@ -1,6 +1,7 @@
 // The scheduler's tunables: limits on input and the timing of agents.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -45,6 +46,13 @@ struct SchedulerOptions {
   int64_t max_output_bytes = 64 << 10;
   // A lost agent stays listed (state LOST) this long after its tasks moved.
   absl::Duration lost_agent_retention = absl::Minutes(10);
+
+  // What Welcome tells agents: stop running tasks after this long without
+  // contact. Inside the grace (so they stop before their tasks move) and at
+  // least 3 heartbeats (so a healthy agent never does).
+  absl::Duration StopOnLostAfter() const {
+    return std::max(reconnect_grace - absl::Seconds(1), reconnect_grace * 3 / 4);
+  }
 
   int64_t QueueMaxLength(const std::string& queue) const {
     auto it = queue_max_length.find(queue);

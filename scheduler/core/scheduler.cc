@@ -660,7 +660,9 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
                absl::StrCat(why, "; all ", MaxAttempts(t), " attempts used"));
     return;
   }
-  t.next_run_time = Now() + Backoff(t);
+  // A lost attempt (agent gone, hand-over not confirmed) says nothing about
+  // the task: it counts, but is re-queued at once rather than backed off.
+  t.next_run_time = r.outcome() == v1::OUTCOME_LOST ? absl::InfinitePast() : Now() + Backoff(t);
   Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; will retry"));
 }
 
@@ -723,8 +725,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   *welcome.mutable_welcome()->mutable_heartbeat_interval() = ToProto(opts_.heartbeat_interval);
   welcome.mutable_welcome()->set_max_output_bytes(opts_.max_output_bytes);
   // The agent stops its tasks itself before the grace ends and they move.
-  *welcome.mutable_welcome()->mutable_stop_on_lost_after() =
-      ToProto(std::max(opts_.reconnect_grace - absl::Seconds(1), opts_.reconnect_grace / 2));
+  *welcome.mutable_welcome()->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.

@@ -1043,5 +1043,29 @@ TEST_F(SchedulerTest, ClusterStatsCountAgentsSlotsAndTasks) {
   EXPECT_EQ(st.tasks().at("DISPATCHED"), 2);
 }
 
+TEST_F(SchedulerTest, LostAttemptCountsButIsRequeuedWithoutBackoff) {
+  v1::TaskSpec s = Spec("t");
+  s.mutable_retry()->mutable_initial_backoff()->set_seconds(60);
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  sched_.Disconnect(conn);
+  Advance(Options().reconnect_grace);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING) << "not SCHEDULED for 60 s";
+  EXPECT_EQ(Task("t").attempts[0].result().outcome(), v1::OUTCOME_LOST);
+  EXPECT_FALSE(Task("t").attempts[0].interrupted()) << "a lost attempt counts";
+}
+
+TEST(SchedulerOptions, AgentsStopInsideTheGraceButAfterSeveralHeartbeats) {
+  SchedulerOptions o;
+  EXPECT_EQ(o.StopOnLostAfter(), absl::Seconds(4));  // the defaults: 5 s grace, 1 s beats
+  for (absl::Duration grace : {absl::Seconds(2), absl::Seconds(4), absl::Seconds(30)}) {
+    o.reconnect_grace = grace;
+    o.heartbeat_interval = grace / 4;  // the shortest grace main() accepts
+    EXPECT_LT(o.StopOnLostAfter(), grace);
+    EXPECT_GE(o.StopOnLostAfter(), 3 * o.heartbeat_interval);
+  }
+}
+
 }  // namespace
 }  // namespace taskgrid::core
