@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
@@ -226,9 +227,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
-  auto found = Lookup(id);
-  if (!found.ok()) return found.status();
-  TaskRecord* t = *found;
+  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
   switch (t->state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
@@ -254,9 +253,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
-  auto found = Lookup(id);
-  if (!found.ok()) return found.status();
-  TaskRecord* t = *found;
+  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
   if (t->state != v1::TASK_STATE_FAILED && t->state != v1::TASK_STATE_CANCELLED) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
@@ -275,9 +272,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
-  auto found = Lookup(id);
-  if (!found.ok()) return found.status();
-  TaskRecord* t = *found;
+  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
   if (!IsTerminal(t->state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
@@ -295,9 +290,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
-  auto found = Lookup(id);
-  if (!found.ok()) return found.status();
-  TaskRecord* t = *found;
+  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
   switch (t->state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
@@ -322,9 +315,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Resume(const std::string& id) {
-  auto found = Lookup(id);
-  if (!found.ok()) return found.status();
-  TaskRecord* t = *found;
+  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
   if (t->state != v1::TASK_STATE_PAUSED) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state), ", not PAUSED"));
