@@ -1,5 +1,6 @@
 #include "scheduler/core/model.h"
 
+#include <algorithm>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(attempts, other.attempts);
   MoveAppend(clear_attempts, other.clear_attempts);
   MoveAppend(events, other.events);
+  prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
 
 TaskRow ToRow(const TaskRecord& t, bool insert) {

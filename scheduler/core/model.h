@@ -72,6 +72,7 @@ struct AttemptRow {
 
 // One state change: the event log that WatchTasks will serve.
 struct EventRow {
+  int64_t revision = 0;  // assigned by the Scheduler: +1 per change
   std::string task_id;
   std::string queue;
   int32_t from_state = 0;
@@ -87,9 +88,12 @@ struct WriteBatch {
   std::vector<AttemptRow> attempts;
   std::vector<std::string> clear_attempts;  // task ids whose history is cleared (reset)
   std::vector<EventRow> events;
+  // Event history retention: delete events with revision <= this (0: none).
+  int64_t prune_events_through = 0;
 
   bool empty() const {
-    return tasks.empty() && attempts.empty() && clear_attempts.empty() && events.empty();
+    return tasks.empty() && attempts.empty() && clear_attempts.empty() && events.empty() &&
+           prune_events_through == 0;
   }
   size_t size() const {
     return tasks.size() + attempts.size() + clear_attempts.size() + events.size();

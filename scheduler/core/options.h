@@ -44,6 +44,8 @@ struct SchedulerOptions {
   // itself (the agent kills it at attempt_timeout and normally reports).
   absl::Duration attempt_timeout_slack = absl::Seconds(5);
   int64_t max_output_bytes = 64 << 10;
+  // How long the event history (WatchTasks resume) is kept.
+  absl::Duration event_retention = absl::Hours(24);
   // A lost agent stays listed (state LOST) this long after its tasks moved.
   absl::Duration lost_agent_retention = absl::Minutes(10);
 

@@ -95,6 +95,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason) 
   }
   effects_.batch.tasks.push_back(ToRow(t, from == v1::TASK_STATE_UNSPECIFIED));
   EventRow e;
+  e.revision = ++last_revision_;
   e.task_id = t.id();
   e.queue = t.queue();
   e.from_state = from;
@@ -103,6 +104,12 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason) 
   e.agent_id = t.agent_id;
   e.time_us = ToUnixMicrosOrZero(t.update_time);
   e.reason = t.reason;
+  if (revision_marks_.empty() || e.time_us / 1'000'000 !=
+                                      ToUnixMicrosOrZero(revision_marks_.back().second) / 1'000'000) {
+    revision_marks_.push_back({e.revision, t.update_time});
+  } else {
+    revision_marks_.back().first = e.revision;
+  }
   effects_.batch.events.push_back(std::move(e));
 }
 
@@ -115,8 +122,13 @@ v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
 // ---------------------------------------------------------------------------
 // Recovery.
 
-absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks) {
+absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revision,
+                               int64_t oldest_revision) {
   if (!tasks_.empty()) return absl::FailedPreconditionError("Restore needs an empty scheduler");
+  last_revision_ = last_revision;
+  oldest_revision_ = std::max<int64_t>(oldest_revision, 1);
+  // History from before the restart counts as of now for retention.
+  if (last_revision > 0) revision_marks_.push_back({last_revision, Now()});
   const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
   for (TaskRecord& rec : tasks) {
     auto owned = std::make_unique<TaskRecord>(std::move(rec));
@@ -899,6 +911,16 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
 
 void Scheduler::Tick() {
   const absl::Time now = Now();
+  // Event retention: prune through the newest mark older than the window.
+  int64_t prune = 0;
+  while (!revision_marks_.empty() && revision_marks_.front().second < now - opts_.event_retention) {
+    prune = revision_marks_.front().first;
+    revision_marks_.pop_front();
+  }
+  if (prune > 0) {
+    effects_.batch.prune_events_through = prune;
+    oldest_revision_ = prune + 1;
+  }
   while (!scheduled_.empty() && std::get<0>(*scheduled_.begin()) <= now) {
     TaskRecord& t = *std::get<2>(*scheduled_.begin());
     Transition(t, v1::TASK_STATE_PENDING,

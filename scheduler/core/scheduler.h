@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -75,7 +76,10 @@ class Scheduler {
   // Start-up: takes the tasks read back from the store. Ready tasks go to
   // the ready queues, scheduled ones to the timer; in-flight ones stay with
   // their agents, each agent getting a fresh reconnect grace window.
-  absl::Status Restore(std::vector<TaskRecord> tasks);
+  // `last_revision`: the newest event revision stored.
+  // `oldest_revision`, `last_revision`: the event history the store keeps.
+  absl::Status Restore(std::vector<TaskRecord> tasks, int64_t last_revision = 0,
+                       int64_t oldest_revision = 1);
 
   // --- Client operations. On error nothing changed. ---
 
@@ -126,6 +130,9 @@ class Scheduler {
   // --- Introspection. ---
   const AgentRecord* FindAgent(const std::string& id) const;
   int64_t stale_messages() const { return stale_messages_; }
+  int64_t last_revision() const { return last_revision_; }
+  // The oldest event revision still kept (history before it was pruned).
+  int64_t oldest_revision() const { return oldest_revision_; }
   size_t task_count() const { return tasks_.size(); }
   // Checks the cross-structure invariants (each in-flight task held by a
   // known agent, queues hold exactly their states, slot and state counts).
@@ -197,6 +204,10 @@ class Scheduler {
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
+  int64_t last_revision_ = 0;
+  int64_t oldest_revision_ = 1;
+  // (revision, time) about once a second: what retention may prune.
+  std::deque<std::pair<int64_t, absl::Time>> revision_marks_;
 };
 
 }  // namespace taskgrid::core

@@ -33,10 +33,15 @@ absl::Status Engine::Start() {
     records.push_back(std::move(*rec));
   }
   stored->clear();
+  auto range = store_->EventRange();
+  if (!range.ok()) return range.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (started_) return absl::FailedPreconditionError("the engine was started already");
-    if (absl::Status s = sched_.Restore(std::move(records)); !s.ok()) return s;
+    const int64_t oldest = range->first > 0 ? range->first : range->second + 1;
+    if (absl::Status s = sched_.Restore(std::move(records), range->second, oldest); !s.ok()) {
+      return s;
+    }
     started_ = true;
   }
   ticker_ = std::thread([this] { TickerLoop(); });
@@ -53,6 +58,8 @@ void Engine::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
+    for (auto& [id, w] : waiters_) w.done(Stopped());
+    waiters_.clear();
   }
   writer_.Stop();
 }
@@ -62,18 +69,54 @@ void Engine::Stop() {
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   core::Effects fx = sched_.TakeEffects();
   if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
+  // Waiters of tasks that reached a terminal state are answered with the
+  // same commit.
+  std::vector<std::pair<Reply<v1::WaitTaskResponse>, v1::WaitTaskResponse>> resolved;
+  for (const core::EventRow& e : fx.batch.events) {
+    if (!core::IsTerminal(static_cast<v1::TaskState>(e.to_state))) continue;
+    auto [begin, end] = waiters_.equal_range(e.task_id);
+    for (auto it = begin; it != end; ++it) {
+      v1::WaitTaskResponse resp;
+      sched_.Describe(*sched_.Find(e.task_id), resp.mutable_task());
+      resp.set_done(true);
+      resolved.emplace_back(std::move(it->second.done), std::move(resp));
+    }
+    waiters_.erase(begin, end);
+  }
+  const int64_t last = fx.batch.events.empty() ? 0 : fx.batch.events.back().revision;
+  std::vector<core::EventRow> events;
+  if (watch_count_.load() > 0) events = fx.batch.events;  // a watch starting later replays
   writer_.Submit(std::move(fx.batch),
                  [this, messages = std::move(fx.messages), closes = std::move(fx.close_conns),
-                  after = std::move(after)](const absl::Status& s) mutable {
+                  after = std::move(after), resolved = std::move(resolved),
+                  events = std::move(events), last](const absl::Status& s) mutable {
                    if (!s.ok()) {
                      std::call_once(fatal_once_, [&] {
                        if (on_fatal_) on_fatal_(s);
                      });
                    } else {
+                     if (last > 0) published_revision_.store(last);
+                     Publish(events);
                      Deliver(messages, closes);
+                   }
+                   for (auto& [done, resp] : resolved) {
+                     if (s.ok()) {
+                       done(std::move(resp));
+                     } else {
+                       done(s);
+                     }
                    }
                    if (after) after(s);
                  });
+}
+
+void Engine::Publish(const std::vector<core::EventRow>& events) {
+  if (events.empty()) return;
+  std::vector<v1::TaskEvent> converted;
+  converted.reserve(events.size());
+  for (const core::EventRow& e : events) converted.push_back(Watch::ToEvent({e.revision, e}));
+  std::lock_guard<std::mutex> lock(watches_mu_);
+  for (const std::shared_ptr<Watch>& w : watches_) w->Offer(converted);
 }
 
 template <typename T>
@@ -220,6 +263,68 @@ void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
   Answer(absl::StatusOr<v1::GetQueueStatsResponse>(std::move(resp)), std::move(done));
 }
 
+void Engine::WaitTask(const std::string& id, absl::Duration max_wait,
+                      Reply<v1::WaitTaskResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  absl::StatusOr<v1::WaitTaskResponse> result;
+  const core::TaskRecord* t = id.empty() ? nullptr : sched_.Find(id);
+  if (id.empty()) {
+    result = absl::InvalidArgumentError("id is empty");
+  } else if (t == nullptr) {
+    result = absl::NotFoundError(absl::StrCat("task \"", id, "\" does not exist"));
+  } else if (core::IsTerminal(t->state) || max_wait <= absl::ZeroDuration()) {
+    v1::WaitTaskResponse resp;
+    sched_.Describe(*t, resp.mutable_task());
+    resp.set_done(core::IsTerminal(t->state));
+    result = std::move(resp);
+  } else {
+    waiters_.emplace(id, Waiter{id, clock_->Monotonic() + max_wait, std::move(done)});
+    return;
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRequest& req,
+                                                          std::function<void()> wake) {
+  for (int s : req.states()) {
+    if (s <= v1::TASK_STATE_UNSPECIFIED || !v1::TaskState_IsValid(s)) {
+      return absl::InvalidArgumentError(absl::StrCat("states has an unknown state ", s));
+    }
+  }
+  if (req.after_revision() < 0) return absl::InvalidArgumentError("after_revision is negative");
+  int64_t oldest, newest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Stopped();
+    oldest = sched_.oldest_revision();
+    newest = sched_.last_revision();
+  }
+  int64_t after = req.after_revision();
+  if (!req.has_after_revision()) {
+    after = published_revision_.load();
+  } else if (after + 1 < oldest) {
+    return absl::OutOfRangeError(
+        absl::StrCat("revision ", after, " is older than the kept history, which starts at ",
+                     oldest, "; watch from now (leave after_revision unset)"));
+  } else if (after > newest) {
+    return absl::OutOfRangeError(
+        absl::StrCat("revision ", after, " is ahead of the newest, ", newest));
+  }
+  auto watch = std::make_shared<Watch>(req, after, store_, opts_.watch_queue, std::move(wake));
+  std::lock_guard<std::mutex> lock(watches_mu_);
+  watches_.insert(watch);
+  watch_count_.store(static_cast<int>(watches_.size()));
+  return watch;
+}
+
+void Engine::StopWatch(const std::shared_ptr<Watch>& watch) {
+  watch->Close();
+  std::lock_guard<std::mutex> lock(watches_mu_);
+  watches_.erase(watch);
+  watch_count_.store(static_cast<int>(watches_.size()));
+}
+
 // ---------------------------------------------------------------------------
 // ClusterService.
 
@@ -313,6 +418,19 @@ void Engine::TickNow() {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || !started_) return;
   sched_.Tick();
+  // Waits that ran out: answer with the task as it is.
+  const absl::Duration now = clock_->Monotonic();
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->second.deadline > now) {
+      ++it;
+      continue;
+    }
+    v1::WaitTaskResponse resp;
+    sched_.Describe(*sched_.Find(it->first), resp.mutable_task());
+    resp.set_done(false);
+    Answer(absl::StatusOr<v1::WaitTaskResponse>(std::move(resp)), std::move(it->second.done));
+    it = waiters_.erase(it);
+  }
   CommitLocked(nullptr);
 }
 

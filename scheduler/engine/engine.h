@@ -11,17 +11,21 @@
 // The Store and Clock are borrowed and must outlive the Engine.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "scheduler/core/scheduler.h"
+#include "scheduler/engine/watch.h"
 #include "scheduler/store/group_commit.h"
 #include "scheduler/store/store.h"
 #include "taskgrid/v1/agent_service.pb.h"
@@ -43,6 +47,9 @@ class AgentChannel {
 
 struct EngineOptions {
   core::SchedulerOptions scheduler;
+  // Live events a watcher may have queued before it is ended as too slow.
+  // (Well above the events of one commit: a 10,000-task submit makes 20,000.)
+  size_t watch_queue = 100'000;
   absl::Duration tick_interval = absl::Milliseconds(10);
   store::GroupCommitWriter::Options writer;
 };
@@ -73,6 +80,13 @@ class Engine {
   void PauseTask(const std::string& id, Reply<v1::Task> done);
   void ResumeTask(const std::string& id, Reply<v1::Task> done);
   void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
+  // Replies when the task is terminal, or with done=false after `max_wait`.
+  void WaitTask(const std::string& id, absl::Duration max_wait, Reply<v1::WaitTaskResponse> done);
+  // A WatchTasks subscription; `wake` as in Watch. StopWatch when the
+  // stream ends.
+  absl::StatusOr<std::shared_ptr<Watch>> StartWatch(const v1::WatchTasksRequest& req,
+                                                    std::function<void()> wake);
+  void StopWatch(const std::shared_ptr<Watch>& watch);
 
   // --- ClusterService. ---
   void ListAgents(Reply<v1::ListAgentsResponse> done);
@@ -107,6 +121,8 @@ class Engine {
   void Answer(absl::StatusOr<T> result, Reply<T> done);
   void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
   void TickerLoop();
+  // Offers committed events to every watch (writer thread, commit order).
+  void Publish(const std::vector<core::EventRow>& events);
   void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
               const std::string& id, Reply<v1::Task> done);
 
@@ -126,6 +142,18 @@ class Engine {
   std::mutex channels_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>>
       channels_;  // guarded by channels_mu_
+
+  struct Waiter {
+    std::string task_id;
+    absl::Duration deadline;  // monotonic
+    Reply<v1::WaitTaskResponse> done;
+  };
+  std::multimap<std::string, Waiter> waiters_;  // guarded by mu_; by task id
+
+  std::mutex watches_mu_;
+  std::set<std::shared_ptr<Watch>> watches_;  // guarded by watches_mu_
+  std::atomic<int> watch_count_{0};
+  std::atomic<int64_t> published_revision_{0};
 
   std::mutex ticker_mu_;
   std::condition_variable ticker_cv_;

@@ -1,7 +1,14 @@
 #include "scheduler/service/task_service.h"
 
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/proto_time.h"
 #include "scheduler/service/unary.h"
 
 namespace taskgrid::service {
@@ -75,6 +82,138 @@ grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerCon
   auto [reactor, reply] = Unary(ctx, resp);
   engine_->GetQueueStats(*req, std::move(reply));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::WaitTask(grpc::CallbackServerContext* ctx,
+                                                    const v1::WaitTaskRequest* req,
+                                                    v1::WaitTaskResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  // Wait for `timeout` (at most an hour), but answer before the caller's
+  // own deadline so it gets the task rather than DEADLINE_EXCEEDED.
+  absl::Duration wait = FromProto(req->timeout());
+  if (wait <= absl::ZeroDuration() || wait > absl::Hours(1)) wait = absl::Hours(1);
+  const auto deadline = ctx->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    const absl::Duration left =
+        absl::FromChrono(deadline - std::chrono::system_clock::now()) - absl::Milliseconds(200);
+    wait = std::max(absl::ZeroDuration(), std::min(wait, left));
+  }
+  engine_->WaitTask(req->id(), wait, std::move(reply));
+  return reactor;
+}
+
+namespace {
+
+// One WatchTasks stream.
+// Lifecycle: 1. created: subscribe (an error finishes at once);
+// 2. SendMore(): take the next events from the Watch and write them one at a
+// time; when there are none, wait for the Watch's wake (a commit brought
+// some); 3. a Watch error (too slow) finishes with it; the client's cancel
+// finishes; 4. OnDone: unsubscribe, cut the wake handle, delete.
+class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
+ public:
+  WatchStream(engine::Engine* engine, grpc::CallbackServerContext* ctx,
+              const v1::WatchTasksRequest& req)
+      : engine_(engine), ctx_(ctx), handle_(std::make_shared<Handle>()) {
+    handle_->stream = this;
+    auto watch = engine_->StartWatch(req, [handle = handle_] {
+      std::lock_guard<std::mutex> lock(handle->mu);
+      if (handle->stream != nullptr) handle->stream->SendMore();
+    });
+    if (!watch.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(ToGrpcStatus(watch.status()));
+      return;
+    }
+    watch_ = *watch;
+    std::lock_guard<std::mutex> lock(handle_->mu);
+    SendMore();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+        return;
+      }
+      watch_->Sent(batch_[next_].revision());
+      if (++next_ < batch_.size()) {
+        StartWrite(&batch_[next_]);
+        return;
+      }
+      writing_ = false;
+    }
+    std::lock_guard<std::mutex> lock(handle_->mu);
+    SendMore();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(handle_->mu);
+      handle_->stream = nullptr;
+    }
+    if (watch_) engine_->StopWatch(watch_);
+    delete this;
+  }
+
+ private:
+  struct Handle {
+    std::mutex mu;  // held while a wake runs, so OnDone waits for it
+    WatchStream* stream = nullptr;
+  };
+
+  // Needs handle_->mu.
+  void SendMore() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_ || finished_) return;
+    auto next = watch_->Next(64);
+    if (!next.ok()) {
+      if (next.status().code() == absl::StatusCode::kResourceExhausted) {
+        // The message names the revision too; the metadata is for programs.
+        const std::string msg(next.status().message());
+        const size_t eq = msg.rfind('=');
+        if (eq != std::string::npos) {
+          ctx_->AddTrailingMetadata("taskgrid-resume-after", msg.substr(eq + 1));
+        }
+      }
+      FinishLocked(ToGrpcStatus(next.status()));
+      return;
+    }
+    if (next->empty()) return;  // the Watch wakes us when a commit brings events
+    batch_ = std::move(*next);
+    next_ = 0;
+    writing_ = true;
+    StartWrite(&batch_[0]);
+  }
+
+  void FinishLocked(const grpc::Status& s) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(s);
+  }
+
+  engine::Engine* const engine_;
+  grpc::CallbackServerContext* const ctx_;
+  std::shared_ptr<Handle> handle_;
+  std::shared_ptr<engine::Watch> watch_;
+  std::mutex mu_;
+  std::vector<v1::TaskEvent> batch_;  // guarded by mu_
+  size_t next_ = 0;                   // guarded by mu_
+  bool writing_ = false;              // guarded by mu_
+  bool finished_ = false;             // guarded by mu_
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::TaskEvent>* TaskServiceImpl::WatchTasks(
+    grpc::CallbackServerContext* ctx, const v1::WatchTasksRequest* req) {
+  return new WatchStream(engine_, ctx, *req);
 }
 
 }  // namespace taskgrid::service

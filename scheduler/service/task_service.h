@@ -33,6 +33,11 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* GetQueueStats(grpc::CallbackServerContext* ctx,
                                           const v1::GetQueueStatsRequest* req,
                                           v1::GetQueueStatsResponse* resp) override;
+  grpc::ServerUnaryReactor* WaitTask(grpc::CallbackServerContext* ctx,
+                                     const v1::WaitTaskRequest* req,
+                                     v1::WaitTaskResponse* resp) override;
+  grpc::ServerWriteReactor<v1::TaskEvent>* WatchTasks(grpc::CallbackServerContext* ctx,
+                                                      const v1::WatchTasksRequest* req) override;
 
  private:
   engine::Engine* const engine_;

@@ -31,8 +31,12 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.upper_bound({id, INT32_MAX}));
   }
   for (const core::AttemptRow& a : batch.attempts) attempts_[{a.task_id, a.attempt}] = a;
-  for (const core::EventRow& e : batch.events) {
-    events_.push_back({static_cast<int64_t>(events_.size()) + 1, e});
+  for (const core::EventRow& e : batch.events) events_.push_back({e.revision, e});
+  if (batch.prune_events_through > 0) {
+    auto keep = std::find_if(events_.begin(), events_.end(), [&](const StoredEvent& e) {
+      return e.revision > batch.prune_events_through;
+    });
+    events_.erase(events_.begin(), keep);
   }
   return absl::OkStatus();
 }
@@ -58,11 +62,17 @@ absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::LoadTasks() {
 absl::StatusOr<std::vector<StoredEvent>> MemoryStore::ReadEvents(int64_t after, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<StoredEvent> out;
-  for (int64_t i = std::max<int64_t>(after, 0);
-       i < static_cast<int64_t>(events_.size()) && static_cast<int>(out.size()) < limit; ++i) {
-    out.push_back(events_[i]);
+  for (const StoredEvent& e : events_) {
+    if (static_cast<int>(out.size()) == limit) break;
+    if (e.revision > after) out.push_back(e);
   }
   return out;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> MemoryStore::EventRange() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events_.empty()) return std::pair<int64_t, int64_t>{0, 0};
+  return std::pair<int64_t, int64_t>{events_.front().revision, events_.back().revision};
 }
 
 }  // namespace taskgrid::store

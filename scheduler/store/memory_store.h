@@ -15,6 +15,7 @@ class MemoryStore final : public Store {
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
+  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
 
  private:
   std::mutex mu_;

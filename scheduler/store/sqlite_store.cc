@@ -221,7 +221,8 @@ absl::Status SqliteStore::Prepare() {
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
       {&insert_event_,
        "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
-       "reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
+       "reason, revision) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+      {&prune_events_, "DELETE FROM events WHERE revision <= ?1"},
   };
   for (auto& s : stmts) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -233,7 +234,7 @@ absl::Status SqliteStore::Prepare() {
 
 SqliteStore::~SqliteStore() {
   for (sqlite3_stmt* st :
-       {insert_task_, update_task_, insert_attempt_, clear_attempts_, insert_event_}) {
+       {insert_task_, update_task_, insert_attempt_, clear_attempts_, insert_event_, prune_events_}) {
     sqlite3_finalize(st);
   }
   if (read_db_ != nullptr) sqlite3_close(read_db_);
@@ -309,7 +310,12 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
     BindText(st, 6, e.agent_id);
     sqlite3_bind_int64(st, 7, e.time_us);
     BindText(st, 8, e.reason);
+    sqlite3_bind_int64(st, 9, e.revision);
     if (absl::Status s = Step(db_, st, "inserting an event"); !s.ok()) return s;
+  }
+  if (batch.prune_events_through > 0) {
+    sqlite3_bind_int64(prune_events_, 1, batch.prune_events_through);
+    if (absl::Status s = Step(db_, prune_events_, "pruning events"); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -398,6 +404,21 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, 
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(read_db_, "reading events");
   return out;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::EventRange() {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(read_db_, "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0) FROM events",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(read_db_, "reading the event range");
+  }
+  std::pair<int64_t, int64_t> range{0, 0};
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    range = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)};
+  }
+  sqlite3_finalize(st);
+  return range;
 }
 
 }  // namespace taskgrid::store

@@ -40,6 +40,7 @@ class SqliteStore final : public Store {
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
+  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
 
   // The schema version this code writes.
   static int LatestSchemaVersion();
@@ -62,6 +63,7 @@ class SqliteStore final : public Store {
   sqlite3_stmt* insert_attempt_ = nullptr;
   sqlite3_stmt* clear_attempts_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
+  sqlite3_stmt* prune_events_ = nullptr;
 
   std::mutex read_mu_;
   sqlite3* read_db_ = nullptr;  // guarded by read_mu_

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,9 @@ class Store {
 
   // Up to `limit` events with revision > after, oldest first.
   virtual absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) = 0;
+
+  // The oldest and newest stored event revisions; {0, 0} when there are none.
+  virtual absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() = 0;
 };
 
 }  // namespace taskgrid::store

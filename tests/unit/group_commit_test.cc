@@ -15,8 +15,10 @@ namespace taskgrid::store {
 namespace {
 
 core::WriteBatch EventBatch(const std::string& id) {
+  static std::atomic<int64_t> revision{0};
   core::WriteBatch b;
   core::EventRow e;
+  e.revision = ++revision;
   e.task_id = id;
   b.events.push_back(e);
   return b;

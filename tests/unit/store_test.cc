@@ -34,8 +34,9 @@ core::TaskRow Row(const std::string& id, int64_t seq, int state = v1::TASK_STATE
   return r;
 }
 
-core::EventRow Event(const std::string& id, int to) {
+core::EventRow Event(const std::string& id, int to, int64_t revision = 1) {
   core::EventRow e;
+  e.revision = revision;
   e.task_id = id;
   e.queue = "default";
   e.to_state = to;
@@ -177,7 +178,7 @@ TYPED_TEST(StoreConformance, ABatchIsAllOrNothing) {
   ASSERT_TRUE(this->store()->Apply(b).ok());
   core::WriteBatch bad;
   bad.tasks.push_back(Row("t2", 2));
-  bad.events.push_back(Event("t2", 3));
+  bad.events.push_back(Event("t2", 3, 1));
   bad.tasks.push_back(Row("t1", 3));  // duplicate insert: the whole batch fails
   EXPECT_FALSE(this->store()->Apply(bad).ok());
   auto tasks = this->store()->LoadTasks();
@@ -195,13 +196,16 @@ TYPED_TEST(StoreConformance, UpdateOfAMissingTaskFails) {
   EXPECT_FALSE(this->store()->Apply(b).ok());
 }
 
-TYPED_TEST(StoreConformance, EventsGetIncreasingRevisions) {
+TYPED_TEST(StoreConformance, EventsKeepTheirRevisions) {
+  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{0, 0}));
+  int64_t rev = 0;
   for (int i = 0; i < 3; ++i) {
     core::WriteBatch b;
-    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_PENDING));
-    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_DISPATCHED));
+    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_PENDING, ++rev));
+    b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_DISPATCHED, ++rev));
     ASSERT_TRUE(this->store()->Apply(b).ok());
   }
+  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{1, 6}));
   auto all = this->store()->ReadEvents(0, 100);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 6u);
@@ -210,6 +214,19 @@ TYPED_TEST(StoreConformance, EventsGetIncreasingRevisions) {
   ASSERT_EQ(tail->size(), 2u);
   EXPECT_EQ((*tail)[0].event.task_id, "t2");
   EXPECT_EQ(this->store()->ReadEvents(0, 2)->size(), 2u);
+}
+
+TYPED_TEST(StoreConformance, PruningDropsOldEventsOnly) {
+  core::WriteBatch b;
+  for (int64_t rev = 1; rev <= 5; ++rev) b.events.push_back(Event("t", 3, rev));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch prune;
+  prune.prune_events_through = 3;
+  ASSERT_TRUE(this->store()->Apply(prune).ok());
+  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{4, 5}));
+  auto rest = this->store()->ReadEvents(0, 10);
+  ASSERT_EQ(rest->size(), 2u);
+  EXPECT_EQ((*rest)[0].revision, 4);
 }
 
 // --- SqliteStore only. ---

@@ -1,0 +1,123 @@
+#include "scheduler/engine/watch.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+
+namespace taskgrid::engine {
+
+namespace {
+constexpr int kReplayChunk = 512;
+}  // namespace
+
+Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store::Store* store,
+             size_t max_queue, std::function<void()> wake)
+    : queue_(filter.queue()),
+      task_ids_(filter.task_ids().begin(), filter.task_ids().end()),
+      states_(filter.states().begin(), filter.states().end()),
+      store_(store),
+      max_queue_(max_queue),
+      wake_(std::move(wake)),
+      cursor_(after_revision),
+      sent_(after_revision) {}
+
+bool Watch::Matches(const v1::TaskEvent& e) const {
+  return (queue_.empty() || e.queue() == queue_) &&
+         (task_ids_.empty() || task_ids_.contains(e.task_id())) &&
+         (states_.empty() || states_.contains(e.to_state()));
+}
+
+v1::TaskEvent Watch::ToEvent(const store::StoredEvent& se) {
+  v1::TaskEvent e;
+  e.set_revision(se.revision);
+  e.set_task_id(se.event.task_id);
+  e.set_queue(se.event.queue);
+  e.set_from_state(static_cast<v1::TaskState>(se.event.from_state));
+  e.set_to_state(static_cast<v1::TaskState>(se.event.to_state));
+  e.set_attempt(se.event.attempt);
+  e.set_agent_id(se.event.agent_id);
+  SetTimestamp(FromUnixMicrosOrZero(se.event.time_us), e.mutable_time());
+  e.set_reason(se.event.reason);
+  return e;
+}
+
+void Watch::Offer(const std::vector<v1::TaskEvent>& events) {
+  if (events.empty()) return;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || !failed_.ok()) return;
+    offered_ = std::max(offered_, events.back().revision());
+    if (replaying_) return;  // already in the store: the replay reads them
+    for (const v1::TaskEvent& e : events) {
+      if (e.revision() <= cursor_) continue;
+      cursor_ = e.revision();
+      if (!Matches(e)) continue;
+      if (queue_events_.size() >= max_queue_) {
+        failed_ = absl::ResourceExhaustedError(
+            absl::StrCat("this watcher fell more than ", max_queue_,
+                         " events behind; resume with after_revision=", sent_));
+        queue_events_.clear();
+        break;
+      }
+      queue_events_.push_back(e);
+    }
+    if (idle_ && (!queue_events_.empty() || !failed_.ok())) {
+      idle_ = false;
+      wake = true;
+    }
+  }
+  if (wake) wake_();
+}
+
+absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
+  std::vector<v1::TaskEvent> out;
+  for (;;) {
+    int64_t from;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failed_.ok()) return failed_;
+      if (!replaying_) {
+        while (!queue_events_.empty() && out.size() < max) {
+          out.push_back(std::move(queue_events_.front()));
+          queue_events_.pop_front();
+        }
+        idle_ = out.empty();
+        return out;
+      }
+      from = cursor_;
+    }
+    // Replay: everything committed is in the store (Offer comes after the
+    // commit), so read on from the cursor.
+    auto chunk = store_->ReadEvents(from, kReplayChunk);
+    if (!chunk.ok()) return chunk.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const store::StoredEvent& se : *chunk) {
+      cursor_ = se.revision;
+      v1::TaskEvent e = ToEvent(se);
+      if (Matches(e)) out.push_back(std::move(e));
+    }
+    if (chunk->size() < static_cast<size_t>(kReplayChunk) && cursor_ >= offered_) {
+      // Caught up with every offer so far: from now on offers are queued.
+      replaying_ = false;
+    }
+    if (!out.empty() || !replaying_) {
+      if (out.empty()) continue;  // go live and look at the queue
+      return out;
+    }
+  }
+}
+
+void Watch::Sent(int64_t revision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sent_ = std::max(sent_, revision);
+}
+
+void Watch::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  queue_events_.clear();
+}
+
+}  // namespace taskgrid::engine

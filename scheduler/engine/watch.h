@@ -1,0 +1,69 @@
+// Watch: one WatchTasks subscription. It first replays the stored history
+// after a revision (read from the Store in chunks, as the client keeps up),
+// then switches to live events the Engine offers after each commit.
+//
+// Live events wait in a bounded queue; a watcher that lets it fill is ended
+// (RESOURCE_EXHAUSTED, naming the revision to resume after) instead of
+// slowing the scheduler: Offer() never blocks and never waits for I/O.
+//
+// Thread-safe. Offer() comes from the Engine's commit callbacks (in revision
+// order); Next()/Sent()/Close() from the stream's reactor. The Store is
+// borrowed and must outlive the Watch.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "scheduler/store/store.h"
+#include "taskgrid/v1/task_service.pb.h"
+
+namespace taskgrid::engine {
+
+class Watch {
+ public:
+  // `wake` is called (from Offer, without locks held) when events arrive
+  // for a watcher that had nothing to send; it must not block.
+  Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store::Store* store,
+        size_t max_queue, std::function<void()> wake);
+
+  // Events committed in one transaction, in revision order.
+  void Offer(const std::vector<v1::TaskEvent>& events);
+
+  // Up to `max` events to send next. Empty: nothing now (the next Offer
+  // that brings something calls `wake`). An error ends the watch.
+  absl::StatusOr<std::vector<v1::TaskEvent>> Next(size_t max);
+
+  // The client got everything through `revision`.
+  void Sent(int64_t revision);
+  // No more wakes; later offers are dropped.
+  void Close();
+
+  bool Matches(const v1::TaskEvent& e) const;
+  static v1::TaskEvent ToEvent(const store::StoredEvent& e);
+
+ private:
+  const std::string queue_;
+  const absl::flat_hash_set<std::string> task_ids_;
+  const absl::flat_hash_set<int> states_;
+  store::Store* const store_;
+  const size_t max_queue_;
+  const std::function<void()> wake_;
+
+  std::mutex mu_;
+  bool replaying_ = true;                   // guarded by mu_: reading history from the store
+  int64_t cursor_;                          // guarded by mu_: every revision <= cursor_ is handled
+  int64_t offered_ = 0;                     // guarded by mu_: highest revision offered
+  int64_t sent_ = 0;                        // guarded by mu_: highest revision the client got
+  bool idle_ = false;                       // guarded by mu_: the reactor waits for a wake
+  bool closed_ = false;                     // guarded by mu_
+  absl::Status failed_;                     // guarded by mu_
+  std::deque<v1::TaskEvent> queue_events_;  // guarded by mu_: live, matching
+};
+
+}  // namespace taskgrid::engine
