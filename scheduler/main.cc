@@ -46,6 +46,8 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
 ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
           "A lost agent that reconnects within this keeps its tasks; after it they are retried");
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
+ABSL_FLAG(absl::Duration, event_retention, absl::Hours(24),
+          "How long state changes are kept for WatchTasks to resume from");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
   so.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  so.event_retention = absl::GetFlag(FLAGS_event_retention);
   if (absl::Status s =
           ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
       !s.ok()) {
