@@ -11,7 +11,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=$(nproc)
 
-"$root/deploy/install-deps.sh"
+# Also Python's gRPC (the Python client's tests) and buf (the grpcurl
+# stand-in the reflection test drives).
+"$root/deploy/install-deps.sh" --python
+"$root/deploy/install-buf.sh"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
