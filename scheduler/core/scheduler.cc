@@ -104,8 +104,8 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason) 
   e.agent_id = t.agent_id;
   e.time_us = ToUnixMicrosOrZero(t.update_time);
   e.reason = t.reason;
-  if (revision_marks_.empty() || e.time_us / 1'000'000 !=
-                                      ToUnixMicrosOrZero(revision_marks_.back().second) / 1'000'000) {
+  if (revision_marks_.empty() ||
+      e.time_us / 1'000'000 != ToUnixMicrosOrZero(revision_marks_.back().second) / 1'000'000) {
     revision_marks_.push_back({e.revision, t.update_time});
   } else {
     revision_marks_.back().first = e.revision;
@@ -123,7 +123,7 @@ v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
 // Recovery.
 
 absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revision,
-                               int64_t oldest_revision) {
+                                int64_t oldest_revision) {
   if (!tasks_.empty()) return absl::FailedPreconditionError("Restore needs an empty scheduler");
   last_revision_ = last_revision;
   oldest_revision_ = std::max<int64_t>(oldest_revision, 1);
@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
-  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
+  ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
   switch (t->state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
@@ -265,7 +265,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
-  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
+  ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
   if (t->state != v1::TASK_STATE_FAILED && t->state != v1::TASK_STATE_CANCELLED) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
@@ -284,7 +284,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
-  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
+  ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
   if (!IsTerminal(t->state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
@@ -302,7 +302,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
-  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
+  ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
   switch (t->state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
@@ -327,7 +327,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Resume(const std::string& id) {
-  ASSIGN_OR_RETURN(TaskRecord* t, Lookup(id));
+  ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
   if (t->state != v1::TASK_STATE_PAUSED) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state), ", not PAUSED"));
@@ -706,8 +706,16 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     slot->id = hello.agent_id();
   }
   AgentRecord& a = *slot;
+  if (a.connected() && Mono() - a.last_seen < 2 * opts_.heartbeat_interval) {
+    // The old stream is alive: a second agent with the same id, not a
+    // reconnect. Taking over would make the two evict each other forever.
+    return absl::AlreadyExistsError(
+        absl::StrCat("agent \"", a.id, "\" is connected on another stream (heard from ",
+                     absl::FormatDuration(absl::Trunc(Mono() - a.last_seen, absl::Milliseconds(1))),
+                     " ago); give each agent its own --id"));
+  }
   if (a.connected()) {
-    // A reconnect that beat the old stream's end: the new stream wins.
+    // A reconnect that beat the old (silent) stream's end: the new one wins.
     by_conn_.erase(a.conn);
     effects_.close_conns.push_back(a.conn);
   }

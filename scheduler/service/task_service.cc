@@ -126,6 +126,9 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
       return;
     }
     watch_ = *watch;
+    // The client learns that its watch is registered: every change committed
+    // from now on reaches it.
+    StartSendInitialMetadata();
     std::lock_guard<std::mutex> lock(handle_->mu);
     SendMore();
   }

@@ -461,6 +461,22 @@ TEST_F(SchedulerTest, ReconnectWithoutTheTaskLosesTheAttempt) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
 }
 
+TEST_F(SchedulerTest, ASecondLiveAgentWithTheSameIdIsRefused) {
+  const uint64_t first = Connect("twin", 1);
+  v1::Hello h;
+  h.set_agent_id("twin");
+  h.set_slots(1);
+  absl::Status s = sched_.Connect(99, h);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("own --id"));
+  EXPECT_EQ(sched_.FindAgent("twin")->conn, first) << "the live stream keeps it";
+  // Silent for a while: a reconnect that beat the old stream's end wins.
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_TRUE(sched_.Connect(100, h).ok());
+  EXPECT_EQ(sched_.FindAgent("twin")->conn, 100u);
+  Check();
+}
+
 TEST_F(SchedulerTest, ReconnectListingAStaleAttemptGetsACancel) {
   SubmitOk(Spec("t"));
   Take();
