@@ -39,13 +39,16 @@ ABSL_FLAG(std::string, addr, "",
           "HOST:PORT of taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
 ABSL_FLAG(bool, json, false,
           "Print the API's answer as proto3 JSON (snake_case names, every field)");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "Deadline of each call to the scheduler");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
+          "Deadline of each call to the scheduler; wait and watch --follow keep trying a "
+          "scheduler they lost for this long");
 
 // submit.
 ABSL_FLAG(std::string, file, "", "submit: JSON file of tasks ('-' = stdin); also -f FILE");
 ABSL_FLAG(std::string, builtin, "", "submit: run this builtin (noop, sleep, fail, echo)");
-ABSL_FLAG(std::string, id, "", "submit: task id (default: generated)");
-ABSL_FLAG(std::string, queue, "", "submit, list, stats: queue name");
+ABSL_FLAG(std::string, id, "",
+          "submit: task id (default: generated); watch: only these task ids, a,b");
+ABSL_FLAG(std::string, queue, "", "submit, list, stats, watch: queue name");
 ABSL_FLAG(int32_t, priority, 0, "submit: higher runs first");
 ABSL_FLAG(int32_t, max_attempts, 0, "submit: attempts before FAILED (0: scheduler default)");
 ABSL_FLAG(std::string, not_before, "", "submit: RFC 3339 time, or +DURATION from now");
@@ -62,18 +65,33 @@ ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
+ABSL_FLAG(bool, wait, false, "submit: then wait until every task finished (exit code as wait)");
+
+// wait, submit --wait.
+ABSL_FLAG(absl::Duration, wait_timeout, absl::InfiniteDuration(),
+          "wait, submit --wait: give up after this long, exit 4 (default: no limit)");
 
 // list.
-ABSL_FLAG(std::string, state, "", "list: only these states, e.g. pending,failed");
+ABSL_FLAG(std::string, state, "", "list, watch: only these states, e.g. pending,failed");
 ABSL_FLAG(int32_t, page_size, 0, "list: tasks per page, 1-1000 (0: 100)");
 ABSL_FLAG(std::string, page_token, "", "list: continue from a previous 'more:' token");
 ABSL_FLAG(bool, all, false, "list: follow every page");
+
+// watch.
+ABSL_FLAG(int64_t, after, 0,
+          "watch: first replay the kept changes after this revision (0: all of them)");
+ABSL_FLAG(int64_t, count, 0, "watch: exit after this many events (0: no limit)");
+ABSL_FLAG(bool, follow, false, "watch: reconnect by itself when the stream ends");
 
 namespace {
 
 using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 namespace v1 = taskgrid::v1;
+
+const char kStates[] =
+    "States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED CANCELLING CANCELLED "
+    "PAUSED";
 
 struct Command {
   const char* name;
@@ -87,12 +105,15 @@ struct Command {
 const std::vector<Command>& Commands() {
   static const auto* commands = new std::vector<Command>{
       {"submit",
-       "submit [FLAGS] -- PROGRAM [ARGS...]",
+       "submit [FLAGS] [--wait] -- PROGRAM [ARGS...]",
        "Submit one task that runs PROGRAM (or --builtin=NAME, or -f FILE of tasks)",
        "taskgridctl submit --queue=mail --max_attempts=5 -- /usr/bin/send-mail --to=bob",
-       {"file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
+       {// The task.
+        "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
-        "schedule_timeout", "labels", "agents", "slots"},
+        "schedule_timeout", "labels", "agents", "slots",
+        // Waiting for it.
+        "wait", "wait_timeout"},
        R"(Forms:
   taskgridctl submit [FLAGS] -- PROGRAM [ARGS...]
   taskgridctl submit --builtin=NAME [FLAGS] [--] [ARGS...]
@@ -127,6 +148,13 @@ Flags of the task (one task, one step):
   taskgridctl submit --builtin=sleep -- 5
   taskgridctl submit --id=report-42 --not_before=+10m --payload_file=in.csv -- ./report
   taskgridctl submit --schedule_timeout=5m --labels=gpu=1 -- ./train
+  taskgridctl submit --wait --wait_timeout=10m -- ./build.sh
+
+--wait: after the submit, wait until every submitted task finished (as
+`taskgridctl wait` does), printing "ID STATE" as each one ends. Exit 0 when
+all SUCCEEDED, 3 when one FAILED or was CANCELLED, 4 when --wait_timeout
+(default: no limit) passed first. With --json, one SubmitTasksResponse
+holding each task as it ended (or stood at the timeout).
 
 File (-f): {"tasks": [TASK, ...]}, [TASK, ...] or one TASK, where TASK is a
 taskgrid.v1.TaskSpec in proto3 JSON (snake_case or lowerCamelCase names;
@@ -137,6 +165,26 @@ durations "90s"; times RFC 3339; payload base64):
 A file that is not valid JSON (or names an unknown field) sends nothing: exit 2.
 
 Prints ID, QUEUE and STATE of each task; --json prints the SubmitTasksResponse.)"},
+      {"wait",
+       "wait ID... [--wait_timeout=DUR]",
+       "Wait until tasks finish; exit 0 if all SUCCEEDED, 3 if one failed, 4 on timeout",
+       "taskgridctl wait report-42 --wait_timeout=10m",
+       {"wait_timeout"},
+       R"(Waits for each task in turn until it is SUCCEEDED, FAILED or CANCELLED,
+then prints "ID STATE". --wait_timeout=DUR bounds the whole wait (default: no
+limit); past it, wait prints where each task stands.
+
+Exit status:
+  0  every task SUCCEEDED
+  3  a task ended FAILED or CANCELLED (`taskgridctl get ID` says why)
+  4  --wait_timeout passed before every task finished
+  1  the scheduler refused (e.g. NOT_FOUND) or could not be reached
+
+A scheduler that restarts during the wait is asked again for up to --timeout.
+--json prints one WaitTaskResponse per task ("done": false after a timeout).
+
+  taskgridctl submit --id=nightly -- ./nightly.sh && taskgridctl wait nightly
+  taskgridctl wait a b c --wait_timeout=30s || echo "not all succeeded: $?")"},
       {"get",
        "get ID",
        "Show a task: state, times, result with output tails, attempts",
@@ -190,6 +238,34 @@ RUNNING until its agent confirmed the stop (a note on stderr says so).)"},
        "taskgridctl resume report-42",
        {},
        ""},
+      {"watch",
+       "watch [--queue=Q] [--id=ID,...] [--state=S,...] [--after=REVISION] [--count=N] "
+       "[--follow]",
+       "Print task state changes as they happen, one line each, until Ctrl-C",
+       "taskgridctl watch --queue=mail --state=failed",
+       {"queue", "id", "state", "after", "count", "follow"},
+       R"(Each line is one change of one task:
+  REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  reason
+e.g.
+  17  2026-11-21T20:00:01+01:00  hello  PENDING -> DISPATCHED  attempt 1  agent local-agent
+FROM is "-" for a new task; REVISION grows by one per change across all tasks.
+--json prints one TaskEvent per line (JSON lines; int64 values are strings).
+
+Filters (combined): --queue=Q, --id=a,b (only these tasks), --state=S,...
+(only changes into these states; any case). Without --after, only changes
+from now on; --after=N first replays every kept change after revision N
+(--after=0: the whole history the scheduler keeps, see its --event_retention),
+then goes on live. --count=N exits after N events. Ctrl-C ends it (exit 0).
+
+A watcher that falls too far behind is ended by the scheduler
+(RESOURCE_EXHAUSTED): watch prints the command that resumes where it
+stopped. --follow does that by itself, and also reconnects when the stream
+ends or the scheduler restarts (giving up after --timeout without one); no
+change is printed twice. A revision older than the history the scheduler
+keeps (or ahead of the newest) is OUT_OF_RANGE (exit 1).
+
+  taskgridctl watch --id=hello --count=4
+  taskgridctl watch --json --follow --after=1200 | jq -c 'select(.to_state == "TASK_STATE_FAILED")')"},
       {"stats",
        "stats [--queue=Q]",
        "Queue lengths, limits and task counts by state",
@@ -254,9 +330,11 @@ std::string UsageText() {
       "\nGlobal flags (anywhere before `--`):\n"
       "  --addr=HOST:PORT  the scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)\n"
       "  --json            print the API's answer as proto3 JSON (snake_case, every field)\n"
-      "  --timeout=DUR     deadline of each call (default 30s)\n\n"
+      "  --timeout=DUR     deadline of each call (default 30s); wait and watch --follow\n"
+      "                    keep trying a scheduler they lost for this long\n\n"
       "Exit status: 0 ok; 1 the scheduler refused the call or could not be reached;\n"
-      "2 usage error (nothing was sent).\n"
+      "2 usage error (nothing was sent); wait and submit --wait: 3 a task FAILED or was\n"
+      "CANCELLED, 4 --wait_timeout passed first.\n"
       "`taskgridctl help COMMAND` shows the details of a command.\n");
   return out;
 }
@@ -366,7 +444,8 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   const std::string builtin = absl::GetFlag(FLAGS_builtin);
   if (set.count("file")) {
     for (const std::string& f : set) {
-      if (f != "file" && f != "addr" && f != "json" && f != "timeout") {
+      if (f != "file" && f != "addr" && f != "json" && f != "timeout" && f != "wait" &&
+          f != "wait_timeout") {
         return UsageError(absl::StrCat("--", f, " does not combine with --file (set it in the ",
                                        "JSON); see 'taskgridctl help submit'"));
       }
@@ -485,9 +564,7 @@ int BuildList(v1::ListTasksRequest* req) {
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::TaskState s;
     if (!taskgrid::core::ParseStateName(name, &s)) {
-      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""),
-                        "States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED "
-                        "CANCELLING CANCELLED PAUSED");
+      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""), kStates);
     }
     req->add_states(s);
   }
@@ -496,6 +573,40 @@ int BuildList(v1::ListTasksRequest* req) {
   req->set_page_token(absl::GetFlag(FLAGS_page_token));
   return kExitOk;
 }
+
+int BuildWatch(const std::set<std::string>& set, taskgrid::ctl::WatchOptions* opts) {
+  v1::WatchTasksRequest* req = &opts->request;
+  std::vector<std::string> filters;
+  req->set_queue(absl::GetFlag(FLAGS_queue));
+  if (!req->queue().empty()) filters.push_back(absl::StrCat("--queue=", req->queue()));
+  const std::vector<std::string> ids = taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_id));
+  for (const std::string& id : ids) req->add_task_ids(id);
+  if (!ids.empty()) filters.push_back(absl::StrCat("--id=", absl::StrJoin(ids, ",")));
+  std::vector<std::string> states;
+  for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
+    v1::TaskState s;
+    if (!taskgrid::core::ParseStateName(name, &s)) {
+      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""), kStates);
+    }
+    req->add_states(s);
+    states.push_back(taskgrid::core::StateName(s));
+  }
+  if (!states.empty()) filters.push_back(absl::StrCat("--state=", absl::StrJoin(states, ",")));
+  if (set.count("json")) filters.push_back("--json");
+  if (set.count("after")) {
+    if (absl::GetFlag(FLAGS_after) < 0) return UsageError("--after is negative");
+    req->set_after_revision(absl::GetFlag(FLAGS_after));
+  }
+  if (absl::GetFlag(FLAGS_count) < 0) return UsageError("--count is negative");
+  opts->count = absl::GetFlag(FLAGS_count);
+  opts->follow = absl::GetFlag(FLAGS_follow);
+  opts->filter_flags = absl::StrJoin(filters, " ");
+  return kExitOk;
+}
+
+absl::Duration WaitTimeout() { return absl::GetFlag(FLAGS_wait_timeout); }
+
+bool ValidWaitTimeout() { return WaitTimeout() > absl::ZeroDuration(); }
 
 int Run(int argc, char** argv) {
   // 1. Split at the first `--`; rewrite -f FILE and -h.
@@ -576,10 +687,32 @@ int Run(int argc, char** argv) {
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout)});
 
   // 4. The command.
+  if ((name == "submit" || name == "wait") && !ValidWaitTimeout()) {
+    return UsageError("--wait_timeout must be a positive duration like 10m", command_hint);
+  }
   if (name == "submit") {
+    if (set.count("wait_timeout") && !absl::GetFlag(FLAGS_wait)) {
+      return UsageError("--wait_timeout needs --wait", command_hint);
+    }
     v1::SubmitTasksRequest req;
     if (int rc = BuildSubmit(args, has_dashdash, after, set, &req); rc != kExitOk) return rc;
+    if (absl::GetFlag(FLAGS_wait)) return client.SubmitAndWait(req, WaitTimeout());
     return client.Submit(req);
+  }
+  if (name == "wait") {
+    if (args.empty()) return UsageError("wait needs a task ID", command_hint);
+    for (const std::string& id : args) {
+      if (id.empty()) return UsageError("wait: empty task ID", command_hint);
+    }
+    return client.Wait(args, WaitTimeout());
+  }
+  if (name == "watch") {
+    if (!args.empty()) {
+      return UsageError(absl::StrCat("unexpected \"", args[0], "\" after watch"), command_hint);
+    }
+    taskgrid::ctl::WatchOptions opts;
+    if (int rc = BuildWatch(set, &opts); rc != kExitOk) return rc;
+    return client.Watch(opts);
   }
   if (name == "list" || name == "stats" || name == "agents" || name == "cluster") {
     if (!args.empty()) {

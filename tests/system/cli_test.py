@@ -12,11 +12,14 @@ import calendar
 import collections
 import json
 import os
+import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -24,6 +27,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 WAIT = 30.0
+PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto",
+                         "taskgrid", "v1")
+# The command of taskgridctl that calls each RPC of TaskService and
+# ClusterService (AgentService is the agents' own).
+RPC_COMMANDS = {
+    "SubmitTasks": "submit", "GetTask": "get", "ListTasks": "list", "CancelTask": "cancel",
+    "RetryTask": "retry", "ResetTask": "reset", "PauseTask": "pause", "ResumeTask": "resume",
+    "GetQueueStats": "stats", "WaitTask": "wait", "WatchTasks": "watch",
+    "ListAgents": "agents", "DrainAgent": "drain", "GetClusterStats": "cluster",
+}
+# One line of `watch`: REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  [reason]
+EVENT_LINE = re.compile(r"^(\d+)  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)  (\S+)  "
+                        r"(-|[A-Z]+) -> ([A-Z]+)  attempt (\d+)  agent (\S+)(?:  (.*))?$")
 
 
 def free_port():
@@ -39,6 +55,59 @@ def rfc3339_to_unix(text):
     if not m:
         raise ValueError(f"not a UTC RFC 3339 timestamp: {text!r}")
     return calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+
+
+def state_of(event):
+    """The to_state of a TaskEvent as JSON, without the prefix."""
+    return event["to_state"].replace("TASK_STATE_", "")
+
+
+class Watch:
+    """`taskgridctl watch ...` running in the background; its stdout read by
+    a thread, line by line."""
+
+    def __init__(self, cluster, *args):
+        self.argv = [harness.binary("TASKGRID_CTL"), f"--addr={cluster.addr}", "watch",
+                     *map(str, args)]
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        self.lines = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # end of output
+
+    def next_line(self, timeout=WAIT):
+        """The next line, or None once the output ended."""
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no line from {' '.join(self.argv)} in {timeout}s") from None
+
+    def interrupt(self):
+        """SIGINT (Ctrl-C); returns (exit code, stderr)."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.finish()
+
+    def finish(self):
+        """Waits for the exit; returns (exit code, stderr)."""
+        try:
+            self.proc.wait(timeout=WAIT)
+        finally:
+            self.close()
+        self._reader.join(timeout=WAIT)
+        err = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return self.proc.returncode, err
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT)
 
 
 def table_rows(stdout):
@@ -76,6 +145,12 @@ class CliTestCase(unittest.TestCase):
 
     def ok_json(self, *args, **kw):
         return json.loads(self.ok("--json", *args, **kw))
+
+    def fails_out(self, code, *args, **kw):
+        """Runs taskgridctl, asserts exit `code`, returns stdout."""
+        res = self.ctl(*args, **kw)
+        self.assertEqual(res.returncode, code, self.describe(args, res))
+        return res.stdout
 
     def fails(self, code, *args, **kw):
         """Runs taskgridctl, asserts exit `code`, returns stderr."""
@@ -414,6 +489,105 @@ class NoAgentTest(CliTestCase):
                 self.fails(2, command, "a", "b")
                 self.fails(2, command, "a", "--queue=x")  # a flag of another command
 
+    # --- wait ---------------------------------------------------------------
+
+    def test_wait_times_out(self):
+        self.ok("submit", "--id=wt-pending", f"--queue={self.queue}", "--builtin=noop")
+        start = time.monotonic()
+        res = self.ctl("wait", "wt-pending", "--wait_timeout=1s")
+        elapsed = time.monotonic() - start
+        self.assertEqual(res.returncode, 4, self.describe(["wait"], res))
+        self.assertEqual(res.stdout, "wt-pending PENDING\n")
+        self.assertIn("--wait_timeout=1s", res.stderr)
+        self.assertIn("wt-pending (PENDING)", res.stderr)
+        self.assertGreaterEqual(elapsed, 1.0)
+        self.assertLess(elapsed, 15)
+        # JSON: the WaitTaskResponse, not done.
+        res = self.ctl("--json", "wait", "--wait_timeout=200ms", "wt-pending")
+        self.assertEqual(res.returncode, 4, res.stderr)
+        got = json.loads(res.stdout)
+        self.assertEqual((got["done"], got["task"]["state"]), (False, "TASK_STATE_PENDING"))
+        # submit --wait times out the same way; the task was submitted.
+        res = self.ctl("submit", "--wait", "--wait_timeout=500ms", "--id=wt-sw",
+                       f"--queue={self.queue}", "--builtin=noop")
+        self.assertEqual(res.returncode, 4, res.stderr)
+        self.assertEqual(table_rows(res.stdout),
+                         [["ID", "QUEUE", "STATE"], ["wt-sw", self.queue, "PENDING"],
+                          ["wt-sw PENDING"]])
+        self.assertEqual(self.queue_ids(), ["wt-pending", "wt-sw"])
+
+    def test_wait_cancelled_exits_3(self):
+        self.ok("submit", "--id=wc1", f"--queue={self.queue}", "--builtin=noop")
+        self.ok("cancel", "wc1")
+        res = self.ctl("wait", "wc1")
+        self.assertEqual((res.returncode, res.stdout), (3, "wc1 CANCELLED\n"), res.stderr)
+        got = json.loads(self.fails_out(3, "--json", "wait", "wc1"))
+        self.assertEqual((got["done"], got["task"]["state"]), (True, "TASK_STATE_CANCELLED"))
+
+    def test_wait_errors(self):
+        err = self.fails(1, "wait", "no-such-task")
+        self.assertRegex(err, r"^error: NOT_FOUND: ")
+        self.assertIn("needs a task ID", self.fails(2, "wait"))
+        for args in (["wait", "x", "--wait_timeout=0s"],
+                     ["wait", "x", "--wait_timeout=soon"],
+                     ["wait", "x", "--queue=q"],
+                     ["wait", "x", "--", "y"],
+                     ["submit", "--wait_timeout=5s", f"--queue={self.queue}", "--builtin=noop"],
+                     ["submit", "--wait", "--wait_timeout=-1s", f"--queue={self.queue}",
+                      "--builtin=noop"]):
+            with self.subTest(args=args):
+                self.assertTrue(self.fails(2, *args).startswith("error: "))
+        self.assertEqual(self.queue_ids(), [])
+
+    # --- watch (no agent) ---------------------------------------------------
+
+    def test_watch_usage_errors(self):
+        for args in (["watch", "extra"], ["watch", "--state=sleeping"], ["watch", "--after=-1"],
+                     ["watch", "--after=soon"], ["watch", "--count=-1"],
+                     ["watch", "--page_size=2"], ["watch", "--wait_timeout=1s"],
+                     ["watch", "--", "x"]):
+            with self.subTest(args=args):
+                self.assertTrue(self.fails(2, *args).startswith("error: "))
+
+    def test_watch_revision_ahead_is_out_of_range(self):
+        res = self.ctl("watch", "--after=999999999")
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertEqual(res.stdout, "")
+        self.assertRegex(res.stderr, r"^error: OUT_OF_RANGE: ")
+        self.assertIn("Watch without --after", res.stderr)
+
+    def test_watch_live_and_ctrl_c(self):
+        q = self.queue
+        watch = Watch(self.cluster, f"--queue={q}")
+        try:
+            # Live only: probes until the watch is surely subscribed.
+            line = None
+            for probe in range(40):
+                self.ok("submit", f"--id=wl-probe-{probe}", f"--queue={q}", "--builtin=noop")
+                try:
+                    line = watch.next_line(timeout=0.5)
+                    break
+                except TimeoutError:
+                    continue
+            self.assertIsNotNone(line, "watch printed nothing")
+            m = EVENT_LINE.match(line)
+            self.assertTrue(m, line)
+            task_id = m.group(3)
+            self.assertRegex(task_id, r"^wl-probe-\d+$")
+            self.assertEqual(m.group(4, 5, 6, 7), ("-", "PENDING", "0", "-"))
+            self.ok("pause", task_id)
+            while True:  # probes submitted meanwhile come first
+                m = EVENT_LINE.match(watch.next_line())
+                self.assertTrue(m)
+                if m.group(3) == task_id:
+                    break
+                self.assertEqual(m.group(5), "PENDING")
+            self.assertEqual(m.group(4, 5), ("PENDING", "PAUSED"))
+        finally:
+            rc, err = watch.interrupt()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(err, "")
+
     # --- stats --------------------------------------------------------------
 
     def test_stats(self):
@@ -497,7 +671,7 @@ class NoAgentTest(CliTestCase):
 
     def test_help(self):
         commands = ["submit", "get", "list", "cancel", "retry", "reset", "pause", "resume",
-                    "stats", "agents", "drain", "cluster", "help"]
+                    "wait", "watch", "stats", "agents", "drain", "cluster", "help"]
         for args in (["help"], ["--help"], ["-h"]):
             with self.subTest(args=args):
                 out = self.ok(*args)
@@ -514,11 +688,40 @@ class NoAgentTest(CliTestCase):
                 out = self.ok("help", command)
                 self.assertRegex(out, rf"(?m)^  \$ taskgridctl {command}\b")
                 self.assertIn("--json", out)
+        # Every command's own help has an example, the same from --help.
+        for command in commands:
+            with self.subTest(command):
+                out = self.ok("help", command)
+                self.assertRegex(out, rf"(?m)^\s+\$ taskgridctl {command}\b")
+                self.assertEqual(self.ok(command, "--help"), out)
+        for command, words in (("wait", ("--wait_timeout", "exit", "0 ", "3 ", "4 ")),
+                               ("watch", ("--after", "--count", "--follow", "--id", "--state",
+                                          "RESOURCE_EXHAUSTED", "OUT_OF_RANGE", "JSON lines")),
+                               ("submit", ("--wait", "--wait_timeout"))):
+            out = self.ok("help", command)
+            for word in words:
+                self.assertIn(word, out, f"help {command}")
+        self.assertRegex(self.ok("help"), r"3 a task FAILED or was\s+CANCELLED, 4 --wait_timeout")
         self.fails(2, "help", "frobnicate")
         # No command at all: the usage, as an error.
         res = self.ctl()
         self.assertEqual(res.returncode, 2)
         self.assertIn("Commands:", res.stderr)
+
+    def test_every_rpc_has_a_command(self):
+        rpcs = {}
+        for proto in ("task_service.proto", "cluster_service.proto"):
+            with open(os.path.join(PROTO_DIR, proto)) as f:
+                for name in re.findall(r"(?m)^\s*rpc\s+(\w+)\s*\(", f.read()):
+                    rpcs[name] = proto
+        self.assertIn("WaitTask", rpcs)
+        self.assertIn("WatchTasks", rpcs)
+        self.assertEqual(sorted(rpcs), sorted(RPC_COMMANDS),
+                         "an RPC without a taskgridctl command (or a stale entry)")
+        usage = self.ok("help")
+        for rpc, command in RPC_COMMANDS.items():
+            with self.subTest(rpc):
+                self.assertRegex(usage, rf"(?m)^  {command}\b")
 
     def test_addr_from_environment(self):
         ctl = harness.binary("TASKGRID_CTL")
@@ -676,6 +879,295 @@ class WithAgentTest(CliTestCase):
         self.assertEqual(rows[1][:5], ["run1", self.queue, "RUNNING", "1/3", "a1"])
         self.ok("cancel", "run1")
         self.cluster.wait_state("run1", "CANCELLED", timeout=WAIT)
+
+
+    # --- wait, submit --wait ------------------------------------------------
+
+    def test_wait_succeeded(self):
+        self.ok("submit", "--id=ws1", f"--queue={self.queue}", "--builtin=sleep", "--", "0.5")
+        res = self.ctl("wait", "ws1")
+        self.assertEqual((res.returncode, res.stdout, res.stderr), (0, "ws1 SUCCEEDED\n", ""))
+        got = self.ok_json("wait", "ws1", "--wait_timeout=5s")
+        self.assertEqual((got["done"], got["task"]["state"]), (True, "TASK_STATE_SUCCEEDED"))
+        self.assertEqual(got["task"]["result"]["outcome"], "OUTCOME_SUCCEEDED")
+        # Several ids: one line each, in the order given.
+        self.ok("submit", "--id=ws2", f"--queue={self.queue}", "--builtin=noop")
+        self.assertEqual(self.ok("wait", "ws2", "ws1"), "ws2 SUCCEEDED\nws1 SUCCEEDED\n")
+
+    def test_wait_failed_exits_3(self):
+        self.ok("submit", "--id=wf1", f"--queue={self.queue}", "--max_attempts=1",
+                "--builtin=fail", "--", "7")
+        res = self.ctl("wait", "wf1", "--wait_timeout=30s")
+        self.assertEqual((res.returncode, res.stdout), (3, "wf1 FAILED\n"), res.stderr)
+        # One failed among succeeded ones: still 3.
+        self.ok("submit", "--id=wf2", f"--queue={self.queue}", "--builtin=noop")
+        res = self.ctl("wait", "wf2", "wf1")
+        self.assertEqual((res.returncode, res.stdout), (3, "wf2 SUCCEEDED\nwf1 FAILED\n"))
+
+    def test_wait_running_times_out(self):
+        self.ok("submit", "--id=wr1", f"--queue={self.queue}", "--builtin=sleep", "--", "60")
+        self.cluster.wait_state("wr1", "RUNNING", timeout=WAIT)
+        start = time.monotonic()
+        res = self.ctl("wait", "--wait_timeout=1500ms", "wr1")
+        elapsed = time.monotonic() - start
+        self.assertEqual((res.returncode, res.stdout), (4, "wr1 RUNNING\n"), res.stderr)
+        self.assertIn("wr1 (RUNNING)", res.stderr)
+        self.assertGreaterEqual(elapsed, 1.5)
+        self.assertLess(elapsed, 15)
+        self.ok("cancel", "wr1")
+        res = self.ctl("wait", "wr1", "--wait_timeout=30s")
+        self.assertEqual((res.returncode, res.stdout), (3, "wr1 CANCELLED\n"), res.stderr)
+
+    def test_submit_wait(self):
+        q = self.queue
+        res = self.ctl("submit", "--wait", "--id=sw1", f"--queue={q}", "--", "/bin/echo", "hi")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        rows = table_rows(res.stdout)
+        self.assertEqual(rows[0], ["ID", "QUEUE", "STATE"])
+        self.assertEqual(rows[1][:2], ["sw1", q])
+        self.assertEqual(rows[2:], [["sw1 SUCCEEDED"]])
+        self.assertEqual(self.ok_json("get", "sw1")["state"], "TASK_STATE_SUCCEEDED")
+
+        # A file of tasks: each one waited for; one failure makes it exit 3.
+        tasks = [self.noop_spec("sw-ok"),
+                 {"id": "sw-bad", "queue": q, "max_attempts": 1,
+                  "steps": [{"builtin": {"name": "fail", "args": ["2"]}}]},
+                 self.noop_spec("sw-ok2")]
+        res, _ = self.submit_file(json.dumps(tasks), "--wait")
+        self.assertEqual(res.returncode, 3, res.stdout + res.stderr)
+        self.assertEqual(res.stdout.splitlines()[-3:],
+                         ["sw-ok SUCCEEDED", "sw-bad FAILED", "sw-ok2 SUCCEEDED"])
+        # All good: 0. --json: one SubmitTasksResponse with the final states.
+        res, _ = self.submit_file(json.dumps([self.noop_spec("sw-j1"), self.noop_spec("sw-j2")]),
+                                  "--wait", "--json", "--wait_timeout=30s")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        got = json.loads(res.stdout)
+        self.assertEqual([(t["spec"]["id"], t["state"]) for t in got["tasks"]],
+                         [("sw-j1", "TASK_STATE_SUCCEEDED"), ("sw-j2", "TASK_STATE_SUCCEEDED")])
+        # Generated ids are waited for too.
+        got = self.ok_json("submit", "--wait", f"--queue={q}", "--builtin=noop")
+        self.assertTrue(got["tasks"][0]["spec"]["id"])
+        self.assertEqual(got["tasks"][0]["state"], "TASK_STATE_SUCCEEDED")
+        # Timed out: 4; the task runs on.
+        res = self.ctl("submit", "--wait", "--wait_timeout=1s", "--id=sw-slow", f"--queue={q}",
+                       "--builtin=sleep", "--", "60")
+        self.assertEqual(res.returncode, 4, res.stderr)
+        self.assertRegex(res.stdout.splitlines()[-1], r"^sw-slow (DISPATCHED|RUNNING)$")
+        self.ok("cancel", "sw-slow")
+
+    # --- watch --------------------------------------------------------------
+
+    def probe_revision(self, queue):
+        """Submits a noop task to `queue`, waits for it to finish, and returns
+        the revision of its last change (read back from the event history)."""
+        task_id = f"probe-{queue}-{time.monotonic_ns()}"
+        self.ok("submit", "--wait", f"--id={task_id}", f"--queue={queue}", "--builtin=noop")
+        out = self.ok("--json", "watch", "--after=0", f"--id={task_id}",
+                      "--state=succeeded", "--count=1")
+        return int(json.loads(out)["revision"])
+
+    def test_watch_transitions_in_order(self):
+        q = self.queue
+        base = self.probe_revision(q + "-probe")
+        self.ok("submit", "--wait", "--id=wt1", f"--queue={q}", "--", "/bin/true")
+        # Another task in the queue, to be filtered out by --id.
+        self.ok("submit", "--wait", "--id=wt-other", f"--queue={q}", "--builtin=noop")
+
+        out = self.ok("watch", f"--after={base}", "--id=wt1", "--count=4")
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 4, out)
+        events = []
+        for line in lines:
+            m = EVENT_LINE.match(line)
+            self.assertTrue(m, line)
+            events.append(m.groups())
+        self.assertEqual([e[2] for e in events], ["wt1"] * 4)
+        self.assertEqual([(e[3], e[4]) for e in events],
+                         [("-", "PENDING"), ("PENDING", "DISPATCHED"), ("DISPATCHED", "RUNNING"),
+                          ("RUNNING", "SUCCEEDED")])
+        revisions = [int(e[0]) for e in events]
+        self.assertEqual(revisions, sorted(set(revisions)))
+        self.assertGreater(revisions[0], base)
+        self.assertEqual([e[5] for e in events], ["0", "1", "1", "1"])
+        self.assertEqual([e[6] for e in events[1:3]], ["a1"] * 2)
+
+        # The same as JSON lines, one TaskEvent object per line.
+        out = self.ok("--json", "watch", f"--after={base}", "--id=wt1", "--count=4")
+        rows = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(rows), 4, out)
+        self.assertEqual([int(r["revision"]) for r in rows], revisions)
+        self.assertEqual([state_of(r) for r in rows],
+                         ["PENDING", "DISPATCHED", "RUNNING", "SUCCEEDED"])
+        self.assertEqual({r["task_id"] for r in rows}, {"wt1"})
+        self.assertEqual({r["queue"] for r in rows}, {q})
+        self.assertEqual(rows[0]["from_state"], "TASK_STATE_UNSPECIFIED")
+        self.assertEqual([r["attempt"] for r in rows], [0, 1, 1, 1])
+        self.assertEqual(rows[2]["agent_id"], "a1")
+        for r in rows:
+            rfc3339_to_unix(r["time"])
+            self.assertEqual(set(r), {"revision", "task_id", "queue", "from_state", "to_state",
+                                      "attempt", "agent_id", "time", "reason"})
+
+        # Filters combine: the queue, into SUCCEEDED: both tasks, in order.
+        out = self.ok("--json", "watch", f"--after={base}", f"--queue={q}",
+                      "--state=Succeeded", "--count=2")
+        self.assertEqual([(json.loads(line)["task_id"], state_of(json.loads(line)))
+                          for line in out.splitlines()],
+                         [("wt1", "SUCCEEDED"), ("wt-other", "SUCCEEDED")])
+
+    def test_watch_after_replays_exactly_what_followed(self):
+        q = self.queue
+        base = self.probe_revision(q + "-probe")
+        self.ok("submit", "-f", "-", "--wait",
+                input=json.dumps([self.noop_spec(f"wa{i}") for i in range(3)]))
+        out = self.ok("--json", "watch", f"--after={base}", f"--queue={q}", "--count=12")
+        events = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(events), 12)
+        revisions = [int(e["revision"]) for e in events]
+        self.assertEqual(revisions, sorted(set(revisions)))
+        # From each revision: exactly the events after it, in order.
+        for k in (0, 5, 10):
+            with self.subTest(after=revisions[k]):
+                out = self.ok("--json", "watch", f"--after={revisions[k]}", f"--queue={q}",
+                              f"--count={11 - k}")
+                self.assertEqual([json.loads(line) for line in out.splitlines()], events[k + 1:])
+        # Per task, its four states in order.
+        by_task = collections.defaultdict(list)
+        for e in events:
+            by_task[e["task_id"]].append(state_of(e))
+        self.assertEqual(dict(by_task), {f"wa{i}": ["PENDING", "DISPATCHED", "RUNNING", "SUCCEEDED"]
+                                         for i in range(3)})
+
+    def test_watch_live_follows_a_task(self):
+        q = self.queue
+        watch = Watch(self.cluster, "--json", f"--queue={q}")
+        try:
+            # Probes until the (live) watch is surely subscribed.
+            first = None
+            for probe in range(40):
+                self.ok("submit", f"--id=wlf-probe-{probe}", f"--queue={q}", "--builtin=noop")
+                try:
+                    first = json.loads(watch.next_line(timeout=0.5))
+                    break
+                except TimeoutError:
+                    continue
+            self.assertIsNotNone(first, "watch printed nothing")
+            self.ok("submit", "--id=wlf", f"--queue={q}", "--builtin=sleep", "--", "0.2")
+            seen = []
+            while "SUCCEEDED" not in seen:
+                event = json.loads(watch.next_line())
+                if event["task_id"] == "wlf":
+                    seen.append(state_of(event))
+            self.assertEqual(seen, ["PENDING", "DISPATCHED", "RUNNING", "SUCCEEDED"])
+        finally:
+            rc, err = watch.interrupt()
+        self.assertEqual((rc, err), (0, ""))
+
+
+class WatchHistoryTest(CliTestCase):
+    """watch against a scheduler that keeps 1 s of history, and one that
+    restarts under a watch."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start_cluster(scheduler_flags=["--event_retention=1s"], agents=["h1"])
+
+    def test_pruned_revision_is_out_of_range(self):
+        self.ok("submit", "--wait", "--id=old1", f"--queue={self.queue}", "--builtin=noop")
+        first = int(json.loads(self.ok("--json", "watch", "--after=0", "--id=old1",
+                                       "--count=1"))["revision"])
+        # Past the retention, the scheduler prunes (on its tick).
+        def pruned():
+            res = self.ctl("watch", f"--after={first}", "--count=1", timeout=5)
+            return res.returncode == 1 and res
+        res = harness.wait_until(lambda: (self.ctl("submit", f"--queue={self.queue}",
+                                                   "--builtin=noop"), pruned())[1],
+                                 timeout=WAIT, interval=0.5, what="the history to be pruned")
+        self.assertEqual(res.stdout, "")
+        self.assertRegex(res.stderr, r"^error: OUT_OF_RANGE: ")
+        self.assertIn("--after=0", res.stderr)
+        self.assertIn("--event_retention", res.stderr)
+
+
+class WatchFollowTest(CliTestCase):
+    """watch --follow across a scheduler restart."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start_cluster(agents=["f1"])
+
+    def restart_scheduler(self):
+        self.cluster.scheduler.stop()
+        self.cluster.start_scheduler()
+
+    def test_follow_survives_a_restart(self):
+        q = self.queue
+        self.ok("submit", "--wait", "--id=fo1", f"--queue={q}", "--builtin=noop")
+        plain = Watch(self.cluster, "--json", f"--queue={q}", "--after=0")
+        follow = Watch(self.cluster, "--json", f"--queue={q}", "--after=0", "--follow")
+        try:
+            for w in (plain, follow):  # the history: fo1's four changes
+                got = [json.loads(w.next_line()) for _ in range(4)]
+                self.assertEqual([(e["task_id"], state_of(e)) for e in got],
+                                 [("fo1", "PENDING"), ("fo1", "DISPATCHED"), ("fo1", "RUNNING"),
+                                  ("fo1", "SUCCEEDED")])
+            last = int(got[-1]["revision"])
+            self.restart_scheduler()
+            # Without --follow the watch ends, saying how to resume.
+            rc, err = plain.finish()
+            self.assertEqual(rc, 1, err)
+            self.assertIn(f"taskgridctl watch --after={last} --queue={q} --json", err)
+            self.assertIsNone(plain.next_line())
+            # With it, the watch goes on: fo2's changes, once each, in order.
+            self.ok("submit", "--wait", "--id=fo2", f"--queue={q}", "--builtin=noop")
+            got = [json.loads(follow.next_line()) for _ in range(4)]
+            self.assertEqual([(e["task_id"], state_of(e)) for e in got],
+                             [("fo2", "PENDING"), ("fo2", "DISPATCHED"), ("fo2", "RUNNING"),
+                              ("fo2", "SUCCEEDED")])
+            revisions = [int(e["revision"]) for e in got]
+            self.assertEqual(revisions, sorted(set(revisions)))
+            self.assertGreater(revisions[0], last)
+            with self.assertRaises(TimeoutError):  # nothing else, nothing twice
+                follow.next_line(timeout=1)
+        finally:
+            plain.close()
+            rc, err = follow.interrupt()
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"reconnecting after revision {last}", err)
+
+    def test_wait_survives_a_scheduler_restart(self):
+        self.ok("submit", "--id=wsr", f"--queue={self.queue}", "--builtin=sleep", "--", "4")
+        self.cluster.wait_state("wsr", "RUNNING", timeout=WAIT)
+        wait = subprocess.Popen([harness.binary("TASKGRID_CTL"), f"--addr={self.cluster.addr}",
+                                 "wait", "wsr"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            time.sleep(0.5)
+            self.cluster.scheduler.kill9()
+            self.cluster.start_scheduler()
+            out, err = wait.communicate(timeout=WAIT)
+        finally:
+            if wait.poll() is None:
+                wait.kill()
+                wait.communicate()
+        self.assertEqual((wait.returncode, out), (0, "wsr SUCCEEDED\n"), err)
+        self.assertIn("note: lost the scheduler while waiting for wsr", err)
+
+    def test_follow_gives_up_without_a_scheduler(self):
+        follow = Watch(self.cluster, "--timeout=2s", "--follow")
+        try:
+            time.sleep(0.5)
+            self.cluster.scheduler.stop()
+            start = time.monotonic()
+            rc, err = follow.finish()
+            elapsed = time.monotonic() - start
+        finally:
+            follow.close()
+            self.cluster.start_scheduler()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("no scheduler at", err)
+        self.assertIn("--follow", err)
+        self.assertLess(elapsed, 20)
 
 
 class ClusterTest(CliTestCase):

@@ -6,8 +6,13 @@
 // Not thread-safe; one Client per process.
 #pragma once
 
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
@@ -18,6 +23,10 @@ namespace taskgrid::ctl {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcFailed = 1;
 inline constexpr int kExitUsage = 2;
+// wait, submit --wait: a task ended FAILED or CANCELLED.
+inline constexpr int kExitTaskFailed = 3;
+// wait, submit --wait: --wait_timeout passed before every task finished.
+inline constexpr int kExitWaitTimedOut = 4;
 
 enum class Action { kCancel, kRetry, kReset, kPause, kResume };
 
@@ -27,11 +36,30 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);  // deadline of each RPC
 };
 
+struct WatchOptions {
+  v1::WatchTasksRequest request;
+  int64_t count = 0;    // > 0: end after this many events
+  bool follow = false;  // reconnect (from the last revision printed) when the stream ends
+  // The filters as typed, to print a command that resumes the watch.
+  std::string filter_flags;
+};
+
 class Client {
  public:
   explicit Client(ClientOptions opts);
 
   int Submit(const v1::SubmitTasksRequest& req);
+  // Submits, then waits for every submitted task in turn (all within
+  // `wait_timeout` of the submit; InfiniteDuration: no limit). Exit code as
+  // Wait's.
+  int SubmitAndWait(const v1::SubmitTasksRequest& req, absl::Duration wait_timeout);
+  // WaitTask, repeated until each task is finished or `wait_timeout` passed.
+  // kExitOk when every task SUCCEEDED; else kExitTaskFailed when one FAILED
+  // or was CANCELLED; else kExitWaitTimedOut.
+  int Wait(const std::vector<std::string>& ids, absl::Duration wait_timeout);
+  // WatchTasks: one line (or JSON object) per event until the stream ends,
+  // `count` events were printed, or SIGINT/SIGTERM (kExitOk).
+  int Watch(const WatchOptions& opts);
   int Get(const std::string& id);
   // `all`: follows next_page_token until the last page.
   int List(v1::ListTasksRequest req, bool all);
@@ -47,8 +75,18 @@ class Client {
   // "error: CODE: message" on stderr and returns false.
   template <typename Rpc>
   bool Call(Rpc&& rpc);
+  // Prints `s` (not OK) as "error: CODE: message" with a hint for the
+  // codes that have one.
+  void Report(const grpc::Status& s) const;
+  // Waits for one task until `deadline` (InfiniteFuture: none). False on an
+  // error (reported); else `out` holds the last answer.
+  bool WaitOne(const std::string& id, absl::Time deadline, v1::WaitTaskResponse* out);
+  // The final (or, on timeout, the current) state of every task in `tasks`,
+  // in place; returns the exit code.
+  int WaitAll(std::vector<v1::Task>* tasks, absl::Duration wait_timeout, bool print_lines);
 
   ClientOptions opts_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
 };

@@ -133,17 +133,25 @@ std::string Table::Render() const {
   return out;
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
+namespace {
+
+std::string PrintJson(const google::protobuf::Message& m, bool whitespace) {
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
   opts.always_print_primitive_fields = true;
-  opts.add_whitespace = true;
+  opts.add_whitespace = whitespace;
   std::string out;
   // Printing a valid message cannot fail.
   (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
   if (!absl::EndsWith(out, "\n")) out += "\n";
   return out;
 }
+
+}  // namespace
+
+std::string ToJson(const google::protobuf::Message& m) { return PrintJson(m, true); }
+
+std::string ToJsonLine(const google::protobuf::Message& m) { return PrintJson(m, false); }
 
 std::string FormatTime(const google::protobuf::Timestamp& ts) {
   const absl::Time t = FromProto(ts);
@@ -172,6 +180,16 @@ std::string Shorten(const std::string& s, size_t max) {
     if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && points++ == keep) break;
   }
   return s.substr(0, i) + "...";
+}
+
+std::string FormatEvent(const v1::TaskEvent& ev) {
+  const std::string from =
+      ev.from_state() == v1::TASK_STATE_UNSPECIFIED ? "-" : core::StateName(ev.from_state());
+  std::string out = absl::StrCat(ev.revision(), "  ", FormatTime(ev.time()), "  ", ev.task_id(),
+                                 "  ", from, " -> ", core::StateName(ev.to_state()), "  attempt ",
+                                 ev.attempt(), "  agent ", OrDash(ev.agent_id()));
+  if (!ev.reason().empty()) absl::StrAppend(&out, "  ", OneLine(ev.reason()));
+  return out;
 }
 
 std::string FormatSubmitted(const v1::SubmitTasksResponse& resp) {

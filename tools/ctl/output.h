@@ -35,6 +35,9 @@ class Table {
 // newline.
 std::string ToJson(const google::protobuf::Message& m);
 
+// The same on one line (JSON lines): no whitespace, ending in a newline.
+std::string ToJsonLine(const google::protobuf::Message& m);
+
 // Local time in RFC 3339 without fractional seconds; "-" when unset.
 std::string FormatTime(const google::protobuf::Timestamp& ts);
 
@@ -46,6 +49,12 @@ std::string AttemptText(const v1::Task& t);
 
 // `s` cut to at most `max` code points, ending in "..." when cut.
 std::string Shorten(const std::string& s, size_t max);
+
+// One line of `watch` (no newline):
+//   REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  reason
+// FROM is "-" for a new task, A "-" when no agent holds the task; the reason
+// (one line) only when there is one.
+std::string FormatEvent(const v1::TaskEvent& ev);
 
 // The table of `submit`: ID, QUEUE, STATE.
 std::string FormatSubmitted(const v1::SubmitTasksResponse& resp);
