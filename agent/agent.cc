@@ -273,6 +273,7 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
         if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
         welcome_stop_on_lost_after_ =
             std::max(FromProto(msg.welcome().stop_on_lost_after()), absl::ZeroDuration());
+        welcome_max_output_bytes_ = msg.welcome().max_output_bytes();
         draining = draining_;
         cv_.notify_all();
       }
@@ -333,7 +334,12 @@ void Agent::OnAssign(const v1::Assignment& a) {
                                              ? "another attempt of this task is running here"
                                              : "no free slots");
     } else {
-      run = std::make_shared<TaskRun>(a, opts_.exec);
+      ExecutorOptions exec = opts_.exec;
+      // The smaller of our own cap and the scheduler's.
+      if (welcome_max_output_bytes_ > 0) {
+        exec.max_output_bytes = std::min(exec.max_output_bytes, welcome_max_output_bytes_);
+      }
+      run = std::make_shared<TaskRun>(a, exec);
       Running& r = running_[a.task_id()];
       r.run = run;
       r.slots = slots;

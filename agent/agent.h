@@ -157,6 +157,7 @@ class Agent {
   // Guarded by mu_: from the last Welcome (zero: none), and when the last
   // message from the scheduler arrived (monotonic).
   absl::Duration welcome_stop_on_lost_after_ = absl::ZeroDuration();
+  int64_t welcome_max_output_bytes_ = 0;  // guarded by mu_; 0: none
   absl::Duration last_heard_ = absl::ZeroDuration();
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_; the live stream's
 

@@ -135,6 +135,11 @@ int main(int argc, char** argv) {
         absl::FormatDuration(so.heartbeat_interval));
     return 2;
   }
+  if (so.event_retention < absl::Seconds(1)) {
+    spdlog::error("--event_retention must be at least 1s, not {}",
+                  absl::FormatDuration(so.event_retention));
+    return 2;
+  }
   if (so.default_max_attempts < 1 || so.default_max_attempts > so.max_attempts_limit) {
     spdlog::error("--default_max_attempts must be in [1, {}]", so.max_attempts_limit);
     return 2;

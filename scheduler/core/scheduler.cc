@@ -73,7 +73,8 @@ absl::Time Scheduler::Now() const {
 // ---------------------------------------------------------------------------
 // The one door.
 
-void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason) {
+void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
+                           const std::string* event_agent) {
   const v1::TaskState from = t.state;
   TASKGRID_CHECK(IsAllowedTransition(from, to),
                  absl::StrCat("task ", t.id(), ": ", StateName(from), " -> ", StateName(to)));
@@ -101,7 +102,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason) 
   e.from_state = from;
   e.to_state = to;
   e.attempt = t.attempt;
-  e.agent_id = t.agent_id;
+  e.agent_id = event_agent != nullptr ? *event_agent : t.agent_id;
   e.time_us = ToUnixMicrosOrZero(t.update_time);
   e.reason = t.reason;
   if (revision_marks_.empty() ||
@@ -632,41 +633,42 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
   const std::string what = absl::StrCat("attempt ", t.attempt, " on agent ", agent);
   if (t.state == v1::TASK_STATE_CANCELLING) {
     if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
-      Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded before the cancel reached it");
+      Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded before the cancel reached it",
+                 &agent);
     } else {
-      Transition(t, v1::TASK_STATE_CANCELLED, "cancelled by request");
+      Transition(t, v1::TASK_STATE_CANCELLED, "cancelled by request", &agent);
     }
     return;
   }
   if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
-    Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded");
+    Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded", &agent);
     return;
   }
   std::string why = absl::StrCat(what, " ", OutcomeWord(r.outcome()));
   if (!r.error().empty()) absl::StrAppend(&why, ": ", r.error());
   if (pausing) {
-    Transition(t, v1::TASK_STATE_PAUSED, absl::StrCat("paused by request (", why, ")"));
+    Transition(t, v1::TASK_STATE_PAUSED, absl::StrCat("paused by request (", why, ")"), &agent);
     return;
   }
   if (interrupted) {
     t.next_run_time = absl::InfinitePast();
-    Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; re-queued, not counted"));
+    Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; re-queued, not counted"), &agent);
     return;
   }
   if (!IsRetryableFailure(t, r)) {
     Transition(t, v1::TASK_STATE_FAILED,
-               absl::StrCat(why, " (exit code ", r.exit_code(), " is not retryable)"));
+               absl::StrCat(why, " (exit code ", r.exit_code(), " is not retryable)"), &agent);
     return;
   }
   if (AttemptsUsed(t) >= MaxAttempts(t)) {
     Transition(t, v1::TASK_STATE_FAILED,
-               absl::StrCat(why, "; all ", MaxAttempts(t), " attempts used"));
+               absl::StrCat(why, "; all ", MaxAttempts(t), " attempts used"), &agent);
     return;
   }
   // A lost attempt (agent gone, hand-over not confirmed) says nothing about
   // the task: it counts, but is re-queued at once rather than backed off.
   t.next_run_time = r.outcome() == v1::OUTCOME_LOST ? absl::InfinitePast() : Now() + Backoff(t);
-  Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; will retry"));
+  Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; will retry"), &agent);
 }
 
 // ---------------------------------------------------------------------------

@@ -147,7 +147,10 @@ class Scheduler {
   absl::Duration Mono() const { return clock_->Monotonic(); }
 
   // The one door for state changes.
-  void Transition(TaskRecord& t, v1::TaskState to, std::string reason);
+  // `event_agent`: the agent the event names when the task no longer has
+  // one (the attempt that just ended).
+  void Transition(TaskRecord& t, v1::TaskState to, std::string reason,
+                  const std::string* event_agent = nullptr);
   // PENDING or SCHEDULED, depending on next_run_time.
   v1::TaskState ReadyOrScheduled(TaskRecord& t);
 

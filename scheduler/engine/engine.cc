@@ -360,7 +360,12 @@ void Engine::GetClusterStats(Reply<v1::ClusterStats> done) {
 // ---------------------------------------------------------------------------
 // Agents.
 
-void Engine::CloseAgentStreams(const absl::Status& why) {
+void Engine::EndCalls(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, w] : waiters_) w.done(why);
+    waiters_.clear();
+  }
   std::lock_guard<std::mutex> lock(channels_mu_);
   for (auto& [conn, channel] : channels_) channel->Close(why);
 }

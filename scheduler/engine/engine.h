@@ -101,9 +101,10 @@ class Engine {
   void AgentMessage(uint64_t conn, const v1::AgentMessage& msg);
   // The stream ended.
   void DetachAgent(uint64_t conn);
-  // Ends every agent stream with `why` (the scheduler is stopping: agents
-  // reconnect to the next one, and keep their tasks within the grace).
-  void CloseAgentStreams(const absl::Status& why);
+  // The server is stopping: ends every agent stream with `why` (agents
+  // reconnect to the next scheduler and keep their tasks within the grace)
+  // and answers every WaitTask in progress with it, so no RPC is left open.
+  void EndCalls(const absl::Status& why);
 
   // --- For tests and tools. ---
   // Blocks until everything queued so far is committed and delivered.

@@ -34,7 +34,7 @@ void SchedulerServer::Shutdown(absl::Duration deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
-  engine_->CloseAgentStreams(
+  engine_->EndCalls(
       absl::UnavailableError("the scheduler is shutting down; reconnect to the next one"));
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
   server_->Wait();

@@ -389,5 +389,16 @@ TEST(Scheduler, ScheduleTimeoutExpiresAnUnplaceableTask) {
   EXPECT_THAT(t.reason(), HasSubstr("expired before start"));
 }
 
+TEST(Scheduler, TheSchedulersOutputCapBoundsWhatAgentsKeep) {
+  engine::EngineOptions o = InProcessCluster::DefaultOptions();
+  o.scheduler.max_output_bytes = 10;
+  InProcessCluster c(o);
+  c.AddAgent("a1", 1);  // its own cap is the default 64 KiB
+  ASSERT_TRUE(c.Submit({ExecSpec("chatty", {"/bin/sh", "-c", "echo 0123456789abcdefghij"})}).ok());
+  v1::Task t = c.WaitFor("chatty", v1::TASK_STATE_SUCCEEDED);
+  EXPECT_LE(t.result().stdout_tail().size(), 10u);
+  EXPECT_EQ(t.result().stdout_tail(), "bcdefghij\n") << "the last 10 bytes";
+}
+
 }  // namespace
 }  // namespace taskgrid::testing

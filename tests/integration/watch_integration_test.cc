@@ -21,6 +21,9 @@ Watcher StartWatch(InProcessCluster& c, v1::WatchTasksRequest req,
   Watcher w;
   w.ctx = InProcessCluster::Ctx(deadline);
   w.reader = c.tasks().WatchTasks(w.ctx.get(), req);
+  // The server sends its metadata once the watch is registered: from then
+  // on every commit reaches it.
+  w.reader->WaitForInitialMetadata();
   return w;
 }
 
@@ -54,8 +57,11 @@ TEST(Watch, SeesEveryTransitionInOrderWithNoGaps) {
     EXPECT_EQ(events[i].revision(), events[i - 1].revision() + 1) << i;
     EXPECT_EQ(events[i].from_state(), events[i - 1].to_state()) << i;
   }
-  EXPECT_EQ(events[3].agent_id(), "");
+  // Every event of the attempt names its agent, the one that ends it too.
+  EXPECT_EQ(events[0].agent_id(), "");
+  EXPECT_EQ(events[1].agent_id(), "a1");
   EXPECT_EQ(events[2].agent_id(), "a1");
+  EXPECT_EQ(events[3].agent_id(), "a1");
   EXPECT_EQ(events[2].attempt(), 1);
   w.ctx->TryCancel();
 }
@@ -120,6 +126,7 @@ TEST(Watch, ASlowWatcherIsEndedWhileTheSchedulerKeepsDispatching) {
   Watcher slow;
   slow.ctx = InProcessCluster::Ctx(absl::Seconds(60));
   slow.reader = slow_stub->WatchTasks(slow.ctx.get(), v1::WatchTasksRequest());
+  slow.reader->WaitForInitialMetadata();
   for (int b = 0; b < 100; ++b) {  // small commits: the watcher could keep up if it read
     std::vector<v1::TaskSpec> specs;
     for (int i = 0; i < 10; ++i)

@@ -37,6 +37,7 @@ class BinariesTest(unittest.TestCase):
                 (["--default_max_attempts=0"], "--default_max_attempts"),
                 (["--reconnect_grace=1500ms"], "--reconnect_grace at least 4 times"),
                 (["--heartbeat_timeout=1s"], "--heartbeat_timeout must be at least 2"),
+                (["--event_retention=0s"], "--event_retention must be at least 1s"),
             ]
             for flags, message in cases:
                 res = run(binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0",

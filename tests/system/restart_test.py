@@ -111,6 +111,22 @@ class RestartTest(unittest.TestCase):
             # The first one still serves.
             c.ctl("submit", "--id=still-here", "--builtin=noop", check=True)
 
+    def test_sigterm_stops_promptly_with_a_wait_in_progress(self):
+        with Cluster() as c:
+            c.start_scheduler()
+            c.ctl("submit", "--id=waited", "--builtin=noop", check=True)  # no agent: stays PENDING
+            waiter = subprocess.Popen(
+                [binary("TASKGRID_CTL"), f"--addr={c.addr}", "wait", "waited", "--timeout=3s"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(1.0)  # the WaitTask call is open on the scheduler
+                start = time.monotonic()
+                self.assertEqual(c.scheduler.stop(timeout=15), 0, c.scheduler.log())
+                self.assertLess(time.monotonic() - start, 5.0, "stopping waited for the open call")
+            finally:
+                waiter.kill()
+                waiter.wait(timeout=30)
+
     def test_sigterm_stops_cleanly(self):
         with Cluster() as c:
             c.start_scheduler()
