@@ -233,8 +233,8 @@ absl::Status SqliteStore::Prepare() {
 }
 
 SqliteStore::~SqliteStore() {
-  for (sqlite3_stmt* st :
-       {insert_task_, update_task_, insert_attempt_, clear_attempts_, insert_event_, prune_events_}) {
+  for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
+                           insert_event_, prune_events_}) {
     sqlite3_finalize(st);
   }
   if (read_db_ != nullptr) sqlite3_close(read_db_);
@@ -409,7 +409,8 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, 
 absl::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::EventRange() {
   std::lock_guard<std::mutex> lock(read_mu_);
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(read_db_, "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0) FROM events",
+  if (sqlite3_prepare_v2(read_db_,
+                         "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0) FROM events",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "reading the event range");
   }

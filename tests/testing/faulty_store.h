@@ -59,9 +59,7 @@ class FaultyStore final : public store::Store {
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     return inner_->ReadEvents(after, limit);
   }
-  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override {
-    return inner_->EventRange();
-  }
+  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override { return inner_->EventRange(); }
 
  private:
   store::Store* const inner_;

@@ -2,11 +2,11 @@
 // duplicate at the switch; a full queue ends the watch. Runs under TSan.
 #include "scheduler/engine/watch.h"
 
-#include <atomic>
-#include <thread>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
 
 #include "scheduler/store/memory_store.h"
 
