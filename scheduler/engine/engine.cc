@@ -279,7 +279,7 @@ void Engine::WaitTask(const std::string& id, absl::Duration max_wait,
     resp.set_done(core::IsTerminal(t->state));
     result = std::move(resp);
   } else {
-    waiters_.emplace(id, Waiter{id, clock_->Monotonic() + max_wait, std::move(done)});
+    waiters_.emplace(id, Waiter{clock_->Monotonic() + max_wait, std::move(done)});
     return;
   }
   Answer(std::move(result), std::move(done));

@@ -145,7 +145,6 @@ class Engine {
       channels_;  // guarded by channels_mu_
 
   struct Waiter {
-    std::string task_id;
     absl::Duration deadline;  // monotonic
     Reply<v1::WaitTaskResponse> done;
   };

@@ -171,6 +171,13 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
     return SqlError(read_db_, "cannot open the read connection");
   }
   sqlite3_busy_timeout(read_db_, 5000);
+  if (sqlite3_prepare_v3(
+          read_db_,
+          "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
+          "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
+          -1, SQLITE_PREPARE_PERSISTENT, &read_events_, nullptr) != SQLITE_OK) {
+    return SqlError(read_db_, "preparing the event read");
+  }
   return absl::OkStatus();
 }
 
@@ -237,6 +244,7 @@ SqliteStore::~SqliteStore() {
                            insert_event_, prune_events_}) {
     sqlite3_finalize(st);
   }
+  sqlite3_finalize(read_events_);
   if (read_db_ != nullptr) sqlite3_close(read_db_);
   if (db_ != nullptr) sqlite3_close(db_);
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
@@ -376,14 +384,7 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
 
 absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, int limit) {
   std::lock_guard<std::mutex> lock(read_mu_);
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(
-          read_db_,
-          "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
-          "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
-          -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(read_db_, "reading events");
-  }
+  sqlite3_stmt* st = read_events_;
   sqlite3_bind_int64(st, 1, after);
   sqlite3_bind_int(st, 2, limit);
   std::vector<StoredEvent> out;
@@ -401,7 +402,9 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, 
     ev.event.reason = ColumnString(st, 8);
     out.push_back(std::move(ev));
   }
-  sqlite3_finalize(st);
+  // Reset ends the read transaction, so the next call sees later commits.
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
   if (rc != SQLITE_DONE) return SqlError(read_db_, "reading events");
   return out;
 }

@@ -67,6 +67,8 @@ class SqliteStore final : public Store {
 
   std::mutex read_mu_;
   sqlite3* read_db_ = nullptr;  // guarded by read_mu_
+  // The watch replay path: prepared once on read_db_.
+  sqlite3_stmt* read_events_ = nullptr;  // guarded by read_mu_
 };
 
 }  // namespace taskgrid::store
