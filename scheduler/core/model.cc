@@ -45,7 +45,11 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.reason = t.reason;
   r.pause_requested = t.pause_requested;
   if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) t.result.SerializeToString(&r.result);
-  if (insert) t.spec.SerializeToString(&r.spec);
+  r.attempt_base = t.attempt_base;
+  if (insert) {
+    t.spec.SerializeToString(&r.spec);
+    r.job_id = t.job_id();
+  }
   return r;
 }
 
@@ -77,6 +81,7 @@ absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored) {
   t.start_time = FromUnixMicrosOrZero(r.start_us);
   t.reason = r.reason;
   t.pause_requested = r.pause_requested;
+  t.attempt_base = r.attempt_base;
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }

@@ -9,6 +9,7 @@
 // no knowledge of scheduling. A WriteBatch is the unit of one transaction.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,11 @@
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
+
+// Entries of a per-state count array, indexed by v1::TaskState.
+inline constexpr int kNumTaskStates = 11;
+
+struct JobRecord;
 
 struct TaskRecord {
   v1::TaskSpec spec;
@@ -35,12 +41,39 @@ struct TaskRecord {
   bool pause_requested = false;
   v1::TaskResult result;              // of the last finished attempt
   std::vector<v1::Attempt> attempts;  // finished attempts, oldest first
+  // Attempts numbered up to this one were made before a RetryJob and no
+  // longer count against max_attempts.
+  int32_t attempt_base = 0;
 
-  // Cached PlacementClass(spec.placement()); derived, never stored.
+  // --- Derived: rebuilt by Scheduler::Restore, never stored. ---
+  // Cached PlacementClass(spec.placement()).
   std::string placement_class;
+  JobRecord* job = nullptr;
+  // spec.depends_on resolved, and the tasks whose depends_on names this one
+  // (in submit order).
+  std::vector<TaskRecord*> deps;
+  std::vector<TaskRecord*> dependents;
+  int32_t deps_unsucceeded = 0;  // deps not SUCCEEDED
+  int32_t deps_unfinished = 0;   // deps not terminal
+  // A chain link sent to its agent with its predecessor, waiting there for
+  // it to succeed: no slot, no ack deadline yet. And the reverse link.
+  TaskRecord* chained_after = nullptr;
+  TaskRecord* chain_next = nullptr;
 
   const std::string& id() const { return spec.id(); }
   const std::string& queue() const { return spec.queue(); }
+  const std::string& job_id() const { return spec.job_id(); }
+};
+
+// A job: the tasks submitted together by SubmitJob. Derived from the tasks'
+// job ids (never stored on its own).
+struct JobRecord {
+  std::string id;
+  int64_t seq = 0;  // its first task's; orders ListJobs
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time update_time = absl::InfinitePast();
+  std::vector<TaskRecord*> tasks;  // submit order
+  std::array<int64_t, kNumTaskStates> counts{};
 };
 
 // One row of the tasks table.
@@ -61,6 +94,8 @@ struct TaskRow {
   bool pause_requested = false;
   std::string result;  // serialized v1::TaskResult
   std::string spec;    // serialized v1::TaskSpec (set on insert)
+  std::string job_id;  // (set on insert)
+  int32_t attempt_base = 0;
 };
 
 // One finished attempt.
@@ -81,6 +116,7 @@ struct EventRow {
   std::string agent_id;
   int64_t time_us = 0;
   std::string reason;
+  std::string job_id;
 };
 
 struct WriteBatch {

@@ -17,6 +17,18 @@ struct SchedulerOptions {
   int max_batch_size = 10'000;
   int max_steps = 1'000;
   int max_attempts_limit = 100;
+  // Tasks in one SubmitJob.
+  int max_job_tasks = 10'000;
+
+  // Jobs. At most this many tasks of a chain go to one agent in one Assign
+  // (the rest follow as the chain proceeds).
+  int max_chain_length = 100;
+  // Outputs of a task's dependencies sent with it (all together); a task
+  // whose inputs are larger fails instead of being dispatched.
+  int64_t max_input_bytes = 16 << 20;
+  // Largest TaskResult.output taken from an agent (the agent enforces it
+  // too); a larger one fails the attempt.
+  int64_t max_task_output_bytes = 1 << 20;
 
   // Queue lengths (non-terminal tasks); 0 means no limit.
   int64_t default_queue_max_length = 0;

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -51,6 +52,20 @@ const char* OutcomeWord(v1::Outcome o) {
   }
 }
 
+// How a dependency's state counts for its dependents.
+enum class DepClass { kOpen, kSucceeded, kFailed };
+
+DepClass ClassOf(v1::TaskState s) {
+  if (s == v1::TASK_STATE_SUCCEEDED) return DepClass::kSucceeded;
+  if (s == v1::TASK_STATE_FAILED || s == v1::TASK_STATE_CANCELLED) return DepClass::kFailed;
+  return DepClass::kOpen;
+}
+
+// What a dependent receives from a finished dependency.
+const std::string& OutputOf(const TaskRecord& t) {
+  return t.result.has_output() ? t.result.output() : t.result.stdout_tail();
+}
+
 bool IsRetryableFailure(const TaskRecord& t, const v1::TaskResult& r) {
   if (r.outcome() == v1::OUTCOME_FAILED) {
     for (int32_t code : t.spec.retry().non_retryable_exit_codes()) {
@@ -89,6 +104,11 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   t.reason = std::move(reason);
   t.update_time = Now();
   ++counts[to];
+  if (t.job != nullptr) {
+    if (from != v1::TASK_STATE_UNSPECIFIED) --t.job->counts[from];
+    ++t.job->counts[to];
+    t.job->update_time = t.update_time;
+  }
   if (to == v1::TASK_STATE_PENDING) {
     ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
   } else if (to == v1::TASK_STATE_SCHEDULED) {
@@ -105,6 +125,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   e.agent_id = event_agent != nullptr ? *event_agent : t.agent_id;
   e.time_us = ToUnixMicrosOrZero(t.update_time);
   e.reason = t.reason;
+  e.job_id = t.job_id();
   if (revision_marks_.empty() ||
       e.time_us / 1'000'000 != ToUnixMicrosOrZero(revision_marks_.back().second) / 1'000'000) {
     revision_marks_.push_back({e.revision, t.update_time});
@@ -112,12 +133,195 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
     revision_marks_.back().first = e.revision;
   }
   effects_.batch.events.push_back(std::move(e));
+
+  // Dependents see the change; a task that starts waiting is looked at too.
+  const DepClass was = ClassOf(from), is = ClassOf(to);
+  if (was != is) {
+    for (TaskRecord* d : t.dependents) {
+      d->deps_unsucceeded += (was == DepClass::kSucceeded) - (is == DepClass::kSucceeded);
+      d->deps_unfinished += (was == DepClass::kOpen) - (is == DepClass::kOpen);
+      settle_queue_.push_back(d);
+    }
+  }
+  if (to == v1::TASK_STATE_BLOCKED) settle_queue_.push_back(&t);
+  if (defer_settling_ == 0) SettleDependents();
 }
 
 v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
   const absl::Time not_before = FromProto(t.spec.not_before());
   if (not_before > Now() && not_before > t.next_run_time) t.next_run_time = not_before;
   return t.next_run_time > Now() ? v1::TASK_STATE_SCHEDULED : v1::TASK_STATE_PENDING;
+}
+
+v1::TaskState Scheduler::NextWaitingState(TaskRecord& t) {
+  if (!DepsMet(t) || (DepFailed(t) && CancelsOnUpstreamFailure(t))) return v1::TASK_STATE_BLOCKED;
+  return ReadyOrScheduled(t);
+}
+
+// ---------------------------------------------------------------------------
+// Dependencies.
+
+bool Scheduler::CancelsOnUpstreamFailure(const TaskRecord& t) {
+  return t.spec.on_upstream_failure() != v1::UPSTREAM_FAILURE_RUN;
+}
+
+bool Scheduler::DepsMet(const TaskRecord& t) {
+  return CancelsOnUpstreamFailure(t) ? t.deps_unsucceeded == 0 : t.deps_unfinished == 0;
+}
+
+void Scheduler::SettleDependents() {
+  if (settling_) return;  // the loop below is running further up the stack
+  settling_ = true;
+  while (!settle_queue_.empty()) {
+    TaskRecord* t = settle_queue_.front();
+    settle_queue_.pop_front();
+    Settle(*t);
+  }
+  settling_ = false;
+}
+
+void Scheduler::Settle(TaskRecord& t) {
+  switch (t.state) {
+    case v1::TASK_STATE_BLOCKED:
+      if (DepFailed(t) && CancelsOnUpstreamFailure(t)) {
+        const TaskRecord* failed = nullptr;
+        for (const TaskRecord* d : t.deps) {
+          if (ClassOf(d->state) == DepClass::kFailed) {
+            failed = d;
+            break;
+          }
+        }
+        start_deadlines_.Remove(t.id());
+        Transition(
+            t, v1::TASK_STATE_CANCELLED,
+            absl::StrCat("upstream task ", failed->id(),
+                         failed->state == v1::TASK_STATE_FAILED ? " failed" : " was cancelled"));
+      } else if (DepsMet(t)) {
+        const v1::TaskState to = ReadyOrScheduled(t);
+        Transition(t, to,
+                   t.deps.size() == 1
+                       ? absl::StrCat("dependency ", t.deps[0]->id(), " ",
+                                      t.deps[0]->state == v1::TASK_STATE_SUCCEEDED ? "succeeded"
+                                                                                   : "finished")
+                       : absl::StrCat("all ", t.deps.size(), " dependencies ",
+                                      DepFailed(t) ? "finished" : "succeeded"));
+      }
+      break;
+    case v1::TASK_STATE_PENDING:
+    case v1::TASK_STATE_SCHEDULED:
+      // Released earlier, but a dependency was reset or retried since.
+      if (!DepsMet(t)) Transition(t, v1::TASK_STATE_BLOCKED, BlockedReason(t));
+      break;
+    default:
+      break;  // in flight or done: a dependency changing later does not recall it
+  }
+}
+
+std::string Scheduler::BlockedReason(const TaskRecord& t) const {
+  std::vector<std::string> open;
+  int n = 0;
+  for (const TaskRecord* d : t.deps) {
+    const bool waits = CancelsOnUpstreamFailure(t) ? d->state != v1::TASK_STATE_SUCCEEDED
+                                                   : ClassOf(d->state) == DepClass::kOpen;
+    if (!waits) continue;
+    if (++n <= 3) open.push_back(d->id());
+  }
+  std::string why = absl::StrCat("waiting for ", absl::StrJoin(open, ", "));
+  if (n > 3) absl::StrAppend(&why, " and ", n - 3, " more");
+  return why;
+}
+
+void Scheduler::LinkDependencies(TaskRecord& t) {
+  t.deps.reserve(t.spec.depends_on_size());
+  for (const std::string& id : t.spec.depends_on()) {
+    TaskRecord* d = Mutable(id);
+    TASKGRID_CHECK(d != nullptr, absl::StrCat("task ", t.id(), ": unknown dependency ", id));
+    t.deps.push_back(d);
+    d->dependents.push_back(&t);
+    if (ClassOf(d->state) != DepClass::kSucceeded) ++t.deps_unsucceeded;
+    if (ClassOf(d->state) == DepClass::kOpen) ++t.deps_unfinished;
+  }
+}
+
+absl::Status Scheduler::CheckDependencies(
+    const std::vector<v1::TaskSpec>& specs, const std::vector<size_t>& fresh,
+    const absl::flat_hash_map<std::string, size_t>& index) const {
+  // Unknown names first.
+  for (size_t i : fresh) {
+    const v1::TaskSpec& spec = specs[i];
+    for (int j = 0; j < spec.depends_on_size(); ++j) {
+      const std::string& dep = spec.depends_on(j);
+      if (!index.contains(dep) && Find(dep) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tasks[", i, "].depends_on[", j, "] names task \"", dep,
+                         "\", which is neither in this request nor an existing task"));
+      }
+    }
+  }
+  // Cycles can only run through new tasks (an existing task never depends
+  // on a new one). Kahn's algorithm over the new tasks of the request.
+  absl::flat_hash_map<size_t, int> indegree;  // request index -> new deps not yet done
+  absl::flat_hash_map<size_t, std::vector<size_t>> dependents;
+  const absl::flat_hash_set<size_t> is_fresh(fresh.begin(), fresh.end());
+  for (size_t i : fresh) {
+    int& n = indegree[i];
+    for (const std::string& dep : specs[i].depends_on()) {
+      auto it = index.find(dep);
+      if (it == index.end() || !is_fresh.contains(it->second)) continue;
+      ++n;
+      dependents[it->second].push_back(i);
+    }
+  }
+  std::vector<size_t> ready;
+  for (const auto& [i, n] : indegree) {
+    if (n == 0) ready.push_back(i);
+  }
+  size_t done = 0;
+  while (!ready.empty()) {
+    const size_t i = ready.back();
+    ready.pop_back();
+    ++done;
+    auto it = dependents.find(i);
+    if (it == dependents.end()) continue;
+    for (size_t d : it->second) {
+      if (--indegree[d] == 0) ready.push_back(d);
+    }
+  }
+  if (done == fresh.size()) return absl::OkStatus();
+  // Every task left waits on another one left: walk from one of them along
+  // such dependencies until a task repeats; from there on it is a cycle.
+  size_t start = 0;
+  for (size_t i : fresh) {
+    if (indegree[i] > 0) {
+      start = i;
+      break;
+    }
+  }
+  std::vector<size_t> path;
+  absl::flat_hash_map<size_t, size_t> pos;
+  size_t cur = start;
+  while (!pos.contains(cur)) {
+    pos[cur] = path.size();
+    path.push_back(cur);
+    for (const std::string& dep : specs[cur].depends_on()) {
+      auto it = index.find(dep);
+      if (it != index.end() && is_fresh.contains(it->second) && indegree[it->second] > 0) {
+        cur = it->second;
+        break;
+      }
+    }
+  }
+  std::vector<std::string> names;
+  const size_t first = pos[cur];
+  const size_t len = path.size() - first;
+  for (size_t k = first; k < path.size() && names.size() < 20; ++k) {
+    names.push_back(specs[path[k]].id());
+  }
+  if (len > 20) names.push_back(absl::StrCat("... (", len - 20, " more)"));
+  names.push_back(specs[cur].id());
+  return absl::InvalidArgumentError(
+      absl::StrCat("depends_on forms a cycle of ", len, " task", len == 1 ? "" : "s", ": ",
+                   absl::StrJoin(names, " -> "), " (each depends on the next)"));
 }
 
 // ---------------------------------------------------------------------------
@@ -146,23 +350,58 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
       ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
     } else if (t.state == v1::TASK_STATE_SCHEDULED) {
       scheduled_.insert({t.next_run_time, t.seq, &t});
-    } else if (IsInFlight(t.state)) {
-      if (t.agent_id.empty()) {
-        return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
-      }
-      // The agent is not connected yet: it gets the grace window to come
-      // back and claim its attempts; after it they are re-queued.
-      auto& a = agents_[t.agent_id];
-      if (!a) {
-        a = std::make_unique<AgentRecord>();
-        a->id = t.agent_id;
-        a->last_seen = Mono();
-        agent_deadlines_.Set(a->id, grace_end);
-      }
-      a->tasks.insert(t.id());
-      a->used += SlotsOf(t.spec.placement());
-      a->slots = std::max(a->slots, a->used);
     }
+    if (!t.job_id().empty()) {
+      auto& j = jobs_[t.job_id()];
+      if (!j) {
+        j = std::make_unique<JobRecord>();
+        j->id = t.job_id();
+        j->seq = t.seq;
+        j->create_time = t.create_time;
+        jobs_by_seq_[j->seq] = j.get();
+      }
+      t.job = j.get();
+      j->tasks.push_back(&t);
+      ++j->counts[t.state];
+      j->update_time = std::max(j->update_time, t.update_time);
+    }
+  }
+  // Dependencies may name tasks stored later (a request lists them in any
+  // order): link once every task is back.
+  for (const auto& [seq, t] : by_seq_) {
+    for (const std::string& id : t->spec.depends_on()) {
+      if (Find(id) == nullptr) {
+        return absl::DataLossError(
+            absl::StrCat("task ", t->id(), " depends on ", id, ", which is not stored"));
+      }
+    }
+    LinkDependencies(*t);
+  }
+  for (const auto& [seq, tp] : by_seq_) {
+    TaskRecord& t = *tp;
+    if (!IsInFlight(t.state)) continue;
+    if (t.agent_id.empty()) {
+      return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
+    }
+    // A chain link still waiting on its agent for its predecessor (in
+    // flight there too) holds no slot.
+    if (t.deps.size() == 1 && IsInFlight(t.deps[0]->state) && t.deps[0]->agent_id == t.agent_id &&
+        t.deps[0]->dependents.size() == 1 && t.state == v1::TASK_STATE_DISPATCHED) {
+      t.chained_after = t.deps[0];
+      t.deps[0]->chain_next = &t;
+    }
+    // The agent is not connected yet: it gets the grace window to come
+    // back and claim its attempts; after it they are re-queued.
+    auto& a = agents_[t.agent_id];
+    if (!a) {
+      a = std::make_unique<AgentRecord>();
+      a->id = t.agent_id;
+      a->last_seen = Mono();
+      agent_deadlines_.Set(a->id, grace_end);
+    }
+    a->tasks.insert(t.id());
+    if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
+    a->slots = std::max(a->slots, a->used);
   }
   return absl::OkStatus();
 }
@@ -176,33 +415,92 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
     return absl::InvalidArgumentError(absl::StrCat(
         "tasks has ", specs.size(), " entries; the limit per call is ", opts_.max_batch_size));
   }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!specs[i].job_id().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tasks[", i, "].job_id is set: submit the tasks of a job with SubmitJob"));
+    }
+  }
+  return AddTasks(std::move(specs), nullptr);
+}
+
+absl::StatusOr<const JobRecord*> Scheduler::SubmitJob(std::string job_id,
+                                                      std::vector<v1::TaskSpec> specs) {
+  if (!job_id.empty()) {
+    if (absl::Status s = CheckName("job_id", job_id, kMaxIdLength); !s.ok()) return s;
+  }
+  if (specs.empty()) {
+    return absl::InvalidArgumentError("tasks is empty: a job needs at least one task");
+  }
+  if (static_cast<int>(specs.size()) > opts_.max_job_tasks) {
+    return absl::InvalidArgumentError(absl::StrCat("tasks has ", specs.size(),
+                                                   " entries; the limit per job is ",
+                                                   opts_.max_job_tasks, " (--max_job_tasks)"));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!specs[i].job_id().empty() && specs[i].job_id() != job_id) {
+      return absl::InvalidArgumentError(absl::StrCat("tasks[", i, "].job_id is \"",
+                                                     specs[i].job_id(), "\", not the job's id \"",
+                                                     job_id, "\" (leave it empty)"));
+    }
+  }
+  if (job_id.empty()) job_id = NewJobId();
+  for (v1::TaskSpec& spec : specs) spec.set_job_id(job_id);
+  if (const JobRecord* j = FindJob(job_id)) {
+    // The same job again (a retried call): the same tasks in the same order.
+    bool same = j->tasks.size() == specs.size();
+    for (size_t i = 0; same && i < specs.size(); ++i) {
+      v1::TaskSpec& spec = specs[i];
+      if (spec.queue().empty()) spec.set_queue(kDefaultQueue);
+      if (spec.id().empty()) spec.set_id(j->tasks[i]->id());
+      same = google::protobuf::util::MessageDifferencer::Equals(spec, j->tasks[i]->spec);
+    }
+    if (!same) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("job \"", job_id, "\" already exists with other tasks"));
+    }
+    return j;
+  }
+  ASSIGN_OR_RETURN(std::vector<const TaskRecord*> tasks, AddTasks(std::move(specs), &job_id));
+  return tasks.front()->job;
+}
+
+absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v1::TaskSpec> specs,
+                                                                   const std::string* job_id) {
   absl::flat_hash_map<std::string, size_t> seen;
   std::vector<const TaskRecord*> existing(specs.size(), nullptr);
+  std::vector<size_t> fresh;                       // indexes of the tasks to create
   absl::flat_hash_map<std::string, int64_t> adds;  // queue -> new tasks
   for (size_t i = 0; i < specs.size(); ++i) {
     v1::TaskSpec& spec = specs[i];
     const std::string field = absl::StrCat("tasks[", i, "]");
     if (absl::Status s = ValidateSpec(spec, opts_, field); !s.ok()) return s;
     if (spec.queue().empty()) spec.set_queue(kDefaultQueue);
-    if (spec.id().empty()) {
-      ++adds[spec.queue()];
-      continue;
-    }
-    auto [it, inserted] = seen.emplace(spec.id(), i);
-    if (!inserted) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".id \"", spec.id(), "\" repeats tasks[", it->second, "].id"));
-    }
-    if (const TaskRecord* t = Find(spec.id())) {
-      if (!google::protobuf::util::MessageDifferencer::Equals(t->spec, spec)) {
-        return absl::AlreadyExistsError(absl::StrCat("task \"", spec.id(), "\" (", field,
-                                                     ") already exists with a different spec"));
+    if (!spec.id().empty()) {
+      auto [it, inserted] = seen.emplace(spec.id(), i);
+      if (!inserted) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".id \"", spec.id(), "\" repeats tasks[", it->second, "].id"));
       }
-      existing[i] = t;
-      continue;
+      if (const TaskRecord* t = Find(spec.id())) {
+        if (job_id != nullptr) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("task \"", spec.id(), "\" (", field, ") already exists",
+                           t->job_id().empty() ? "" : absl::StrCat(" in job \"", t->job_id(), "\""),
+                           "; task ids are global: give the job's tasks their own ids"));
+        }
+        if (!google::protobuf::util::MessageDifferencer::Equals(t->spec, spec)) {
+          return absl::AlreadyExistsError(absl::StrCat("task \"", spec.id(), "\" (", field,
+                                                       ") already exists with a different spec"));
+        }
+        existing[i] = t;
+        continue;
+      }
     }
+    fresh.push_back(i);
     ++adds[spec.queue()];
   }
+  if (absl::Status s = CheckDependencies(specs, fresh, seen); !s.ok()) return s;
   for (const auto& [queue, n] : adds) {
     const int64_t max = opts_.QueueMaxLength(queue);
     const int64_t len = QueueLength(queue);
@@ -214,13 +512,22 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
   }
 
   const absl::Time now = Now();
-  std::vector<const TaskRecord*> out;
-  out.reserve(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (existing[i] != nullptr) {
-      out.push_back(existing[i]);
-      continue;
-    }
+  JobRecord* job = nullptr;
+  if (job_id != nullptr) {
+    auto owned = std::make_unique<JobRecord>();
+    job = owned.get();
+    job->id = *job_id;
+    job->seq = next_seq_;
+    job->create_time = now;
+    job->update_time = now;
+    job->tasks.reserve(fresh.size());
+    jobs_by_seq_[job->seq] = job;
+    jobs_.emplace(job->id, std::move(owned));
+  }
+  std::vector<const TaskRecord*> out(specs.size(), nullptr);
+  std::vector<TaskRecord*> created;
+  created.reserve(fresh.size());
+  for (size_t i : fresh) {
     auto owned = std::make_unique<TaskRecord>();
     TaskRecord& t = *owned;
     t.spec = std::move(specs[i]);
@@ -228,12 +535,28 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
     t.seq = next_seq_++;
     t.create_time = now;
     t.placement_class = PlacementClass(t.spec.placement());
+    t.job = job;
+    if (job != nullptr) job->tasks.push_back(&t);
     tasks_.emplace(t.id(), std::move(owned));
     by_seq_[t.seq] = &t;
-    const v1::TaskState to = ReadyOrScheduled(t);
-    Transition(t, to, to == v1::TASK_STATE_SCHEDULED ? "waiting for not_before" : "submitted");
-    ArmStartDeadline(t, now);
-    out.push_back(&t);
+    created.push_back(&t);
+    out[i] = &t;
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (existing[i] != nullptr) out[i] = existing[i];
+  }
+  {
+    // Every new task exists before any of them moves on.
+    DeferSettling defer(this);
+    for (TaskRecord* t : created) LinkDependencies(*t);
+    for (TaskRecord* t : created) {
+      const v1::TaskState to = NextWaitingState(*t);
+      Transition(*t, to,
+                 to == v1::TASK_STATE_BLOCKED     ? BlockedReason(*t)
+                 : to == v1::TASK_STATE_SCHEDULED ? "waiting for not_before"
+                                                  : "submitted");
+      ArmStartDeadline(*t, now);
+    }
   }
   Dispatch();
   return out;
@@ -241,27 +564,43 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::Submit(std::vector<v1:
 
 absl::StatusOr<const TaskRecord*> Scheduler::Cancel(const std::string& id) {
   ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
-  switch (t->state) {
+  if (t->state == v1::TASK_STATE_SUCCEEDED || t->state == v1::TASK_STATE_FAILED) {
+    return absl::FailedPreconditionError(absl::StrCat("task \"", id, "\" is ", StateName(t->state),
+                                                      " and can no longer be cancelled"));
+  }
+  CancelOne(*t, "cancelled by request");
+  return t;
+}
+
+void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
+  switch (t.state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
     case v1::TASK_STATE_BLOCKED:
     case v1::TASK_STATE_PAUSED:
-      Transition(*t, v1::TASK_STATE_CANCELLED, "cancelled by request");
-      start_deadlines_.Remove(t->id());
-      return t;
+      Transition(t, v1::TASK_STATE_CANCELLED, reason);
+      start_deadlines_.Remove(t.id());
+      return;
     case v1::TASK_STATE_DISPATCHED:
-    case v1::TASK_STATE_RUNNING:
-      t->pause_requested = false;  // cancel wins over a pause under way
-      Transition(*t, v1::TASK_STATE_CANCELLING,
-                 absl::StrCat("cancel requested; waiting for agent ", t->agent_id));
-      SendCancel(*t);
-      return t;
-    case v1::TASK_STATE_CANCELLING:
-    case v1::TASK_STATE_CANCELLED:
-      return t;  // already done or under way: cancelling is idempotent
+    case v1::TASK_STATE_RUNNING: {
+      t.pause_requested = false;  // cancel wins over a pause under way
+      const bool waiting = t.chained_after != nullptr;
+      Transition(t, v1::TASK_STATE_CANCELLING,
+                 absl::StrCat("cancel requested; waiting for agent ", t.agent_id));
+      SendCancel(t);
+      if (waiting) {
+        // A chain link that has not started: the agent drops it on the
+        // Cancel without a word, so it ends here and now.
+        v1::TaskResult r;
+        r.set_outcome(v1::OUTCOME_CANCELLED);
+        r.set_exit_code(-1);
+        r.set_error("cancelled before it started");
+        FinishAttempt(t, std::move(r));
+      }
+      return;
+    }
     default:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "task \"", id, "\" is ", StateName(t->state), " and can no longer be cancelled"));
+      return;  // CANCELLING, or terminal: nothing to do
   }
 }
 
@@ -278,7 +617,10 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
                      " of its attempts; reset it to run it again from attempt 0"));
   }
   t->next_run_time = absl::InfinitePast();
-  Transition(*t, ReadyOrScheduled(*t), "retried by request");
+  const v1::TaskState to = NextWaitingState(*t);
+  Transition(*t, to,
+             to == v1::TASK_STATE_BLOCKED ? "retried by request; " + BlockedReason(*t)
+                                          : "retried by request");
   ArmStartDeadline(*t, Now());
   Dispatch();
   return t;
@@ -292,11 +634,15 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
                      "; only SUCCEEDED, FAILED or CANCELLED tasks can be reset"));
   }
   t->attempt = 0;
+  t->attempt_base = 0;
   t->attempts.clear();
   t->result.Clear();
   t->next_run_time = absl::InfinitePast();
   effects_.batch.clear_attempts.push_back(t->id());
-  Transition(*t, ReadyOrScheduled(*t), "reset by request");
+  const v1::TaskState to = NextWaitingState(*t);
+  Transition(
+      *t, to,
+      to == v1::TASK_STATE_BLOCKED ? "reset by request; " + BlockedReason(*t) : "reset by request");
   ArmStartDeadline(*t, Now());
   Dispatch();
   return t;
@@ -320,6 +666,14 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
       t->reason = absl::StrCat("pause requested; waiting for agent ", t->agent_id);
       PersistRow(*t);
       SendCancel(*t);
+      if (t->chained_after != nullptr) {
+        // A chain link that has not started: the agent drops it silently.
+        v1::TaskResult r;
+        r.set_outcome(v1::OUTCOME_CANCELLED);
+        r.set_exit_code(-1);
+        r.set_error("paused before it started");
+        FinishAttempt(*t, std::move(r));
+      }
       return t;
     default:
       return absl::FailedPreconditionError(
@@ -333,9 +687,114 @@ absl::StatusOr<const TaskRecord*> Scheduler::Resume(const std::string& id) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" is ", StateName(t->state), ", not PAUSED"));
   }
-  Transition(*t, ReadyOrScheduled(*t), "resumed by request");
+  const v1::TaskState to = NextWaitingState(*t);
+  Transition(*t, to,
+             to == v1::TASK_STATE_BLOCKED ? "resumed by request; " + BlockedReason(*t)
+                                          : "resumed by request");
   Dispatch();
   return t;
+}
+
+absl::StatusOr<JobRecord*> Scheduler::LookupJob(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("id is empty");
+  auto it = jobs_.find(id);
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job \"", id, "\" does not exist"));
+  return it->second.get();
+}
+
+const JobRecord* Scheduler::FindJob(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<const JobRecord*> Scheduler::CancelJob(const std::string& id) {
+  ASSIGN_OR_RETURN(JobRecord * j, LookupJob(id));
+  {
+    // Cancelled by the request, not as someone's downstream.
+    DeferSettling defer(this);
+    for (TaskRecord* t : j->tasks) CancelOne(*t, "job cancelled by request");
+  }
+  Dispatch();  // slots of cancelled chain links may be free
+  return j;
+}
+
+absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
+  ASSIGN_OR_RETURN(JobRecord * j, LookupJob(id));
+  // The FAILED tasks, and (breadth first, never recursive) every CANCELLED
+  // task of the job downstream of them that cancels on upstream failure.
+  std::vector<TaskRecord*> retry;
+  absl::flat_hash_set<TaskRecord*> picked;
+  for (TaskRecord* t : j->tasks) {
+    if (t->state == v1::TASK_STATE_FAILED && picked.insert(t).second) retry.push_back(t);
+  }
+  for (size_t k = 0; k < retry.size(); ++k) {
+    for (TaskRecord* d : retry[k]->dependents) {
+      if (d->job == j && d->state == v1::TASK_STATE_CANCELLED && CancelsOnUpstreamFailure(*d) &&
+          picked.insert(d).second) {
+        retry.push_back(d);
+      }
+    }
+  }
+  if (retry.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", id, "\" has no FAILED task (and so none cancelled because of one) ", "to retry"));
+  }
+  std::sort(retry.begin(), retry.end(),
+            [](const TaskRecord* a, const TaskRecord* b) { return a->seq < b->seq; });
+  {
+    // Downstream tasks must not be cancelled again by an upstream one that
+    // is about to be re-queued too.
+    DeferSettling defer(this);
+    for (TaskRecord* t : retry) {
+      t->attempt_base = t->attempt;  // a fresh budget of attempts
+      t->next_run_time = absl::InfinitePast();
+      const v1::TaskState to = NextWaitingState(*t);
+      Transition(*t, to, "retried with its job");
+      ArmStartDeadline(*t, Now());
+    }
+  }
+  Dispatch();
+  return j;
+}
+
+v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
+  for (int s = 1; s < kNumStates; ++s) {
+    if (j.counts[s] > 0 && !IsTerminal(static_cast<v1::TaskState>(s))) {
+      return v1::JOB_STATE_RUNNING;
+    }
+  }
+  if (j.counts[v1::TASK_STATE_FAILED] > 0) return v1::JOB_STATE_FAILED;
+  if (j.counts[v1::TASK_STATE_CANCELLED] > 0) return v1::JOB_STATE_CANCELLED;
+  return v1::JOB_STATE_SUCCEEDED;
+}
+
+void Scheduler::DescribeJob(const JobRecord& j, v1::Job* out) const {
+  out->set_id(j.id);
+  out->set_state(JobStateOf(j));
+  out->set_task_count(static_cast<int32_t>(j.tasks.size()));
+  for (int s = 1; s < kNumStates; ++s) {
+    if (j.counts[s] != 0) {
+      (*out->mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = j.counts[s];
+    }
+  }
+  SetTimestamp(j.create_time, out->mutable_create_time());
+  SetTimestamp(j.update_time, out->mutable_update_time());
+}
+
+JobListPage Scheduler::ListJobs(const JobListFilter& filter) const {
+  JobListPage page;
+  const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
+  for (auto it = jobs_by_seq_.upper_bound(filter.after_seq); it != jobs_by_seq_.end(); ++it) {
+    const JobRecord* j = it->second;
+    if (!states.empty() && !states.contains(JobStateOf(*j))) continue;
+    if (static_cast<int>(page.jobs.size()) == filter.page_size) {
+      page.next_after_seq = page.jobs.back()->seq;
+      break;
+    }
+    page.jobs.push_back(j);
+  }
+  return page;
 }
 
 const TaskRecord* Scheduler::Find(const std::string& id) const {
@@ -353,6 +812,8 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     const std::string why =
         WhyUnplaceable(t.spec.placement(), agents != nullptr ? *agents : Agents());
     if (!why.empty()) out->set_reason("waiting: " + why);
+  } else if (t.state == v1::TASK_STATE_BLOCKED) {
+    out->set_reason(BlockedReason(t));
   }
 }
 
@@ -442,8 +903,10 @@ void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
 
 int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
   int32_t interrupted = 0;
-  for (const v1::Attempt& a : t.attempts) interrupted += a.interrupted() ? 1 : 0;
-  return t.attempt - interrupted;
+  for (const v1::Attempt& a : t.attempts) {
+    interrupted += a.attempt() > t.attempt_base && a.interrupted() ? 1 : 0;
+  }
+  return t.attempt - t.attempt_base - interrupted;
 }
 
 TaskRecord* Scheduler::Mutable(const std::string& id) {
@@ -461,15 +924,29 @@ absl::StatusOr<TaskRecord*> Scheduler::Lookup(const std::string& id) {
 ListPage Scheduler::List(const ListFilter& filter) const {
   ListPage page;
   const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
-  for (auto it = by_seq_.upper_bound(filter.after_seq); it != by_seq_.end(); ++it) {
-    const TaskRecord* t = it->second;
-    if (!filter.queue.empty() && t->queue() != filter.queue) continue;
-    if (!states.empty() && !states.contains(t->state)) continue;
+  // Returns false when the page is full.
+  auto take = [&](const TaskRecord* t) {
+    if (!filter.queue.empty() && t->queue() != filter.queue) return true;
+    if (!states.empty() && !states.contains(t->state)) return true;
     if (static_cast<int>(page.tasks.size()) == filter.page_size) {
       page.next_after_seq = page.tasks.back()->seq;
-      break;
+      return false;
     }
     page.tasks.push_back(t);
+    return true;
+  };
+  if (!filter.job_id.empty()) {
+    const JobRecord* j = FindJob(filter.job_id);
+    if (j == nullptr) return page;
+    auto it = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq,
+                               [](int64_t seq, const TaskRecord* t) { return seq < t->seq; });
+    for (; it != j->tasks.end(); ++it) {
+      if (!take(*it)) break;
+    }
+    return page;
+  }
+  for (auto it = by_seq_.upper_bound(filter.after_seq); it != by_seq_.end(); ++it) {
+    if (!take(it->second)) break;
   }
   return page;
 }
@@ -535,6 +1012,14 @@ absl::Duration Scheduler::Backoff(const TaskRecord& t) {
   return d;
 }
 
+std::string Scheduler::NewJobId() {
+  for (;;) {
+    std::string id = absl::StrFormat("j%014d-%06d", absl::ToUnixMillis(clock_->Now()),
+                                     ++id_counter_ % 1'000'000);
+    if (!jobs_.contains(id)) return id;
+  }
+}
+
 std::string Scheduler::NewTaskId() {
   // Time-ordered: sorts by creation time as text.
   for (;;) {
@@ -547,13 +1032,51 @@ std::string Scheduler::NewTaskId() {
 // ---------------------------------------------------------------------------
 // Dispatch.
 
+TaskRecord* Scheduler::ChainSuccessor(const TaskRecord& cur) const {
+  if (cur.dependents.size() != 1) return nullptr;
+  TaskRecord* d = cur.dependents[0];
+  if (d->state != v1::TASK_STATE_BLOCKED || d->deps.size() != 1 || !CancelsOnUpstreamFailure(*d) ||
+      d->placement_class != cur.placement_class || d->pause_requested) {
+    return nullptr;
+  }
+  const absl::Time now = Now();
+  if (FromProto(d->spec.not_before()) > now || d->next_run_time > now) return nullptr;
+  return d;
+}
+
+bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
+                               int64_t* input_bytes) const {
+  *input_bytes = 0;
+  for (const TaskRecord* d : t.deps) {
+    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    *input_bytes += static_cast<int64_t>(OutputOf(*d).size());
+  }
+  if (*input_bytes > opts_.max_input_bytes) return false;
+  as->set_task_id(t.id());
+  as->set_attempt(t.attempt);
+  as->set_queue(t.queue());
+  *as->mutable_steps() = t.spec.steps();
+  as->set_payload(t.spec.payload());
+  *as->mutable_attempt_timeout() = t.spec.attempt_timeout();
+  as->set_slots(SlotsOf(t.spec.placement()));
+  if (run_after != nullptr) as->set_run_after(run_after->id());
+  for (const TaskRecord* d : t.deps) {
+    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    (*as->mutable_inputs())[d->id()] = OutputOf(*d);
+  }
+  return true;
+}
+
 void Scheduler::Dispatch() {
   std::vector<AgentRecord*> agents;
   for (auto& [id, a] : agents_) {
     if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
   }
   if (agents.empty()) return;
-  absl::flat_hash_map<AgentRecord*, v1::Assign> assigns;
+  // Per agent, Assign messages of about kAssignBytes each (a chain is never
+  // split between two).
+  constexpr size_t kAssignBytes = 4 << 20;
+  absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>> assigns;
   absl::flat_hash_set<std::string> unplaceable;  // classes no agent has room for now
   const absl::Duration mono = Mono();
   const absl::Time now = Now();
@@ -574,7 +1097,17 @@ void Scheduler::Dispatch() {
       unplaceable.insert(*best_class);
       continue;
     }
+    v1::Assignment head;
+    int64_t input_bytes = 0;
     ++t.attempt;
+    if (!FillAssignment(t, nullptr, &head, &input_bytes)) {
+      --t.attempt;
+      Transition(t, v1::TASK_STATE_FAILED,
+                 absl::StrCat("the outputs of its dependencies total ", input_bytes,
+                              " bytes; the limit is ", opts_.max_input_bytes));
+      start_deadlines_.Remove(t.id());
+      continue;
+    }
     t.agent_id = a->id;
     t.dispatch_time = now;
     t.start_time = absl::InfinitePast();
@@ -584,28 +1117,102 @@ void Scheduler::Dispatch() {
     task_deadlines_.Set(t.id(), mono + AckTimeout(t));
     Transition(t, v1::TASK_STATE_DISPATCHED,
                absl::StrCat("attempt ", t.attempt, " dispatched to agent ", a->id));
-    v1::Assignment* as = assigns[a].add_tasks();
-    as->set_task_id(t.id());
-    as->set_attempt(t.attempt);
-    as->set_queue(t.queue());
-    *as->mutable_steps() = t.spec.steps();
-    as->set_payload(t.spec.payload());
-    *as->mutable_attempt_timeout() = t.spec.attempt_timeout();
-    as->set_slots(SlotsOf(t.spec.placement()));
+    auto& msgs = assigns[a];
+    if (msgs.empty() || msgs.back().second >= kAssignBytes) msgs.emplace_back();
+    msgs.back().second += head.ByteSizeLong();
+    *msgs.back().first.add_tasks() = std::move(head);
+    if (!a->chains) continue;
+    // The chain below t goes along, each link to start when the one
+    // before it succeeded there.
+    TaskRecord* cur = &t;
+    for (int len = 1; len < opts_.max_chain_length; ++len) {
+      TaskRecord* d = ChainSuccessor(*cur);
+      if (d == nullptr) break;
+      ++d->attempt;
+      v1::Assignment link;
+      FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
+      d->agent_id = a->id;
+      d->dispatch_time = now;
+      d->start_time = absl::InfinitePast();
+      a->tasks.insert(d->id());
+      cur->chain_next = d;
+      d->chained_after = cur;
+      Transition(*d, v1::TASK_STATE_DISPATCHED,
+                 absl::StrCat("attempt ", d->attempt, " dispatched to agent ", a->id,
+                              ", to run after ", cur->id()));
+      msgs.back().second += link.ByteSizeLong();
+      *msgs.back().first.add_tasks() = std::move(link);
+      cur = d;
+    }
   }
-  for (auto& [a, assign] : assigns) {
-    v1::SchedulerMessage msg;
-    *msg.mutable_assign() = std::move(assign);
-    Send(a->conn, std::move(msg));
+  for (auto& [a, msgs] : assigns) {
+    for (auto& [assign, bytes] : msgs) {
+      v1::SchedulerMessage msg;
+      *msg.mutable_assign() = std::move(assign);
+      Send(a->conn, std::move(msg));
+    }
   }
 }
 
 void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted) {
+  const bool waiting = t.chained_after != nullptr;
+  if (waiting) {
+    // Never started: it says nothing about the task.
+    t.chained_after->chain_next = nullptr;
+    t.chained_after = nullptr;
+    interrupted = true;
+  }
+  TaskRecord* next = std::exchange(t.chain_next, nullptr);
+  const std::string agent = t.agent_id;
+  EndAttempt(t, std::move(result), interrupted, /*holds_slot=*/!waiting);
+  if (next == nullptr) return;
+  next->chained_after = nullptr;
+  auto ait = agents_.find(agent);
+  if (!waiting && t.state == v1::TASK_STATE_SUCCEEDED && IsInFlight(next->state) &&
+      next->agent_id == agent && ait != agents_.end()) {
+    // The next link starts on the agent now, in the slot t freed: from here
+    // on it is an ordinary dispatched attempt.
+    ait->second->used += SlotsOf(next->spec.placement());
+    task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
+    return;
+  }
+  // t did not succeed: the links after it will not start (the agent drops
+  // them without a word). End them here, first unlinking them all.
+  std::vector<TaskRecord*> rest;
+  for (TaskRecord* p = next; p != nullptr;) {
+    rest.push_back(p);
+    TaskRecord* n = std::exchange(p->chain_next, nullptr);
+    if (n != nullptr) n->chained_after = nullptr;
+    p = n;
+  }
+  for (TaskRecord* p : rest) {
+    if (!IsInFlight(p->state) || p->agent_id != agent) continue;
+    SendCancel(*p);
+    v1::TaskResult r;
+    r.set_outcome(v1::OUTCOME_CANCELLED);
+    r.set_exit_code(-1);
+    r.set_error(absl::StrCat("not started: ", t.id(), " before it in the chain did not succeed"));
+    EndAttempt(*p, std::move(r), /*interrupted=*/true, /*holds_slot=*/false);
+  }
+}
+
+void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
+                        const v1::TaskResult& result) {
+  for (const std::string& id : ids) {
+    TaskRecord* t = Mutable(id);
+    // Ending one task may already have ended the chain links behind it.
+    if (t == nullptr || !IsInFlight(t->state) || t->agent_id != a.id) continue;
+    FinishAttempt(*t, result);
+  }
+}
+
+void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
+                           bool holds_slot) {
   TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
   auto it = agents_.find(t.agent_id);
   TASKGRID_CHECK(it != agents_.end(), absl::StrCat("task ", t.id(), ": unknown agent"));
   AgentRecord& a = *it->second;
-  a.used -= SlotsOf(t.spec.placement());
+  if (holds_slot) a.used -= SlotsOf(t.spec.placement());
   a.tasks.erase(t.id());
   task_deadlines_.Remove(t.id());
 
@@ -652,7 +1259,12 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
   }
   if (interrupted) {
     t.next_run_time = absl::InfinitePast();
-    Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; re-queued, not counted"), &agent);
+    const v1::TaskState to = NextWaitingState(t);
+    Transition(
+        t, to,
+        absl::StrCat(why, to == v1::TASK_STATE_BLOCKED ? "; not counted, " : "",
+                     to == v1::TASK_STATE_BLOCKED ? BlockedReason(t) : "; re-queued, not counted"),
+        &agent);
     return;
   }
   if (!IsRetryableFailure(t, r)) {
@@ -668,7 +1280,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
   // A lost attempt (agent gone, hand-over not confirmed) says nothing about
   // the task: it counts, but is re-queued at once rather than backed off.
   t.next_run_time = r.outcome() == v1::OUTCOME_LOST ? absl::InfinitePast() : Now() + Backoff(t);
-  Transition(t, ReadyOrScheduled(t), absl::StrCat(why, "; will retry"), &agent);
+  Transition(t, NextWaitingState(t), absl::StrCat(why, "; will retry"), &agent);
 }
 
 // ---------------------------------------------------------------------------
@@ -726,6 +1338,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.lost = false;
   a.draining = hello.draining();
   a.version = hello.version();
+  a.chains = hello.chains();
   a.labels = {hello.labels().begin(), hello.labels().end()};
   a.slots = hello.slots();
   a.last_seen = Mono();
@@ -742,21 +1355,32 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.
-  absl::flat_hash_map<std::string, int32_t> running;
-  for (const v1::AttemptRef& r : hello.running()) running[r.task_id()] = r.attempt();
+  absl::flat_hash_map<std::string, const v1::AttemptRef*> running;
+  for (const v1::AttemptRef& r : hello.running()) running[r.task_id()] = &r;
   const std::vector<std::string> held(a.tasks.begin(), a.tasks.end());
+  std::vector<std::string> gone;
   for (const std::string& id : held) {
     TaskRecord& t = *Mutable(id);
     auto it = running.find(id);
-    if (it != running.end() && it->second == t.attempt) {
+    if (it != running.end() && it->second->attempt() == t.attempt) {
+      const bool started = !it->second->waiting();
       running.erase(it);
       // Cancels and pauses are durable: said again until the agent confirms.
       if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested) SendCancel(t);
+      // Listed as started: its Accept may have been lost with the old stream.
+      if (started && t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr) {
+        v1::Accept implied;
+        implied.set_task_id(t.id());
+        implied.set_attempt(t.attempt);
+        OnAccept(a, implied);
+      }
       continue;
     }
-    FinishAttempt(t, LostResult(absl::StrCat("agent ", a.id, " came back without it")));
+    gone.push_back(id);
   }
-  for (const auto& [id, attempt] : running) {
+  EndHeld(a, gone, LostResult(absl::StrCat("agent ", a.id, " came back without it")));
+  for (const auto& [id, ref] : running) {
+    const int32_t attempt = ref->attempt();
     // Not the live attempt here: the agent must stop it.
     v1::SchedulerMessage msg;
     msg.mutable_cancel()->set_task_id(id);
@@ -777,8 +1401,8 @@ void Scheduler::Disconnect(uint64_t conn) {
 }
 
 void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
-  const std::vector<std::string> held(a.tasks.begin(), a.tasks.end());
-  for (const std::string& id : held) FinishAttempt(*Mutable(id), LostResult(why));
+  // Chain heads first would end their links anyway; EndHeld skips those.
+  EndHeld(a, std::vector<std::string>(a.tasks.begin(), a.tasks.end()), LostResult(why));
   // Listed as LOST for a while, then forgotten.
   a.lost = true;
   agent_deadlines_.Set(a.id, Mono() + opts_.lost_agent_retention);
@@ -830,6 +1454,8 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
 
 void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {
   TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  // A chain link cannot start before its predecessor's result arrived.
+  if (t != nullptr && t->chained_after != nullptr) t = nullptr;
   if (t == nullptr) {
     ++stale_messages_;
     v1::SchedulerMessage cancel;
@@ -884,6 +1510,7 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
   ack.mutable_result_ack()->set_task_id(m.task_id());
   ack.mutable_result_ack()->set_attempt(m.attempt());
   TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  if (t != nullptr && t->chained_after != nullptr) t = nullptr;  // out of order: not started here
   if (t != nullptr) {
     if (t->state == v1::TASK_STATE_DISPATCHED) {
       // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
@@ -894,6 +1521,12 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
     }
     v1::TaskResult r = m.result();
     if (r.outcome() == v1::OUTCOME_UNSPECIFIED || r.outcome() == v1::OUTCOME_LOST) {
+      r.set_outcome(v1::OUTCOME_FAILED);
+    }
+    if (r.has_output() && static_cast<int64_t>(r.output().size()) > opts_.max_task_output_bytes) {
+      r.set_error(absl::StrCat("its output is ", r.output().size(), " bytes; the limit is ",
+                               opts_.max_task_output_bytes));
+      r.clear_output();
       r.set_outcome(v1::OUTCOME_FAILED);
     }
     FinishAttempt(*t, std::move(r));
@@ -1016,9 +1649,49 @@ absl::Status Scheduler::CheckInvariants() const {
     } else if (!t.agent_id.empty()) {
       return fail("task ", id, " is ", StateName(t.state), " but names agent ", t.agent_id);
     }
-    if (t.state == v1::TASK_STATE_DISPATCHED && !task_deadlines_.Contains(id)) {
+    if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
+        !task_deadlines_.Contains(id)) {
       return fail("DISPATCHED task ", id, " has no ack deadline");
     }
+    // Dependencies.
+    int32_t unsucceeded = 0, unfinished = 0;
+    for (const TaskRecord* d : t.deps) {
+      unsucceeded += d->state != v1::TASK_STATE_SUCCEEDED;
+      unfinished += !IsTerminal(d->state);
+      if (std::find(d->dependents.begin(), d->dependents.end(), &t) == d->dependents.end()) {
+        return fail("task ", d->id(), " does not list its dependent ", id);
+      }
+    }
+    if (unsucceeded != t.deps_unsucceeded || unfinished != t.deps_unfinished) {
+      return fail("task ", id, " counts ", t.deps_unsucceeded, "/", t.deps_unfinished,
+                  " open dependencies, not ", unsucceeded, "/", unfinished);
+    }
+    if (t.deps.size() != static_cast<size_t>(t.spec.depends_on_size())) {
+      return fail("task ", id, " has ", t.deps.size(), " linked dependencies");
+    }
+    if (t.state == v1::TASK_STATE_BLOCKED &&
+        (DepsMet(t) && !(DepFailed(t) && CancelsOnUpstreamFailure(t)))) {
+      return fail("BLOCKED task ", id, " could run");
+    }
+    if (t.state == v1::TASK_STATE_BLOCKED && DepFailed(t) && CancelsOnUpstreamFailure(t)) {
+      return fail("BLOCKED task ", id, " has a failed dependency and was not cancelled");
+    }
+    if ((t.state == v1::TASK_STATE_PENDING || t.state == v1::TASK_STATE_SCHEDULED) && !DepsMet(t)) {
+      return fail(StateName(t.state), " task ", id, " has dependencies still open");
+    }
+    if (t.chained_after != nullptr) {
+      const TaskRecord& p = *t.chained_after;
+      if (t.state != v1::TASK_STATE_DISPATCHED && t.state != v1::TASK_STATE_CANCELLING) {
+        return fail("chain link ", id, " is ", StateName(t.state));
+      }
+      if (p.chain_next != &t || !IsInFlight(p.state) || p.agent_id != t.agent_id) {
+        return fail("chain link ", id, " and its predecessor ", p.id(), " disagree");
+      }
+    }
+    if (t.chain_next != nullptr && t.chain_next->chained_after != &t) {
+      return fail("task ", id, " and the chain link after it disagree");
+    }
+    if (t.job != nullptr && t.job->id != t.job_id()) return fail("task ", id, " is in another job");
     if (static_cast<int32_t>(t.attempts.size()) > t.attempt) {
       return fail("task ", id, " has more finished attempts than its counter");
     }
@@ -1034,6 +1707,11 @@ absl::Status Scheduler::CheckInvariants() const {
       if (arr[s] != want) return fail("count of ", queue, "/", s, " is ", arr[s], " not ", want);
     }
   }
+  for (const auto& [id, j] : jobs_) {
+    std::array<int64_t, kNumStates> jc{};
+    for (const TaskRecord* t : j->tasks) ++jc[t->state];
+    if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
+  }
   for (const auto& [id, a] : agents_) {
     int32_t used = 0;
     for (const std::string& tid : a->tasks) {
@@ -1041,7 +1719,7 @@ absl::Status Scheduler::CheckInvariants() const {
       if (t == nullptr || !IsInFlight(t->state) || t->agent_id != id) {
         return fail("agent ", id, " lists task ", tid, " it does not hold");
       }
-      used += SlotsOf(t->spec.placement());
+      if (t->chained_after == nullptr) used += SlotsOf(t->spec.placement());
     }
     if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
     if (a->connected() != by_conn_.contains(a->conn)) return fail("agent ", id, " conn mismatch");

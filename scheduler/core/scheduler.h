@@ -38,6 +38,7 @@
 #include "scheduler/core/placement.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
@@ -55,6 +56,7 @@ struct Effects {
 
 struct ListFilter {
   std::string queue;                  // empty: all
+  std::string job_id;                 // empty: all
   std::vector<v1::TaskState> states;  // empty: all
   int page_size = 100;
   int64_t after_seq = 0;  // from the page token
@@ -62,6 +64,17 @@ struct ListFilter {
 
 struct ListPage {
   std::vector<const TaskRecord*> tasks;
+  int64_t next_after_seq = 0;  // 0: no more
+};
+
+struct JobListFilter {
+  std::vector<v1::JobState> states;  // empty: all
+  int page_size = 100;
+  int64_t after_seq = 0;  // from the page token
+};
+
+struct JobListPage {
+  std::vector<const JobRecord*> jobs;
   int64_t next_after_seq = 0;  // 0: no more
 };
 
@@ -84,8 +97,15 @@ class Scheduler {
   // --- Client operations. On error nothing changed. ---
 
   // All or nothing; returns the tasks in request order (existing ones for an
-  // identical resubmit).
+  // identical resubmit). The specs may not name a job (SubmitJob does).
   absl::StatusOr<std::vector<const TaskRecord*>> Submit(std::vector<v1::TaskSpec> specs);
+  // A job: all its tasks or nothing; the existing job for an identical
+  // resubmit. An empty `job_id` is generated.
+  absl::StatusOr<const JobRecord*> SubmitJob(std::string job_id, std::vector<v1::TaskSpec> specs);
+  // Cancels every non-terminal task of the job.
+  absl::StatusOr<const JobRecord*> CancelJob(const std::string& id);
+  // Re-queues the FAILED tasks and the ones CANCELLED because of them.
+  absl::StatusOr<const JobRecord*> RetryJob(const std::string& id);
   absl::StatusOr<const TaskRecord*> Cancel(const std::string& id);
   absl::StatusOr<const TaskRecord*> Retry(const std::string& id);
   absl::StatusOr<const TaskRecord*> Reset(const std::string& id);
@@ -101,6 +121,10 @@ class Scheduler {
   void Describe(const TaskRecord& t, v1::Task* out,
                 const std::vector<const AgentRecord*>* agents = nullptr) const;
   ListPage List(const ListFilter& filter) const;
+  const JobRecord* FindJob(const std::string& id) const;
+  void DescribeJob(const JobRecord& j, v1::Job* out) const;
+  static v1::JobState JobStateOf(const JobRecord& j);
+  JobListPage ListJobs(const JobListFilter& filter) const;
   // Every queue that holds tasks or has a configured limit; one when named.
   std::vector<v1::QueueStats> Stats(const std::string& queue) const;
 
@@ -141,7 +165,20 @@ class Scheduler {
  private:
   using ReadyKey = std::tuple<int64_t, int64_t, TaskRecord*>;  // -priority, seq
   using ReadySet = std::set<ReadyKey>;
-  static constexpr int kNumStates = 11;
+  static constexpr int kNumStates = kNumTaskStates;
+
+  // While alive, dependents are not settled as tasks change (a batch of
+  // changes is made first); the last one to end settles them.
+  class DeferSettling {
+   public:
+    explicit DeferSettling(Scheduler* s) : s_(s) { ++s_->defer_settling_; }
+    ~DeferSettling() {
+      if (--s_->defer_settling_ == 0) s_->SettleDependents();
+    }
+
+   private:
+    Scheduler* s_;
+  };
 
   absl::Time Now() const;
   absl::Duration Mono() const { return clock_->Monotonic(); }
@@ -153,12 +190,58 @@ class Scheduler {
                   const std::string* event_agent = nullptr);
   // PENDING or SCHEDULED, depending on next_run_time.
   v1::TaskState ReadyOrScheduled(TaskRecord& t);
+  // Where a task waits when it is not in flight: BLOCKED until its
+  // dependencies allow it to run, then as ReadyOrScheduled.
+  v1::TaskState NextWaitingState(TaskRecord& t);
+
+  // --- Dependencies. ---
+  static bool CancelsOnUpstreamFailure(const TaskRecord& t);
+  // Its dependencies allow it to run (all SUCCEEDED; or, for
+  // on_upstream_failure = run, all terminal).
+  static bool DepsMet(const TaskRecord& t);
+  // Some dependency ended FAILED or CANCELLED.
+  static bool DepFailed(const TaskRecord& t) { return t.deps_unsucceeded > t.deps_unfinished; }
+  // Runs the queue of tasks whose dependencies changed: BLOCKED ones are
+  // released or cancelled, ready ones whose dependency was reset are
+  // blocked again. Iterative (a 100,000-task chain cancels in one loop).
+  void SettleDependents();
+  void Settle(TaskRecord& t);
+  // New tasks of one request (specs[i] for the indexes in `fresh`): every
+  // depends_on entry names a task of the request or an existing one, and
+  // the new tasks form no cycle.
+  absl::Status CheckDependencies(const std::vector<v1::TaskSpec>& specs,
+                                 const std::vector<size_t>& fresh,
+                                 const absl::flat_hash_map<std::string, size_t>& index) const;
+  // Shared by Submit and SubmitJob.
+  absl::StatusOr<std::vector<const TaskRecord*>> AddTasks(std::vector<v1::TaskSpec> specs,
+                                                          const std::string* job_id);
+  // Links a new task to its dependencies (which exist by now).
+  void LinkDependencies(TaskRecord& t);
+  // Cancels one task (CancelTask, CancelJob). Needs it non-terminal.
+  void CancelOne(TaskRecord& t, const std::string& reason);
+  // The next link of a chain after `cur` (dispatched to an agent now), or
+  // nullptr: its only dependent, BLOCKED on it alone, same placement.
+  TaskRecord* ChainSuccessor(const TaskRecord& cur) const;
+  // Fills `as` for dispatching `t` (inputs from its dependencies, except a
+  // run_after predecessor). False when the inputs are over the limit.
+  bool FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
+                      int64_t* input_bytes) const;
+  std::string BlockedReason(const TaskRecord& t) const;
 
   void Dispatch();
   // Ends the live attempt with `result` and moves the task on (retry, done,
   // paused, re-queued). `interrupted`: ended by a pause or a drain, so it
   // does not count against max_attempts.
+  // A chain link that never started is always interrupted; when `t` ends
+  // without success, the links waiting behind it end too (interrupted), and
+  // when it succeeds, the next link takes its slot.
   void FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted = false);
+  // FinishAttempt's bookkeeping for one task. `holds_slot`: false for a
+  // chain link that never started.
+  void EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot);
+  // The tasks `a` holds, each ended with `result` unless it has moved on
+  // meanwhile (a chain link ended with its predecessor).
+  void EndHeld(AgentRecord& a, const std::vector<std::string>& ids, const v1::TaskResult& result);
   // Writes a row change that is not a state change (pause_requested).
   void PersistRow(const TaskRecord& t);
   // schedule_timeout: fail the task if it has not started by `from` + timeout.
@@ -184,6 +267,8 @@ class Scheduler {
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
   std::string NewTaskId();
+  std::string NewJobId();
+  absl::StatusOr<JobRecord*> LookupJob(const std::string& id);
 
   const Clock* clock_;
   SchedulerOptions opts_;
@@ -193,6 +278,13 @@ class Scheduler {
   std::map<int64_t, TaskRecord*> by_seq_;
   int64_t next_seq_ = 1;
   uint64_t id_counter_ = 0;
+
+  absl::flat_hash_map<std::string, std::unique_ptr<JobRecord>> jobs_;
+  std::map<int64_t, JobRecord*> jobs_by_seq_;
+  // Tasks whose dependencies changed, for SettleDependents.
+  std::deque<TaskRecord*> settle_queue_;
+  int defer_settling_ = 0;
+  bool settling_ = false;
 
   absl::flat_hash_map<std::string, ReadySet> ready_;                  // PENDING, by placement class
   std::set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED

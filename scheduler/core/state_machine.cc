@@ -23,32 +23,44 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
     case TASK_STATE_UNSPECIFIED:  // submit
       return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_BLOCKED;
     // Waiting states may also expire before start (schedule_timeout): FAILED.
-    case TASK_STATE_SCHEDULED:
     case TASK_STATE_BLOCKED:
+      // Dependencies met: ready (or not_before ahead). A chain link goes
+      // to its agent together with its predecessor. An upstream task
+      // failed: CANCELLED.
+      return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED ||
+             to == TASK_STATE_DISPATCHED || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED ||
+             to == TASK_STATE_FAILED;
+    case TASK_STATE_SCHEDULED:
     case TASK_STATE_PENDING:
+      // BLOCKED again when a dependency is reset or retried before it ran.
       return to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED || to == TASK_STATE_FAILED ||
+             to == TASK_STATE_BLOCKED ||
              (from == TASK_STATE_PENDING ? to == TASK_STATE_DISPATCHED : to == TASK_STATE_PENDING);
     case TASK_STATE_DISPATCHED:
       // Accepted; or the hand-over failed (ack timeout, agent lost, rejected):
       // retry now, retry after backoff, or attempts used up; or cancel; or a
-      // pause interrupted it.
+      // pause interrupted it. BLOCKED: a chain link whose predecessor did
+      // not succeed, or a task whose dependency was reset meanwhile.
       return to == TASK_STATE_RUNNING || to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED ||
-             to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED;
+             to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED ||
+             to == TASK_STATE_BLOCKED;
     case TASK_STATE_RUNNING:
       return to == TASK_STATE_SUCCEEDED || to == TASK_STATE_FAILED || to == TASK_STATE_PENDING ||
-             to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED;
+             to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED ||
+             to == TASK_STATE_BLOCKED;
     case TASK_STATE_CANCELLING:
       // The agent confirms (or its lease ends); a result that beat the cancel
       // to the agent still counts as a success.
       return to == TASK_STATE_CANCELLED || to == TASK_STATE_SUCCEEDED;
     case TASK_STATE_PAUSED:
       return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLED ||
-             to == TASK_STATE_FAILED;
+             to == TASK_STATE_FAILED || to == TASK_STATE_BLOCKED;
+    // Reset (any terminal state) and retry (FAILED, CANCELLED): ready, or
+    // waiting for dependencies, or for not_before.
     case TASK_STATE_SUCCEEDED:
-      return to == TASK_STATE_PENDING;  // reset
     case TASK_STATE_FAILED:
     case TASK_STATE_CANCELLED:
-      return to == TASK_STATE_PENDING;  // retry or reset
+      return to == TASK_STATE_PENDING || to == TASK_STATE_BLOCKED || to == TASK_STATE_SCHEDULED;
     default:
       return false;
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
@@ -136,6 +137,28 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
         !s.ok()) {
       return s;
     }
+  }
+  if (!spec.job_id().empty()) {
+    if (absl::Status s = CheckName(f + ".job_id", spec.job_id(), kMaxIdLength); !s.ok()) return s;
+  }
+  if (spec.depends_on_size() > opts.max_job_tasks) {
+    return Invalid(f + ".depends_on", absl::StrCat("has ", spec.depends_on_size(),
+                                                   " entries; the limit is ", opts.max_job_tasks));
+  }
+  absl::flat_hash_map<absl::string_view, int> deps;
+  for (int i = 0; i < spec.depends_on_size(); ++i) {
+    const std::string df = absl::StrCat(f, ".depends_on[", i, "]");
+    const std::string& dep = spec.depends_on(i);
+    if (absl::Status s = CheckName(df, dep, kMaxIdLength); !s.ok()) return s;
+    if (dep == spec.id()) return Invalid(df, absl::StrCat("\"", dep, "\" is the task itself"));
+    auto [it, inserted] = deps.emplace(dep, i);
+    if (!inserted) {
+      return Invalid(df, absl::StrCat("\"", dep, "\" repeats depends_on[", it->second, "]"));
+    }
+  }
+  if (!v1::UpstreamFailure_IsValid(spec.on_upstream_failure())) {
+    return Invalid(f + ".on_upstream_failure",
+                   absl::StrCat("is ", spec.on_upstream_failure(), "; it must be CANCEL or RUN"));
   }
   return absl::OkStatus();
 }

@@ -191,6 +191,7 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
   if (stopped_) return done(Stopped());
   core::ListFilter filter;
   filter.queue = req.queue();
+  filter.job_id = req.job_id();
   absl::Status bad;
   if (req.page_size() < 0) {
     bad = absl::InvalidArgumentError("page_size is negative");
@@ -252,6 +253,99 @@ void Engine::PauseTask(const std::string& id, Reply<v1::Task> done) {
 }
 void Engine::ResumeTask(const std::string& id, Reply<v1::Task> done) {
   TaskOp(&core::Scheduler::Resume, id, std::move(done));
+}
+
+// ---------------------------------------------------------------------------
+// JobService.
+
+void Engine::SubmitJob(v1::SubmitJobRequest req, Reply<v1::Job> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
+                                  std::make_move_iterator(req.mutable_tasks()->end()));
+  auto job = sched_.SubmitJob(req.job_id(), std::move(specs));
+  absl::StatusOr<v1::Job> result;
+  if (!job.ok()) {
+    result = job.status();
+  } else {
+    v1::Job out;
+    sched_.DescribeJob(**job, &out);
+    result = std::move(out);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::JobOp(
+    absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
+    const std::string& id, Reply<v1::Job> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  auto j = (sched_.*op)(id);
+  absl::StatusOr<v1::Job> result;
+  if (!j.ok()) {
+    result = j.status();
+  } else {
+    v1::Job job;
+    sched_.DescribeJob(**j, &job);
+    result = std::move(job);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::GetJob(const std::string& id, Reply<v1::Job> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  absl::StatusOr<v1::Job> result;
+  if (id.empty()) {
+    result = absl::InvalidArgumentError("id is empty");
+  } else if (const core::JobRecord* j = sched_.FindJob(id)) {
+    v1::Job job;
+    sched_.DescribeJob(*j, &job);
+    result = std::move(job);
+  } else {
+    result = absl::NotFoundError(absl::StrCat("job \"", id, "\" does not exist"));
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::ListJobs(const v1::ListJobsRequest& req, Reply<v1::ListJobsResponse> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  core::JobListFilter filter;
+  absl::Status bad;
+  if (req.page_size() < 0) {
+    bad = absl::InvalidArgumentError("page_size is negative");
+  } else {
+    filter.page_size = req.page_size() == 0 ? 100 : std::min(req.page_size(), 1000);
+  }
+  for (int s : req.states()) {
+    if (s <= v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) {
+      bad = absl::InvalidArgumentError(absl::StrCat("states has an unknown job state ", s));
+    }
+    filter.states.push_back(static_cast<v1::JobState>(s));
+  }
+  if (!req.page_token().empty() &&
+      (!absl::SimpleAtoi(req.page_token(), &filter.after_seq) || filter.after_seq <= 0)) {
+    bad = absl::InvalidArgumentError("page_token is malformed: pass a next_page_token as is");
+  }
+  absl::StatusOr<v1::ListJobsResponse> result;
+  if (!bad.ok()) {
+    result = bad;
+  } else {
+    core::JobListPage page = sched_.ListJobs(filter);
+    v1::ListJobsResponse resp;
+    for (const core::JobRecord* j : page.jobs) sched_.DescribeJob(*j, resp.add_jobs());
+    if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
+    result = std::move(resp);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
+void Engine::CancelJob(const std::string& id, Reply<v1::Job> done) {
+  JobOp(&core::Scheduler::CancelJob, id, std::move(done));
+}
+void Engine::RetryJob(const std::string& id, Reply<v1::Job> done) {
+  JobOp(&core::Scheduler::RetryJob, id, std::move(done));
 }
 
 void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,

@@ -30,6 +30,7 @@
 #include "scheduler/store/store.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::engine {
@@ -88,6 +89,13 @@ class Engine {
                                                     std::function<void()> wake);
   void StopWatch(const std::shared_ptr<Watch>& watch);
 
+  // --- JobService. ---
+  void SubmitJob(v1::SubmitJobRequest req, Reply<v1::Job> done);
+  void GetJob(const std::string& id, Reply<v1::Job> done);
+  void ListJobs(const v1::ListJobsRequest& req, Reply<v1::ListJobsResponse> done);
+  void CancelJob(const std::string& id, Reply<v1::Job> done);
+  void RetryJob(const std::string& id, Reply<v1::Job> done);
+
   // --- ClusterService. ---
   void ListAgents(Reply<v1::ListAgentsResponse> done);
   void DrainAgent(const std::string& id, Reply<v1::Agent> done);
@@ -126,6 +134,8 @@ class Engine {
   void Publish(const std::vector<core::EventRow>& events);
   void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
               const std::string& id, Reply<v1::Task> done);
+  void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
+             const std::string& id, Reply<v1::Job> done);
 
   const Clock* const clock_;
   const EngineOptions opts_;

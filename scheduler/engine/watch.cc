@@ -14,6 +14,7 @@ constexpr int kReplayChunk = 512;
 Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store::Store* store,
              size_t max_queue, std::function<void()> wake)
     : queue_(filter.queue()),
+      job_id_(filter.job_id()),
       task_ids_(filter.task_ids().begin(), filter.task_ids().end()),
       states_(filter.states().begin(), filter.states().end()),
       store_(store),
@@ -23,7 +24,7 @@ Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store:
       sent_(after_revision) {}
 
 bool Watch::Matches(const v1::TaskEvent& e) const {
-  return (queue_.empty() || e.queue() == queue_) &&
+  return (queue_.empty() || e.queue() == queue_) && (job_id_.empty() || e.job_id() == job_id_) &&
          (task_ids_.empty() || task_ids_.contains(e.task_id())) &&
          (states_.empty() || states_.contains(e.to_state()));
 }
@@ -39,6 +40,7 @@ v1::TaskEvent Watch::ToEvent(const store::StoredEvent& se) {
   e.set_agent_id(se.event.agent_id);
   SetTimestamp(FromUnixMicrosOrZero(se.event.time_us), e.mutable_time());
   e.set_reason(se.event.reason);
+  e.set_job_id(se.event.job_id);
   return e;
 }
 

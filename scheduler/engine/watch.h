@@ -49,6 +49,7 @@ class Watch {
 
  private:
   const std::string queue_;
+  const std::string job_id_;
   const absl::flat_hash_set<std::string> task_ids_;
   const absl::flat_hash_set<int> states_;
   store::Store* const store_;

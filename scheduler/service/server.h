@@ -12,6 +12,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/agent_service.h"
 #include "scheduler/service/cluster_service.h"
+#include "scheduler/service/job_service.h"
 #include "scheduler/service/task_service.h"
 
 namespace taskgrid::service {
@@ -36,11 +37,12 @@ class SchedulerServer {
 
  private:
   SchedulerServer(engine::Engine* engine)
-      : engine_(engine), tasks_(engine), agents_(engine), cluster_(engine) {}
+      : engine_(engine), tasks_(engine), agents_(engine), cluster_(engine), jobs_(engine) {}
   engine::Engine* const engine_;
   TaskServiceImpl tasks_;
   AgentServiceImpl agents_;
   ClusterServiceImpl cluster_;
+  JobServiceImpl jobs_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -65,6 +65,15 @@ const std::vector<const char*>& Migrations() {
       R"sql(
       ALTER TABLE tasks ADD COLUMN pause_requested INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 2 -> 3: jobs. A task's job (also in its spec, here for queries);
+      // attempts made before a RetryJob, which no longer count; the job of
+      // each event, for WatchTasks filtered by job.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
+      ALTER TABLE tasks ADD COLUMN attempt_base INTEGER NOT NULL DEFAULT 0;
+      CREATE INDEX tasks_by_job ON tasks (job_id) WHERE job_id != '';
+      ALTER TABLE events ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return *kMigrations;
 }
@@ -174,7 +183,7 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   if (sqlite3_prepare_v3(
           read_db_,
           "SELECT revision, task_id, queue, from_state, to_state, attempt, agent_id, "
-          "time_us, reason FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
+          "time_us, reason, job_id FROM events WHERE revision > ?1 ORDER BY revision LIMIT ?2",
           -1, SQLITE_PREPARE_PERSISTENT, &read_events_, nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "preparing the event read");
   }
@@ -217,18 +226,19 @@ absl::Status SqliteStore::Prepare() {
   } stmts[] = {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
-       "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"},
+       "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
+       "attempt_base) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
-       "pause_requested = ?11 WHERE id = ?1"},
+       "pause_requested = ?11, attempt_base = ?12 WHERE id = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
       {&insert_event_,
        "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
-       "reason, revision) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+       "reason, revision, job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
       {&prune_events_, "DELETE FROM events WHERE revision <= ?1"},
   };
   for (auto& s : stmts) {
@@ -278,6 +288,8 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       BindBlob(st, 13, r.result);
       BindBlob(st, 14, r.spec);
       sqlite3_bind_int(st, 15, r.pause_requested ? 1 : 0);
+      BindText(st, 16, r.job_id);
+      sqlite3_bind_int(st, 17, r.attempt_base);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else {
       sqlite3_stmt* st = update_task_;
@@ -292,6 +304,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       BindText(st, 9, r.reason);
       BindBlob(st, 10, r.result);
       sqlite3_bind_int(st, 11, r.pause_requested ? 1 : 0);
+      sqlite3_bind_int(st, 12, r.attempt_base);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
@@ -319,6 +332,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
     sqlite3_bind_int64(st, 7, e.time_us);
     BindText(st, 8, e.reason);
     sqlite3_bind_int64(st, 9, e.revision);
+    BindText(st, 10, e.job_id);
     if (absl::Status s = Step(db_, st, "inserting an event"); !s.ok()) return s;
   }
   if (batch.prune_events_through > 0) {
@@ -334,7 +348,7 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
   if (sqlite3_prepare_v2(db_,
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
-                         "pause_requested FROM tasks ORDER BY seq",
+                         "pause_requested, job_id, attempt_base FROM tasks ORDER BY seq",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading tasks");
   }
@@ -358,6 +372,8 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
     r.result = ColumnString(st, 12);
     r.spec = ColumnString(st, 13);
     r.pause_requested = sqlite3_column_int(st, 14) != 0;
+    r.job_id = ColumnString(st, 15);
+    r.attempt_base = sqlite3_column_int(st, 16);
     index[r.id] = out.size();
     out.push_back(std::move(t));
   }
@@ -400,6 +416,7 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, 
     ev.event.agent_id = ColumnString(st, 6);
     ev.event.time_us = sqlite3_column_int64(st, 7);
     ev.event.reason = ColumnString(st, 8);
+    ev.event.job_id = ColumnString(st, 9);
     out.push_back(std::move(ev));
   }
   // Reset ends the read transaction, so the next call sees later commits.

@@ -56,6 +56,23 @@ const std::set<std::pair<TaskState, TaskState>>& Allowed() {
       {TASK_STATE_FAILED, TASK_STATE_PENDING},
       {TASK_STATE_CANCELLED, TASK_STATE_PENDING},
       {TASK_STATE_SUCCEEDED, TASK_STATE_PENDING},
+      // ... not_before still ahead
+      {TASK_STATE_FAILED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_CANCELLED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_SUCCEEDED, TASK_STATE_SCHEDULED},
+      // dependencies (jobs): waiting for them again after retry, reset or
+      // resume, or because one was reset before the task ran
+      {TASK_STATE_FAILED, TASK_STATE_BLOCKED},
+      {TASK_STATE_CANCELLED, TASK_STATE_BLOCKED},
+      {TASK_STATE_SUCCEEDED, TASK_STATE_BLOCKED},
+      {TASK_STATE_PAUSED, TASK_STATE_BLOCKED},
+      {TASK_STATE_PENDING, TASK_STATE_BLOCKED},
+      {TASK_STATE_SCHEDULED, TASK_STATE_BLOCKED},
+      {TASK_STATE_DISPATCHED, TASK_STATE_BLOCKED},
+      {TASK_STATE_RUNNING, TASK_STATE_BLOCKED},
+      // met, with not_before ahead; a chain link goes with its predecessor
+      {TASK_STATE_BLOCKED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_BLOCKED, TASK_STATE_DISPATCHED},
   };
   return *kAllowed;
 }
