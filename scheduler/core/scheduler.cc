@@ -139,7 +139,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   if (was != is) {
     for (TaskRecord* d : t.dependents) {
       d->deps_unsucceeded += (was == DepClass::kSucceeded) - (is == DepClass::kSucceeded);
-      d->deps_unfinished += (was == DepClass::kOpen) - (is == DepClass::kOpen);
+      d->deps_unfinished += (is == DepClass::kOpen) - (was == DepClass::kOpen);
       settle_queue_.push_back(d);
     }
   }
@@ -401,6 +401,11 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
     }
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
+    if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr) {
+      // Its agent's Hello settles it; should the agent come back without
+      // ever accepting it, the ack timeout still applies.
+      task_deadlines_.Set(t.id(), grace_end + AckTimeout(t));
+    }
     a->slots = std::max(a->slots, a->used);
   }
   return absl::OkStatus();
