@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/proto_time.h"
 
@@ -31,9 +32,31 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
 std::string Format(absl::Duration d) {
   return d == absl::ZeroDuration() ? "0s" : absl::FormatDuration(d);
 }
+
+int32_t SlotsOf(const v1::Assignment& a) { return a.slots() > 0 ? a.slots() : 1; }
+
+AgentOptions WithDefaults(AgentOptions opts) {
+  if (opts.exec.work_dir.empty()) opts.exec.work_dir = DefaultWorkDir(opts.id);
+  return opts;
+}
+
+v1::AgentMessage RejectMsg(const v1::Assignment& a, std::string reason) {
+  v1::AgentMessage m;
+  m.mutable_reject()->set_task_id(a.task_id());
+  m.mutable_reject()->set_attempt(a.attempt());
+  m.mutable_reject()->set_reason(std::move(reason));
+  return m;
+}
+
+v1::AgentMessage AcceptMsg(const v1::Assignment& a) {
+  v1::AgentMessage m;
+  m.mutable_accept()->set_task_id(a.task_id());
+  m.mutable_accept()->set_attempt(a.attempt());
+  return m;
+}
 }  // namespace
 
-Agent::Agent(AgentOptions opts) : opts_(std::move(opts)) {}
+Agent::Agent(AgentOptions opts) : opts_(WithDefaults(std::move(opts))) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -42,6 +65,11 @@ absl::Duration Agent::Now() { return RealClock::Get()->Monotonic(); }
 int Agent::running() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(running_.size());
+}
+
+int Agent::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
 }
 
 int Agent::unacked() const {
@@ -120,7 +148,46 @@ int Agent::StopRunningLocked(StopCause cause, const std::string& note) {
     r.run->Cancel();
     ++n;
   }
+  if (!waiting_.empty()) {
+    std::vector<std::string> ids;
+    for (const auto& [pred, a] : waiting_) ids.push_back(a.task_id());
+    waiting_.clear();
+    spdlog::info("dropped {} waiting chain link(s) ({}): {}", ids.size(), absl::StrJoin(ids, ", "),
+                 note);
+  }
   return n;
+}
+
+std::vector<std::string> Agent::DropChainLocked(std::string pred) {
+  std::vector<std::string> dropped;
+  for (auto it = waiting_.find(pred); it != waiting_.end(); it = waiting_.find(pred)) {
+    pred = it->second.task_id();
+    dropped.push_back(pred);
+    waiting_.erase(it);
+  }
+  return dropped;
+}
+
+std::map<std::string, v1::Assignment>::iterator Agent::FindWaitingLocked(
+    const std::string& task_id) {
+  return std::find_if(waiting_.begin(), waiting_.end(),
+                      [&](const auto& e) { return e.second.task_id() == task_id; });
+}
+
+void Agent::ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const {
+  for (const auto& [id, r] : running_) {
+    v1::AttemptRef* ref = out->Add();
+    ref->set_task_id(id);
+    ref->set_attempt(r.run->assignment().attempt());
+  }
+  // Not started yet, but the scheduler counts them as ours (DISPATCHED):
+  // unlisted, they would be failed as lost.
+  for (const auto& [pred, a] : waiting_) {
+    v1::AttemptRef* ref = out->Add();
+    ref->set_task_id(a.task_id());
+    ref->set_attempt(a.attempt());
+    ref->set_waiting(true);
+  }
 }
 
 absl::Duration Agent::StopOnLostAfterLocked() const {
@@ -196,12 +263,9 @@ void Agent::Session() {
     h->set_slots(opts_.slots);
     h->set_version(kVersion);
     h->set_draining(draining_);
+    h->set_chains(true);
     for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
-    for (const auto& [id, r] : running_) {
-      v1::AttemptRef* ref = h->add_running();
-      ref->set_task_id(id);
-      ref->set_attempt(r.run->assignment().attempt());
-    }
+    ListHeldLocked(h->mutable_running());
     // Finished but unacknowledged attempts (Result or Release) are still
     // ours: the scheduler must keep them until the messages, resent after
     // Welcome, arrive.
@@ -290,7 +354,7 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
       break;
     }
     case v1::SchedulerMessage::kAssign:
-      for (const v1::Assignment& a : msg.assign().tasks()) OnAssign(a);
+      OnAssign(msg.assign());
       break;
     case v1::SchedulerMessage::kCancel:
       OnCancel(msg.cancel());
@@ -316,95 +380,216 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
   }
 }
 
-void Agent::OnAssign(const v1::Assignment& a) {
-  v1::AgentMessage reply;
-  std::shared_ptr<TaskRun> run;
+void Agent::OnAssign(const v1::Assign& assign) {
+  std::vector<v1::AgentMessage> replies;
+  std::vector<std::shared_ptr<TaskRun>> starts;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = running_.find(a.task_id());
-    const int32_t slots = a.slots() > 0 ? a.slots() : 1;
-    if (it != running_.end() && it->second.run->assignment().attempt() == a.attempt()) {
-      reply.mutable_accept()->set_task_id(a.task_id());  // a repeat: accept again
-      reply.mutable_accept()->set_attempt(a.attempt());
-    } else if (draining_ || it != running_.end() || used_slots_ + slots > opts_.slots) {
-      reply.mutable_reject()->set_task_id(a.task_id());
-      reply.mutable_reject()->set_attempt(a.attempt());
-      reply.mutable_reject()->set_reason(draining_ ? "agent is draining"
-                                         : it != running_.end()
-                                             ? "another attempt of this task is running here"
-                                             : "no free slots");
-    } else {
-      ExecutorOptions exec = opts_.exec;
-      // The smaller of our own cap and the scheduler's.
-      if (welcome_max_output_bytes_ > 0) {
-        exec.max_output_bytes = std::min(exec.max_output_bytes, welcome_max_output_bytes_);
-      }
-      run = std::make_shared<TaskRun>(a, exec);
-      Running& r = running_[a.task_id()];
-      r.run = run;
-      r.slots = slots;
-      used_slots_ += slots;
-      ++threads_;
-      reply.mutable_accept()->set_task_id(a.task_id());
-      reply.mutable_accept()->set_attempt(a.attempt());
+    std::map<std::string, bool> earlier;
+    for (const v1::Assignment& a : assign.tasks()) AdmitLocked(a, &earlier, &replies, &starts);
+    threads_ += static_cast<int>(starts.size());
+  }
+  // Accepts go out before the tasks can finish and send their Results.
+  for (const v1::AgentMessage& m : replies) Write(m);
+  for (std::shared_ptr<TaskRun>& run : starts) {
+    spdlog::info("running {} attempt {}", run->assignment().task_id(), run->assignment().attempt());
+    std::thread([this, run = std::move(run)] { TaskThread(run); }).detach();
+  }
+}
+
+void Agent::AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* earlier,
+                        std::vector<v1::AgentMessage>* replies,
+                        std::vector<std::shared_ptr<TaskRun>>* starts) {
+  const int32_t slots = SlotsOf(a);
+  auto running = running_.find(a.task_id());
+  auto waiting = FindWaitingLocked(a.task_id());
+  bool& held = (*earlier)[a.task_id()];
+  held = false;
+  // A repeat of an attempt held here: accepted again if it runs, still
+  // silent while it waits.
+  if (running != running_.end() && running->second.run->assignment().attempt() == a.attempt()) {
+    replies->push_back(AcceptMsg(a));
+    held = true;
+    return;
+  }
+  if (waiting != waiting_.end() && waiting->second.attempt() == a.attempt()) {
+    held = true;
+    return;
+  }
+  const bool busy = running != running_.end() || waiting != waiting_.end();
+  if (a.run_after().empty()) {
+    if (draining_ || busy || used_slots_ + slots > opts_.slots) {
+      replies->push_back(RejectMsg(a, draining_ ? "agent is draining"
+                                      : busy    ? "another attempt of this task is running here"
+                                                : "no free slots"));
+      return;
     }
+    replies->push_back(AcceptMsg(a));
+    starts->push_back(StartLocked(a));
+    held = true;
+    return;
   }
-  // Accept goes out before the task can finish and send its Result.
-  Write(reply);
-  if (run) {
-    spdlog::info("running {} attempt {}", a.task_id(), a.attempt());
-    std::thread([this, run] { TaskThread(run); }).detach();
+
+  // A chain link.
+  const std::string& pred = a.run_after();
+  auto before = earlier->find(pred);
+  if (before == earlier->end() || pred == a.task_id()) {
+    replies->push_back(
+        RejectMsg(a, "run_after \"" + pred + "\" is not an earlier entry of this Assign"));
+    return;
   }
+  if (!before->second) {  // rejected or dropped: the scheduler ends this one too
+    spdlog::info("dropped chain link {} attempt {}: {} is not held here", a.task_id(), a.attempt(),
+                 pred);
+    return;
+  }
+  int32_t pred_slots = 0;
+  if (auto r = running_.find(pred); r != running_.end()) {
+    pred_slots = r->second.slots;
+  } else if (auto w = FindWaitingLocked(pred); w != waiting_.end()) {
+    pred_slots = SlotsOf(w->second);
+  }
+  std::string reason;
+  if (draining_) {
+    reason = "agent is draining";
+  } else if (busy) {
+    reason = "another attempt of this task is running here";
+  } else if (waiting_.count(pred) > 0) {
+    reason = "another chain link already runs after " + pred;
+  } else if (slots > pred_slots) {
+    // It takes the slots its predecessor frees, and nothing else.
+    reason = absl::StrCat("a chain link needs ", slots, " slot(s), more than the ", pred_slots,
+                          " of ", pred, " that it runs after");
+  }
+  if (!reason.empty()) {
+    replies->push_back(RejectMsg(a, std::move(reason)));
+    return;
+  }
+  waiting_[pred] = a;
+  held = true;
+  spdlog::info("{} attempt {} waits for {}", a.task_id(), a.attempt(), pred);
+}
+
+std::shared_ptr<TaskRun> Agent::StartLocked(v1::Assignment a) {
+  ExecutorOptions exec = opts_.exec;
+  // The smaller of our own cap and the scheduler's.
+  if (welcome_max_output_bytes_ > 0) {
+    exec.max_output_bytes = std::min(exec.max_output_bytes, welcome_max_output_bytes_);
+  }
+  const std::string id = a.task_id();
+  const int32_t slots = SlotsOf(a);
+  auto run = std::make_shared<TaskRun>(std::move(a), exec);
+  Running& r = running_[id];
+  r.run = run;
+  r.slots = slots;
+  used_slots_ += slots;
+  return run;
 }
 
 void Agent::OnCancel(const v1::Cancel& c) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = running_.find(c.task_id());
   if (it != running_.end() && it->second.run->assignment().attempt() == c.attempt()) {
+    // Its waiting successors are dropped when it ends cancelled.
     spdlog::info("cancelling {} attempt {}", c.task_id(), c.attempt());
     it->second.run->Cancel();
+    return;
+  }
+  auto w = FindWaitingLocked(c.task_id());
+  if (w != waiting_.end() && w->second.attempt() == c.attempt()) {
+    const std::vector<std::string> dropped = DropChainLocked(w->first);
+    spdlog::info("cancelled waiting chain link(s) {}", absl::StrJoin(dropped, ", "));
   }
 }
 
 void Agent::TaskThread(std::shared_ptr<TaskRun> run) {
-  v1::TaskResult result = run->Run();
-  const v1::Assignment& a = run->assignment();
-  v1::AgentMessage msg;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    StopCause cause = StopCause::kNone;
-    std::string note;
-    auto it = running_.find(a.task_id());
-    if (it != running_.end() && it->second.run == run) {
-      cause = it->second.cause;
-      note = std::move(it->second.note);
-      used_slots_ -= it->second.slots;
-      running_.erase(it);
+  while (run != nullptr) {
+    v1::TaskResult result = run->Run();
+    const v1::Assignment& a = run->assignment();
+    v1::AgentMessage msg;
+    // About the chain link after this task: Accept (then `next` runs on this
+    // thread) or Release.
+    v1::AgentMessage link_msg;
+    std::shared_ptr<TaskRun> next;
+    std::vector<std::string> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      StopCause cause = StopCause::kNone;
+      std::string note;
+      auto it = running_.find(a.task_id());
+      if (it != running_.end() && it->second.run == run) {
+        cause = it->second.cause;
+        note = std::move(it->second.note);
+        used_slots_ -= it->second.slots;
+        running_.erase(it);
+      }
+      // A task that ended on its own just before the agent stopped it keeps
+      // its real result.
+      const bool stopped_by_us = result.outcome() == v1::OUTCOME_CANCELLED;
+      const bool succeeded = result.outcome() == v1::OUTCOME_SUCCEEDED;
+      if (cause == StopCause::kReleased && stopped_by_us) {
+        v1::Release* r = msg.mutable_release();
+        r->set_task_id(a.task_id());
+        r->set_attempt(a.attempt());
+        r->set_reason(note);
+      } else {
+        if (cause == StopCause::kFenced && stopped_by_us) result.set_error(note);
+        v1::Result* r = msg.mutable_result();
+        r->set_task_id(a.task_id());
+        r->set_attempt(a.attempt());
+        *r->mutable_result() = std::move(result);
+      }
+      unacked_[{a.task_id(), a.attempt()}] = msg;
+
+      // When the agent fences itself or its drain runs out it drops every
+      // waiting link at once (StopRunningLocked): a task that still ends
+      // SUCCEEDED after that finds no link here.
+      auto link = waiting_.find(a.task_id());
+      if (link != waiting_.end() && !succeeded) {
+        dropped = DropChainLocked(a.task_id());
+      } else if (link != waiting_.end() && draining_) {
+        const v1::Assignment& l = link->second;
+        v1::Release* r = link_msg.mutable_release();
+        r->set_task_id(l.task_id());
+        r->set_attempt(l.attempt());
+        r->set_reason("agent is draining");
+        unacked_[{l.task_id(), l.attempt()}] = link_msg;
+        const std::string link_id = l.task_id();
+        waiting_.erase(link);
+        dropped = DropChainLocked(link_id);
+      } else if (link != waiting_.end()) {
+        v1::Assignment l = std::move(link->second);
+        waiting_.erase(link);
+        // What a task hands on: its output file, else its stdout.
+        const v1::TaskResult& done = msg.result().result();
+        (*l.mutable_inputs())[a.task_id()] = done.has_output() ? done.output() : done.stdout_tail();
+        link_msg = AcceptMsg(l);
+        next = StartLocked(std::move(l));  // in the slot(s) just freed
+      }
     }
-    // A task that ended on its own just before the agent stopped it keeps
-    // its real result.
-    const bool stopped_by_us = result.outcome() == v1::OUTCOME_CANCELLED;
-    if (cause == StopCause::kReleased && stopped_by_us) {
-      v1::Release* r = msg.mutable_release();
-      r->set_task_id(a.task_id());
-      r->set_attempt(a.attempt());
-      r->set_reason(note);
+    if (msg.has_release()) {
+      spdlog::info("{} attempt {} released: {}", a.task_id(), a.attempt(), msg.release().reason());
     } else {
-      if (cause == StopCause::kFenced && stopped_by_us) result.set_error(note);
-      v1::Result* r = msg.mutable_result();
-      r->set_task_id(a.task_id());
-      r->set_attempt(a.attempt());
-      *r->mutable_result() = std::move(result);
+      spdlog::info("{} attempt {} finished: {}", a.task_id(), a.attempt(),
+                   v1::Outcome_Name(msg.result().result().outcome()));
     }
-    unacked_[{a.task_id(), a.attempt()}] = msg;
+    if (!dropped.empty()) {
+      spdlog::info("dropped chain link(s) after {}: {}", a.task_id(), absl::StrJoin(dropped, ", "));
+    }
+    // If the stream is down, ResendUnacked() sends it after Welcome. A link's
+    // Accept follows its predecessor's Result.
+    Write(msg);
+    if (link_msg.has_release()) {
+      spdlog::info("{} attempt {} released: agent is draining", link_msg.release().task_id(),
+                   link_msg.release().attempt());
+    }
+    if (link_msg.msg_case() != v1::AgentMessage::MSG_NOT_SET) Write(link_msg);
+    if (next != nullptr) {
+      spdlog::info("running {} attempt {} after {}", next->assignment().task_id(),
+                   next->assignment().attempt(), a.task_id());
+    }
+    run = std::move(next);
   }
-  if (msg.has_release()) {
-    spdlog::info("{} attempt {} released: {}", a.task_id(), a.attempt(), msg.release().reason());
-  } else {
-    spdlog::info("{} attempt {} finished: {}", a.task_id(), a.attempt(),
-                 v1::Outcome_Name(msg.result().result().outcome()));
-  }
-  Write(msg);  // if the stream is down, ResendUnacked() sends it after Welcome
   std::lock_guard<std::mutex> lock(mu_);
   --threads_;
   if (exiting_ && threads_ == 0) {
@@ -466,12 +651,7 @@ void Agent::TimerLoop() {
     if (now >= last_heartbeat + heartbeat_interval_) {
       last_heartbeat = now;
       v1::AgentMessage hb;
-      hb.mutable_heartbeat();
-      for (const auto& [id, r] : running_) {
-        v1::AttemptRef* ref = hb.mutable_heartbeat()->add_running();
-        ref->set_task_id(id);
-        ref->set_attempt(r.run->assignment().attempt());
-      }
+      ListHeldLocked(hb.mutable_heartbeat()->mutable_running());
       lock.unlock();
       Write(hb);
       lock.lock();

@@ -1,33 +1,52 @@
 // Agent: the worker side of AgentService.Connect.
 //
 // Lifecycle:
-//   1. Run() connects and sends Hello (id, slots, labels, whether it is
-//      draining, and the attempts it holds from an earlier stream: running,
-//      or finished with the Result or Release not yet acknowledged); on
-//      Welcome it resends those messages (and Draining, when draining).
+//   1. Run() connects and sends Hello (id, slots, labels, chains: true,
+//      whether it is draining, and the attempts it holds from an earlier
+//      stream: running, waiting in a chain, or finished with the Result or
+//      Release not yet acknowledged); on Welcome it resends those messages
+//      (and Draining, when draining).
 //   2. For each Assign entry it sends Accept and starts a TaskRun on a
 //      thread of its own (or Reject when it has no room or is draining).
-//   3. A timer thread writes Heartbeat every interval from Welcome, and
+//      Each attempt runs in a directory of its own under exec.work_dir,
+//      with Assignment.inputs as files (agent/executor.h).
+//   3. Chains: an entry with run_after (a chain link) names an earlier entry
+//      of the same Assign. It waits, using no slot and with no message, in a
+//      queue keyed by that predecessor. When the predecessor's run ends
+//      SUCCEEDED, its thread sends the Result, then Accept for the link and
+//      runs it at once in the slot it freed, with the predecessor's output
+//      (result.output, else stdout_tail) added to the link's inputs under
+//      the predecessor's id. When the predecessor ends any other way (failed,
+//      timed out, cancelled, released, rejected, dropped), the link and every
+//      link after it are dropped WITHOUT a message: the scheduler ends their
+//      attempts itself. Waiting links are listed in Hello and Heartbeat like
+//      running tasks; a Cancel of one drops it and the links after it.
+//   4. A timer thread writes Heartbeat every interval from Welcome, and
 //      enforces the two deadlines below.
-//   4. A finished TaskRun's Result is sent and kept until ResultAck.
-//   5. When the stream breaks it reconnects with exponential backoff and
-//      jitter; running tasks keep running meanwhile.
-//   6. Self-fencing: every message from the scheduler (a HeartbeatAck at
+//   5. A finished TaskRun's Result is sent and kept until ResultAck.
+//   6. When the stream breaks it reconnects with exponential backoff and
+//      jitter; running tasks keep running meanwhile (and chains go on).
+//   7. Self-fencing: every message from the scheduler (a HeartbeatAck at
 //      least every heartbeat interval) renews contact. With no contact for
 //      stop_on_lost_after (connected or not), it cancels its running tasks
-//      itself, before the scheduler gives them to another agent; their
-//      Results (OUTCOME_CANCELLED) wait for the next stream like any other.
-//   7. StopTakingWork() (SIGTSTP, or the scheduler's Drain): sends Draining,
-//      rejects every later Assign entry; running tasks finish normally.
-//   8. Drain(timeout) (SIGTERM; SIGINT and Stop() with 0): StopTakingWork(),
+//      itself, before the scheduler gives them to another agent, and drops
+//      the waiting links; the Results (OUTCOME_CANCELLED) wait for the next
+//      stream like any other.
+//   8. StopTakingWork() (SIGTSTP, or the scheduler's Drain): sends Draining,
+//      rejects every later Assign entry; running tasks finish normally. A
+//      link whose predecessor succeeds from now on is not started but sent
+//      as Release ("agent is draining"); the links after it are dropped.
+//   9. Drain(timeout) (SIGTERM; SIGINT and Stop() with 0): StopTakingWork(),
 //      then at the deadline every task still running is cancelled and sent
-//      as Release instead of a Result; Run() returns once every task ended
-//      and every Result/Release is acknowledged, or stop_flush after the
-//      tasks ended (plus kill_grace for the cancelled ones).
+//      as Release instead of a Result, and the waiting links are dropped;
+//      Run() returns once every task ended and every Result/Release is
+//      acknowledged, or stop_flush after the tasks ended (plus kill_grace for
+//      the cancelled ones).
 //
 // Thread-safe: StopTakingWork(), Drain() and Stop() from any thread, any
 // time (also before Run()). Internally: the Run() thread reads the stream,
-// one timer thread, one thread per running task; writes to the stream are
+// one timer thread, one thread per running chain (a plain task is a chain of
+// one: the thread runs each link in turn); writes to the stream are
 // serialized by write_mu_. Time for intervals is CLOCK_MONOTONIC.
 #pragma once
 
@@ -39,6 +58,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "agent/executor.h"
@@ -63,6 +83,8 @@ struct AgentOptions {
   // cancelled. Zero: Welcome.stop_on_lost_after, or kDefaultStopOnLostAfter
   // when the scheduler sends none.
   absl::Duration stop_on_lost_after = absl::ZeroDuration();
+  // exec.work_dir, the base of the per-attempt directories, when empty:
+  // DefaultWorkDir(id).
 };
 
 inline constexpr absl::Duration kDefaultStopOnLostAfter = absl::Seconds(4);
@@ -89,9 +111,11 @@ class Agent {
   // Drain(0): releases every running task at once.
   void Stop() { Drain(absl::ZeroDuration()); }
 
-  // For tests: tasks running now, Results/Releases awaiting their ack, and
-  // whether it takes no more work.
+  // For tests: tasks running now, chain links waiting for their
+  // predecessor, Results/Releases awaiting their ack, and whether it takes no
+  // more work.
   int running() const;
+  int waiting() const;
   int unacked() const;
   bool draining() const;
 
@@ -114,8 +138,21 @@ class Agent {
   // One stream: Hello, then read until it breaks.
   void Session();
   void Handle(const v1::SchedulerMessage& msg);
-  void OnAssign(const v1::Assignment& a);
+  // Decides every entry under one hold of mu_, so that no task of the Assign
+  // can end before the links that follow it are queued.
+  void OnAssign(const v1::Assign& assign);
+  // One entry: appends its Accept or Reject to `replies` (nothing for a
+  // queued or dropped link) and its TaskRun to `starts` when it starts now.
+  // `earlier`: the ids of the entries before it in this Assign, true for
+  // those held here (running or waiting). Needs mu_.
+  void AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* earlier,
+                   std::vector<v1::AgentMessage>* replies,
+                   std::vector<std::shared_ptr<TaskRun>>* starts);
+  // Makes the TaskRun of `a` and enters it in running_ with its slots. The
+  // caller counts the thread that runs it. Needs mu_.
+  std::shared_ptr<TaskRun> StartLocked(v1::Assignment a);
   void OnCancel(const v1::Cancel& c);
+  // Runs `run`, reports it, then each chain link that follows it.
   void TaskThread(std::shared_ptr<TaskRun> run);
   // Heartbeats, self-fencing and the drain deadline, until Run() ends.
   void TimerLoop();
@@ -125,8 +162,16 @@ class Agent {
   // Sets draining_; true when it was not set before. Needs mu_.
   bool StartDrainingLocked();
   // Cancels every running task not already stopped by the agent, as
-  // `cause`; returns how many. Needs mu_.
+  // `cause`, and drops every waiting link; returns how many tasks it
+  // stopped. Needs mu_.
   int StopRunningLocked(StopCause cause, const std::string& note);
+  // Drops the link waiting for `pred` and every link after it, silently;
+  // returns their ids. Needs mu_.
+  std::vector<std::string> DropChainLocked(std::string pred);
+  // The waiting link with this task id, or waiting_.end(). Needs mu_.
+  std::map<std::string, v1::Assignment>::iterator FindWaitingLocked(const std::string& task_id);
+  // Running and waiting attempts, as listed in Hello and Heartbeat. Needs mu_.
+  void ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const;
   absl::Duration StopOnLostAfterLocked() const;
   // Drain() was called and every task ended and its result is acknowledged,
   // or the exit deadline passed. Needs mu_.
@@ -148,8 +193,11 @@ class Agent {
   absl::Duration drain_timeout_ = absl::InfiniteDuration();  // for the Release reason
   bool drain_expired_ = false;  // guarded by mu_; the running tasks were released
   absl::Duration exit_deadline_ = absl::InfiniteDuration();
-  bool run_done_ = false;                                 // guarded by mu_
-  std::map<std::string, Running> running_;                // guarded by mu_; by task id
+  bool run_done_ = false;                   // guarded by mu_
+  std::map<std::string, Running> running_;  // guarded by mu_; by task id
+  // Guarded by mu_: chain links waiting for their predecessor, by the
+  // predecessor's task id (run_after); at most one per predecessor.
+  std::map<std::string, v1::Assignment> waiting_;
   std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release
   int threads_ = 0;                                       // guarded by mu_; live task threads
   int used_slots_ = 0;                                    // guarded by mu_

@@ -1,6 +1,9 @@
 #include "agent/executor.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,13 +11,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <system_error>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "agent/builtins.h"
 #include "agent/process.h"
 #include "common/clock.h"
+#include "common/ids.h"
 #include "common/proto_time.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +41,55 @@ absl::Duration Now() { return RealClock::Get()->Monotonic(); }
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
+std::string ErrnoText(int err) { return std::generic_category().message(err); }
+
+// A task id that can name a file in a directory of ours: a valid name
+// (which "." and ".." are) that is not a directory reference.
+bool IsFileName(const std::string& s) {
+  return IsValidName(s, kMaxIdLength) && s != "." && s != "..";
+}
+
+// Writes `data` to a new file `path`; "" or why not.
+std::string WriteNewFile(const std::string& path, const std::string& data) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::StrCat("cannot create ", path, ": ", ErrnoText(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::StrCat("cannot write ", path, ": ", ErrnoText(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0) return absl::StrCat("cannot write ", path, ": ", ErrnoText(errno));
+  return "";
+}
+
+// Gives the owner full access to `p` and every directory below it, so that
+// what a step left unwritable (chmod 000 on a subdirectory) can be removed.
+void MakeRemovable(const std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(p, ec))) return;
+  fs::permissions(p, fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::directory_iterator it(p, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) MakeRemovable(it->path());
+}
+
+// Removes `dir` and everything in it (symbolic links are removed, never
+// followed).
+void RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!ec) return;
+  MakeRemovable(dir);
+  std::filesystem::remove_all(dir, ec);
+  if (ec) spdlog::warn("cannot remove the attempt directory {}: {}", dir, ec.message());
+}
+
 // Why step `index` was stopped from outside, readable (reason != kNone).
 std::string StopError(StopReason reason, int index, const v1::Assignment& a) {
   switch (reason) {
@@ -51,6 +107,14 @@ std::string StopError(StopReason reason, int index, const v1::Assignment& a) {
 }
 
 }  // namespace
+
+std::string DefaultWorkDir(const std::string& agent_id) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  if (base == "/") base.clear();
+  return agent_id.empty() ? base + "/taskgrid-agent" : base + "/taskgrid-agent-" + agent_id;
+}
 
 // How one step ended. SUCCEEDED: go on with the next step.
 struct TaskRun::StepEnd {
@@ -107,9 +171,15 @@ v1::TaskResult TaskRun::Run() {
   const int n = assignment_.steps_size();
   StepEnd end = StepEnd::Failed(-1, "the assignment has no steps");
   int index = 0;
-  for (; index < n; ++index) {
-    end = RunStep(index, &out, &err);
-    if (end.outcome != v1::OUTCOME_SUCCEEDED) break;
+  // Cancelled before it began: the first step reports it, nothing is made.
+  const StepEnd prepared = cancelled() ? StepEnd{} : PrepareAttemptDir();
+  if (prepared.outcome != v1::OUTCOME_SUCCEEDED) {
+    end = prepared;
+  } else {
+    for (; index < n; ++index) {
+      end = RunStep(index, &out, &err);
+      if (end.outcome != v1::OUTCOME_SUCCEEDED) break;
+    }
   }
 
   {
@@ -124,10 +194,118 @@ v1::TaskResult TaskRun::Run() {
   result.set_stdout_tail(out.Take());
   result.set_stderr_tail(err.Take());
   result.set_error(end.error);
+  if (!attempt_dir_.empty()) {
+    CollectOutput(&result);
+    RemoveTree(attempt_dir_);
+    attempt_dir_.clear();
+  }
   spdlog::debug("task {} attempt {}: {} at step {} (exit code {}) {}", assignment_.task_id(),
                 assignment_.attempt(), v1::Outcome_Name(result.outcome()), result.step(),
                 result.exit_code(), result.error());
   return result;
+}
+
+TaskRun::StepEnd TaskRun::PrepareAttemptDir() {
+  const auto failed = [](std::string error) { return StepEnd::Failed(-1, std::move(error)); };
+  std::error_code ec;
+  // Absolute: a step with a cwd of its own still finds its files.
+  const std::string base =
+      std::filesystem::absolute(opts_.work_dir.empty() ? DefaultWorkDir("") : opts_.work_dir, ec)
+          .lexically_normal()
+          .string();
+  if (ec)
+    return failed(
+        absl::StrCat("cannot use the work directory ", opts_.work_dir, ": ", ec.message()));
+  std::filesystem::create_directories(std::filesystem::path(base).parent_path(), ec);
+  if (mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
+    return failed(absl::StrCat("cannot create the work directory ", base, ": ", ErrnoText(errno)));
+  }
+  // Under a shared /tmp someone else may have made it first: the attempt's
+  // files (inputs, output) must not live in a directory another user can
+  // rearrange.
+  struct stat st;
+  if (stat(base.c_str(), &st) != 0) {
+    return failed(absl::StrCat("cannot use the work directory ", base, ": ", ErrnoText(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return failed(absl::StrCat("the work directory ", base, " is not a directory"));
+  }
+  if (st.st_uid != geteuid()) {
+    return failed(absl::StrCat("the work directory ", base, " belongs to uid ", st.st_uid,
+                               ", not to this agent's uid ", geteuid()));
+  }
+  const std::string& id = assignment_.task_id();
+  std::string dir =
+      absl::StrCat(base, "/", IsFileName(id) ? id : "task", ".", assignment_.attempt(), ".XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    return failed(
+        absl::StrCat("cannot create the attempt directory under ", base, ": ", ErrnoText(errno)));
+  }
+  attempt_dir_ = dir;
+  const std::string inputs = dir + "/inputs";
+  if (mkdir(inputs.c_str(), 0700) != 0) {
+    return failed(absl::StrCat("cannot create ", inputs, ": ", ErrnoText(errno)));
+  }
+  for (const auto& [name, data] : assignment_.inputs()) {
+    if (!IsFileName(name)) {
+      return failed(absl::StrCat("input \"", absl::CHexEscape(name),
+                                 "\" is not a task id that can name a file"));
+    }
+    if (std::string error = WriteNewFile(inputs + "/" + name, data); !error.empty()) {
+      return failed("input " + name + ": " + error);
+    }
+  }
+  return StepEnd{};
+}
+
+void TaskRun::CollectOutput(v1::TaskResult* result) const {
+  const std::string path = attempt_dir_ + "/output";
+  // O_NONBLOCK: opening a FIFO a step left there must not hang the agent.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return;  // no step wrote one
+  std::string error;
+  std::string data;
+  struct stat st;
+  if (fd < 0) {
+    error = absl::StrCat("cannot open the output file: ", ErrnoText(errno));
+  } else if (fstat(fd, &st) != 0) {
+    error = absl::StrCat("cannot read the output file: ", ErrnoText(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    error = "the output file ($TASKGRID_OUTPUT) is not a regular file";
+  } else if (st.st_size > kMaxOutputFileBytes) {
+    error = absl::StrCat("the output file ($TASKGRID_OUTPUT) is ", st.st_size,
+                         " bytes, over the limit of ", kMaxOutputFileBytes, " bytes (1 MiB)");
+  } else {
+    // Read to the end, not to st_size: a step may have left a writer behind.
+    char buf[64 << 10];
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error = absl::StrCat("cannot read the output file: ", ErrnoText(errno));
+        break;
+      }
+      if (n == 0) break;
+      data.append(buf, static_cast<size_t>(n));
+      if (data.size() > static_cast<size_t>(kMaxOutputFileBytes)) {
+        error = absl::StrCat("the output file ($TASKGRID_OUTPUT) grew past the limit of ",
+                             kMaxOutputFileBytes, " bytes (1 MiB) while it was read");
+        break;
+      }
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (error.empty()) {
+    result->set_output(std::move(data));
+    return;
+  }
+  // A failed attempt keeps the error that failed it.
+  if (result->outcome() == v1::OUTCOME_SUCCEEDED) {
+    result->set_outcome(v1::OUTCOME_FAILED);
+    result->set_error(error);
+  } else {
+    spdlog::info("task {} attempt {}: {}", assignment_.task_id(), assignment_.attempt(), error);
+  }
 }
 
 absl::Duration TaskRun::StepDeadline(int index, bool* is_attempt) const {
@@ -193,6 +371,8 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   vars["TASKGRID_ATTEMPT"] = absl::StrCat(assignment_.attempt());
   vars["TASKGRID_QUEUE"] = assignment_.queue();
   vars["TASKGRID_STEP"] = absl::StrCat(index);
+  vars["TASKGRID_INPUTS_DIR"] = attempt_dir_ + "/inputs";
+  vars["TASKGRID_OUTPUT"] = attempt_dir_ + "/output";
   spec.argv.assign(exec.argv().begin(), exec.argv().end());
   spec.env.reserve(vars.size());
   for (const auto& [name, value] : vars) spec.env.push_back(absl::StrCat(name, "=", value));

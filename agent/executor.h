@@ -6,6 +6,13 @@
 // Run() on a thread of its own and sends the result back; Cancel() comes
 // from the session's thread when the scheduler cancels the attempt.
 //
+// The attempt's directory: Run() makes a fresh directory under
+// ExecutorOptions::work_dir (`<task id>.<attempt>.XXXXXX`, mode 0700) holding
+// `inputs/` (TASKGRID_INPUTS_DIR: one file per Assignment.inputs entry,
+// named by the task id) and the path TASKGRID_OUTPUT names (not created in
+// advance). After the last step it reads that file into TaskResult.output
+// and removes the whole directory, whatever the steps left in it.
+//
 // Process hygiene, per exec step:
 //   - the child is the leader of a new process group; stop = SIGTERM (plus
 //     SIGCONT) to the whole group, SIGKILL after kill_grace;
@@ -46,7 +53,18 @@ struct ExecutorOptions {
   // Runs a program that execve() rejects as not executable (ENOEXEC: a
   // script without "#!"), like execvp() does.
   std::string shell_path = "/bin/sh";
+  // Base of the per-attempt directories; created (0700) when missing, and it
+  // must belong to this process's user. Empty: DefaultWorkDir("").
+  std::string work_dir;
 };
+
+// The most TaskResult.output may hold: a larger $TASKGRID_OUTPUT file fails
+// the attempt.
+inline constexpr int64_t kMaxOutputFileBytes = 1 << 20;
+
+// $TMPDIR (or /tmp) + "/taskgrid-agent-<agent_id>" ("/taskgrid-agent" for an
+// empty id).
+std::string DefaultWorkDir(const std::string& agent_id);
 
 // One attempt of one task: runs the steps of `assignment` in order.
 //
@@ -61,6 +79,10 @@ struct ExecutorOptions {
 // (the last step's on success). exit_code is the step's exit code, -1 when it
 // was killed, timed out, was cancelled or could not start. Timeouts of zero
 // (or negative) mean no limit; the attempt timeout counts from Run()'s start.
+// `output` is set when a step wrote the $TASKGRID_OUTPUT file (a regular file
+// of at most kMaxOutputFileBytes; anything else fails an attempt that
+// otherwise succeeded). An attempt whose directory or input files cannot be
+// made fails at step 0 with exit code -1 before any step runs.
 class TaskRun {
  public:
   TaskRun(taskgrid::v1::Assignment assignment, ExecutorOptions opts);
@@ -82,6 +104,11 @@ class TaskRun {
  private:
   struct StepEnd;  // defined in executor.cc
 
+  // Makes attempt_dir_ and writes the input files into it.
+  StepEnd PrepareAttemptDir();
+  // Reads the $TASKGRID_OUTPUT file into `result` (a failure: OUTCOME_FAILED
+  // when the attempt had succeeded).
+  void CollectOutput(taskgrid::v1::TaskResult* result) const;
   StepEnd RunStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunExecStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunBuiltinStep(int index, internal::OutputTail* out);
@@ -94,6 +121,7 @@ class TaskRun {
   const taskgrid::v1::Assignment assignment_;
   const ExecutorOptions opts_;
   absl::Duration run_start_;  // monotonic; Run()'s thread only
+  std::string attempt_dir_;   // Run()'s thread only; empty when not made
   std::atomic<bool> ran_{false};
   std::atomic<pid_t> pid_{0};
 

@@ -35,6 +35,10 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, stop_on_lost_after, absl::ZeroDuration(),
           "Stop the running tasks after hearing nothing from the scheduler for this long "
           "(before it gives them to another agent). 0: what the scheduler says, else 4s");
+ABSL_FLAG(std::string, work_dir, "",
+          "Each attempt runs with a directory of its own under this one (its inputs and its "
+          "output file), removed when the attempt ends. Default: $TMPDIR (or /tmp), then "
+          "taskgrid-agent-<id>");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -101,6 +105,8 @@ int main(int argc, char** argv) {
   }
   opts.exec.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   opts.exec.kill_grace = absl::GetFlag(FLAGS_kill_grace);
+  opts.exec.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (opts.exec.work_dir.empty()) opts.exec.work_dir = taskgrid::agent::DefaultWorkDir(opts.id);
   opts.stop_on_lost_after = absl::GetFlag(FLAGS_stop_on_lost_after);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   if (opts.stop_on_lost_after < absl::ZeroDuration() || drain_timeout < absl::ZeroDuration()) {
@@ -133,7 +139,8 @@ int main(int argc, char** argv) {
       }
     }
   });
-  spdlog::info("agent {} with {} slots, scheduler {}", opts.id, opts.slots, opts.scheduler);
+  spdlog::info("agent {} with {} slots, scheduler {}, work dir {}", opts.id, opts.slots,
+               opts.scheduler, opts.exec.work_dir);
   agent.Run();
   spdlog::info("stopped");
   done.store(true);

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -234,6 +236,28 @@ Pred IsResult(const std::string& id) {
 Pred IsRelease(const std::string& id) {
   return [id](const Received& r) { return r.msg.has_release() && r.msg.release().task_id() == id; };
 }
+// Any message about task `id`: Accept, Reject, Result or Release.
+Pred About(const std::string& id) {
+  return [id](const Received& r) {
+    return IsAccept(id)(r) || IsReject(id)(r) || IsResult(id)(r) || IsRelease(id)(r);
+  };
+}
+// The (task id, attempt) pairs a Hello or Heartbeat lists.
+std::set<std::pair<std::string, int>> Listed(
+    const google::protobuf::RepeatedPtrField<v1::AttemptRef>& refs) {
+  std::set<std::pair<std::string, int>> listed;
+  for (const v1::AttemptRef& r : refs) listed.insert({r.task_id(), r.attempt()});
+  return listed;
+}
+// The task ids listed as waiting chain links.
+std::set<std::string> ListedWaiting(
+    const google::protobuf::RepeatedPtrField<v1::AttemptRef>& refs) {
+  std::set<std::string> waiting;
+  for (const v1::AttemptRef& r : refs) {
+    if (r.waiting()) waiting.insert(r.task_id());
+  }
+  return waiting;
+}
 // Waits for the first match; -1 (and a test failure) after `timeout`.
 int WaitFind(const FakeScheduler& fake, const Pred& p, const std::string& what,
              absl::Duration timeout = absl::Seconds(5)) {
@@ -264,6 +288,53 @@ v1::Assignment Task(const std::string& id, const std::string& builtin,
 v1::Assignment Sleep(const std::string& id, const std::string& seconds) {
   return Task(id, "sleep", {seconds});
 }
+// An exec step running `script` with /bin/sh.
+v1::Assignment Sh(const std::string& id, const std::string& script) {
+  v1::Assignment a;
+  a.set_task_id(id);
+  a.set_attempt(1);
+  a.set_queue("default");
+  v1::ExecStep* e = a.add_steps()->mutable_exec();
+  for (const char* arg : {"/bin/sh", "-c"}) e->add_argv(arg);
+  e->add_argv(script);
+  return a;
+}
+// `a` as a chain link that runs after `pred`.
+v1::Assignment After(const std::string& pred, v1::Assignment a) {
+  a.set_run_after(pred);
+  return a;
+}
+v1::SchedulerMessage CancelMsg(const std::string& id, int32_t attempt) {
+  v1::SchedulerMessage m;
+  m.mutable_cancel()->set_task_id(id);
+  m.mutable_cancel()->set_attempt(attempt);
+  return m;
+}
+
+// A directory of the test's own, removed at the end. Gates live in it: a
+// task made by Gated() runs until Open() makes its file, so a test decides
+// when it ends without guessing at durations.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/agent_test.XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string Gate(const std::string& name) const { return path_ + "/gate-" + name; }
+
+ private:
+  std::string path_;
+};
+v1::Assignment Gated(const std::string& id, const std::string& gate) {
+  return Sh(id, "while [ ! -e '" + gate + "' ]; do sleep 0.01; done");
+}
+void Open(const std::string& gate) { std::ofstream(gate).flush(); }
+
 v1::SchedulerMessage Assign(std::vector<v1::Assignment> tasks) {
   v1::SchedulerMessage m;
   for (v1::Assignment& a : tasks) *m.mutable_assign()->add_tasks() = std::move(a);
@@ -567,6 +638,341 @@ TEST(Agent, DrainEndsWithinItsBoundsWhenTheSchedulerIsGone) {
   ASSERT_TRUE(agent.WaitReturned(absl::Seconds(3)));
   EXPECT_LT(agent.returned_at() - start, absl::Milliseconds(1500));
   EXPECT_EQ(agent->unacked(), 1) << "the release could not be handed over";
+}
+
+// --- Chains ---
+
+// Stops the agent and waits for Run() to return. Every Result and Release
+// it sent is acknowledged (so received) by then: the log is final.
+Log StopAndLog(RunningAgent& agent, const FakeScheduler& fake) {
+  agent->Stop();
+  EXPECT_TRUE(agent.WaitReturned(absl::Seconds(5))) << "Run() did not return";
+  return fake.log();
+}
+
+bool Idle(RunningAgent& agent) {
+  return RunningAgent::Eventually(
+      [&] { return agent->running() == 0 && agent->waiting() == 0 && agent->unacked() == 0; },
+      absl::Seconds(5));
+}
+
+TEST(Agent, HelloSaysItHonoursChains) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  const Log log = fake.log();
+  EXPECT_TRUE(log[Find(log, IsHello())].msg.hello().chains());
+}
+
+TEST(Agent, RunsAChainOneLinkAtATimeInOneSlot) {
+  FakeScheduler fake;
+  TempDir tmp;
+  AgentOptions o = Options(fake.addr());
+  o.slots = 1;
+  RunningAgent agent(o);
+  WaitHello(fake, 1);
+  const std::vector<std::string> ids = {"c1", "c2", "c3", "c4", "c5"};
+  fake.Push(Assign({Gated("c1", tmp.Gate("c1")), After("c1", Task("c2", "noop")),
+                    After("c2", Sleep("c3", "0.05")), After("c3", Task("c4", "echo", {"four"})),
+                    After("c4", Task("c5", "noop"))}));
+  WaitFind(fake, IsAccept("c1"), "accept of c1");
+  EXPECT_EQ(agent->running(), 1);
+  EXPECT_EQ(agent->waiting(), 4);
+  // The one slot is c1's; the waiting links took none, and are not accepted.
+  fake.Push(Assign({Task("other", "noop")}));
+  const int reject = WaitFind(fake, IsReject("other"), "reject of other");
+  ASSERT_GE(reject, 0);
+  EXPECT_EQ(fake.log()[reject].msg.reject().reason(), "no free slots");
+  for (size_t i = 1; i < ids.size(); ++i) EXPECT_EQ(Find(fake.log(), About(ids[i])), -1) << ids[i];
+
+  Open(tmp.Gate("c1"));
+  WaitFind(fake, IsResult("c5"), "result of c5");
+  ASSERT_TRUE(Idle(agent));
+  const Log log = StopAndLog(agent, fake);
+  int previous_result = -1;
+  for (const std::string& id : ids) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(Count(log, IsAccept(id)), 1);
+    EXPECT_EQ(Count(log, IsResult(id)), 1);
+    EXPECT_EQ(Count(log, IsReject(id)), 0);
+    const int accept = Find(log, IsAccept(id));
+    const int result = Find(log, IsResult(id));
+    ASSERT_GE(accept, 0);
+    ASSERT_GE(result, 0);
+    // Each link starts once the one before it has ended.
+    EXPECT_LT(previous_result, accept);
+    EXPECT_LT(accept, result);
+    if (previous_result >= 0) {
+      EXPECT_LE(log[previous_result].at, log[accept].at);
+    }
+    EXPECT_EQ(log[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+    previous_result = result;
+  }
+}
+
+TEST(Agent, WaitingLinksUseNoSlot) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));  // 2 slots
+  WaitHello(fake, 1);
+  fake.Push(Assign({Gated("head", tmp.Gate("head")), After("head", Task("link1", "noop")),
+                    After("link1", Task("link2", "noop"))}));
+  WaitFind(fake, IsAccept("head"), "accept of head");
+  fake.Push(Assign({Gated("plain", tmp.Gate("plain")), Task("third", "noop")}));
+  WaitFind(fake, IsAccept("plain"), "accept of plain: the waiting links hold no slot");
+  const int reject = WaitFind(fake, IsReject("third"), "reject of third");
+  ASSERT_GE(reject, 0);
+  EXPECT_EQ(fake.log()[reject].msg.reject().reason(), "no free slots");
+  Open(tmp.Gate("head"));
+  Open(tmp.Gate("plain"));
+  WaitFind(fake, IsResult("link2"), "result of link2");
+  WaitFind(fake, IsResult("plain"), "result of plain");
+  EXPECT_TRUE(Idle(agent));
+}
+
+TEST(Agent, ChainEndsSilentlyAtTheFirstFailedLink) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Task("l1", "noop"), After("l1", Task("l2", "fail", {"3"})),
+                    After("l2", Task("l3", "noop")), After("l3", Task("l4", "noop")),
+                    After("l4", Task("l5", "noop"))}));
+  const int failed = WaitFind(fake, IsResult("l2"), "result of l2");
+  ASSERT_GE(failed, 0);
+  EXPECT_EQ(fake.log()[failed].msg.result().result().outcome(), v1::OUTCOME_FAILED);
+  ASSERT_TRUE(Idle(agent));
+  const Log log = StopAndLog(agent, fake);
+  EXPECT_EQ(log[Find(log, IsResult("l1"))].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_GE(Find(log, IsAccept("l2")), 0);
+  for (const std::string id : {"l3", "l4", "l5"}) {
+    EXPECT_EQ(Find(log, About(id)), -1) << id << " was mentioned";
+  }
+}
+
+TEST(Agent, HelloAndHeartbeatsListWaitingLinks) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  v1::Assignment second = After("head", Task("second", "noop"));
+  second.set_attempt(2);
+  fake.Push(
+      Assign({Gated("head", tmp.Gate("head")), second, After("second", Task("third", "noop"))}));
+  const int accept = WaitFind(fake, IsAccept("head"), "accept of head");
+  const std::set<std::pair<std::string, int>> held = {{"head", 1}, {"second", 2}, {"third", 1}};
+  const Pred lists_all = [&](const Received& r) {
+    return r.msg.has_heartbeat() && Listed(r.msg.heartbeat().running()) == held;
+  };
+  EXPECT_TRUE(fake.WaitFor([&](const Log& log) { return Find(log, lists_all, accept) >= 0; }))
+      << "no heartbeat listed the running task and both waiting links";
+
+  fake.EndStream();
+  WaitHello(fake, 2);
+  Log log = fake.log();
+  const v1::Hello& hello = log[Find(log, InSession(2, IsHello()))].msg.hello();
+  EXPECT_EQ(Listed(hello.running()), held);
+  EXPECT_EQ(ListedWaiting(hello.running()), (std::set<std::string>{"second", "third"}));
+  EXPECT_TRUE(hello.chains());
+
+  // The chain goes on over the new stream.
+  Open(tmp.Gate("head"));
+  const int third = WaitFind(fake, InSession(2, IsResult("third")), "result of third");
+  ASSERT_GE(third, 0);
+  log = fake.log();
+  EXPECT_EQ(log[third].msg.result().attempt(), 1);
+  const int accept_second = Find(log, InSession(2, IsAccept("second")));
+  ASSERT_GE(accept_second, 0);
+  EXPECT_EQ(log[accept_second].msg.accept().attempt(), 2);
+}
+
+TEST(Agent, CancelOfAWaitingLinkDropsItAndTheLinksAfterIt) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Gated("a", tmp.Gate("a")), After("a", Task("b", "noop")),
+                    After("b", Task("c", "noop")), After("c", Task("d", "noop"))}));
+  WaitFind(fake, IsAccept("a"), "accept of a");
+  ASSERT_EQ(agent->waiting(), 3);
+  fake.Push(CancelMsg("b", 7));  // another attempt: ignored
+  fake.Push(CancelMsg("c", 1));
+  ASSERT_TRUE(RunningAgent::Eventually([&] { return agent->waiting() == 1; }, absl::Seconds(5)));
+  Open(tmp.Gate("a"));
+  const int b = WaitFind(fake, IsResult("b"), "result of b");
+  ASSERT_GE(b, 0);
+  EXPECT_EQ(fake.log()[b].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  ASSERT_TRUE(Idle(agent));
+  const Log log = StopAndLog(agent, fake);
+  EXPECT_EQ(log[Find(log, IsResult("a"))].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(Find(log, About("c")), -1);
+  EXPECT_EQ(Find(log, About("d")), -1);
+}
+
+TEST(Agent, CancelOfARunningLinkDropsTheLinksAfterIt) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Gated("a", tmp.Gate("a")), After("a", Task("b", "noop"))}));
+  WaitFind(fake, IsAccept("a"), "accept of a");
+  fake.Push(CancelMsg("a", 1));
+  const int a = WaitFind(fake, IsResult("a"), "result of a");
+  ASSERT_GE(a, 0);
+  EXPECT_EQ(fake.log()[a].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  ASSERT_TRUE(Idle(agent));
+  EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
+}
+
+TEST(Agent, DrainingReleasesTheNextLinkAndDropsTheRest) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign(
+      {Gated("a", tmp.Gate("a")), After("a", Task("b", "noop")), After("b", Task("c", "noop"))}));
+  WaitFind(fake, IsAccept("a"), "accept of a");
+  fake.Push(DrainMsg());
+  WaitFind(fake, IsDraining(), "draining");
+  Open(tmp.Gate("a"));
+  const int release = WaitFind(fake, IsRelease("b"), "release of b");
+  ASSERT_GE(release, 0);
+  ASSERT_TRUE(Idle(agent));
+  EXPECT_FALSE(agent.returned()) << "a Drain message does not make the agent exit";
+  const Log log = StopAndLog(agent, fake);
+  const int a = Find(log, IsResult("a"));
+  ASSERT_GE(a, 0);
+  EXPECT_EQ(log[a].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_LT(a, release);
+  EXPECT_EQ(log[release].msg.release().attempt(), 1);
+  EXPECT_EQ(log[release].msg.release().reason(), "agent is draining");
+  EXPECT_EQ(Count(log, About("b")), 1) << "b is only released, never accepted";
+  EXPECT_EQ(Find(log, About("c")), -1);
+}
+
+TEST(Agent, DrainDeadlineDropsWaitingLinks) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("a", "60"), After("a", Task("b", "noop"))}));
+  WaitFind(fake, IsAccept("a"), "accept of a");
+  const Log log = StopAndLog(agent, fake);  // Drain(0)
+  const int release = Find(log, IsRelease("a"));
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(log[release].msg.release().reason(), "agent drained: 0s passed");
+  EXPECT_EQ(Find(log, About("b")), -1);
+  EXPECT_EQ(agent->waiting(), 0);
+}
+
+TEST(Agent, SelfFencingDropsWaitingLinks) {
+  FakeScheduler fake;
+  fake.set_ack_heartbeats(false);  // stop_on_lost_after is 1 s in Welcome
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("a", "60"), After("a", Task("b", "noop"))}));
+  WaitFind(fake, IsAccept("a"), "accept of a");
+  const int result = WaitFind(fake, IsResult("a"), "the self-fenced result of a");
+  ASSERT_GE(result, 0);
+  EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  ASSERT_TRUE(Idle(agent));
+  EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
+}
+
+TEST(Agent, InputsAndThePredecessorsOutputAreFiles) {
+  FakeScheduler fake;
+  TempDir tmp;
+  AgentOptions o = Options(fake.addr());
+  o.exec.work_dir = tmp.path() + "/work";
+  RunningAgent agent(o);
+  WaitHello(fake, 1);
+  // A plain task with inputs.
+  v1::Assignment plain = Sh("plain", "cat \"$TASKGRID_INPUTS_DIR/parent\"");
+  (*plain.mutable_inputs())["parent"] = std::string("from\0parent", 11);
+  // p's stdout reaches q; r's output file (not its stdout) reaches s.
+  v1::Assignment q = After("p", Sh("q",
+                                   "cat \"$TASKGRID_INPUTS_DIR/p\" \"$TASKGRID_INPUTS_DIR/up\"; ls "
+                                   "\"$TASKGRID_INPUTS_DIR\""));
+  (*q.mutable_inputs())["up"] = "given\n";
+  fake.Push(Assign({plain, Sh("p", "echo from-stdout"), q,
+                    After("q", Sh("r", "printf file-out > \"$TASKGRID_OUTPUT\"; echo ignored")),
+                    After("r", Sh("s",
+                                  "cat \"$TASKGRID_INPUTS_DIR/r\"; echo; ls "
+                                  "\"$TASKGRID_INPUTS_DIR\""))}));
+  WaitFind(fake, IsResult("plain"), "result of plain");
+  WaitFind(fake, IsResult("s"), "result of s");
+  const Log log = fake.log();
+  const auto result = [&](const std::string& id) {
+    return log[Find(log, IsResult(id))].msg.result().result();
+  };
+  EXPECT_EQ(result("plain").stdout_tail(), std::string("from\0parent", 11));
+  EXPECT_EQ(result("q").stdout_tail(), "from-stdout\ngiven\np\nup\n");
+  EXPECT_FALSE(result("q").has_output());
+  EXPECT_EQ(result("r").output(), "file-out");
+  EXPECT_EQ(result("s").stdout_tail(), "file-out\nr\n");
+  for (const std::string id : {"plain", "p", "q", "r", "s"}) {
+    EXPECT_EQ(result(id).outcome(), v1::OUTCOME_SUCCEEDED) << id << ": " << result(id).error();
+  }
+  // Every attempt's directory is gone.
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(o.exec.work_dir, ec)) << ec.message();
+}
+
+TEST(Agent, RejectsChainLinksItCannotHonour) {
+  FakeScheduler fake;
+  TempDir tmp;
+  RunningAgent agent(Options(fake.addr()));  // 2 slots
+  WaitHello(fake, 1);
+  v1::Assignment big = Task("big", "noop");
+  big.set_slots(3);
+  v1::Assignment wide = After("l1", Task("wide", "noop"));
+  wide.set_slots(2);
+  fake.Push(Assign({
+      Gated("g", tmp.Gate("g")),
+      big,                                      // no room: rejected
+      After("big", Task("after-big", "noop")),  // its predecessor was rejected: dropped
+      After("g", Task("l1", "noop")),
+      After("g", Task("twin", "noop")),  // g already has a link
+      wide,                              // needs more slots than l1 frees
+      After("wide", Task("after-wide", "noop")),
+      After("nope", Task("unknown", "noop")),  // not an entry of this Assign
+      After("later", Task("early", "noop")),   // names a later entry
+      Task("later", "noop"),
+      After("self", Task("self", "noop")),
+  }));
+  const std::map<std::string, std::string> rejected = {
+      {"big", "no free slots"},
+      {"twin", "another chain link already runs after g"},
+      {"wide", "a chain link needs 2 slot(s), more than the 1 of l1 that it runs after"},
+      {"unknown", "run_after \"nope\" is not an earlier entry of this Assign"},
+      {"early", "run_after \"later\" is not an earlier entry of this Assign"},
+      {"self", "run_after \"self\" is not an earlier entry of this Assign"},
+  };
+  for (const auto& [id, reason] : rejected) {
+    const int reject = WaitFind(fake, IsReject(id), "reject of " + id);
+    ASSERT_GE(reject, 0);
+    EXPECT_EQ(fake.log()[reject].msg.reject().reason(), reason);
+  }
+  Open(tmp.Gate("g"));
+  WaitFind(fake, IsResult("l1"), "result of l1");
+  WaitFind(fake, IsResult("later"), "result of later");
+  ASSERT_TRUE(Idle(agent));
+  const Log log = StopAndLog(agent, fake);
+  EXPECT_EQ(Find(log, About("after-big")), -1);
+  EXPECT_EQ(Find(log, About("after-wide")), -1);
+  for (const auto& [id, reason] : rejected) EXPECT_EQ(Count(log, About(id)), 1) << id;
+}
+
+TEST(Agent, DrainingAgentRejectsTheHeadAndDropsItsLinks) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  agent->StopTakingWork();
+  WaitFind(fake, IsDraining(), "draining");
+  fake.Push(Assign({Task("a", "noop"), After("a", Task("b", "noop"))}));
+  const int reject = WaitFind(fake, IsReject("a"), "reject of a");
+  ASSERT_GE(reject, 0);
+  EXPECT_EQ(fake.log()[reject].msg.reject().reason(), "agent is draining");
+  EXPECT_EQ(agent->waiting(), 0);
+  EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -36,6 +37,7 @@ namespace {
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 // --- Building assignments ---
 
@@ -223,6 +225,17 @@ class TempDir {
 void WriteFile(const std::string& path, const std::string& content, mode_t mode) {
   std::ofstream(path) << content;
   chmod(path.c_str(), mode);
+}
+
+// The entries of directory `dir` ("." and ".." left out), or {"<missing>"}.
+std::vector<std::string> Entries(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return {"<missing>"};
+  return names;
 }
 
 // --- Exec steps ---
@@ -653,6 +666,238 @@ TEST(TaskRun, RejectsMalformedSteps) {
 
   r = RunTask(Assignment({Exec({"echo", std::string("a\0b", 3)})}));
   EXPECT_EQ(r.error(), "step 0: argv[1] contains a NUL byte");
+}
+
+// --- The attempt's directory: inputs and output ---
+
+ExecutorOptions InDir(const std::string& work_dir) {
+  ExecutorOptions opts = Options();
+  opts.work_dir = work_dir;
+  return opts;
+}
+
+TEST(TaskRun, WritesInputsAsFilesInTheInputsDir) {
+  TempDir tmp;
+  v1::Assignment a =
+      Assignment({Sh("cat \"$TASKGRID_INPUTS_DIR/parent\"; ls -A \"$TASKGRID_INPUTS_DIR\"")});
+  const std::string bytes("a\0b\xff\n", 5);
+  (*a.mutable_inputs())["parent"] = bytes;
+  (*a.mutable_inputs())["other.1:x"] = "";
+  const v1::TaskResult r = RunTask(a, InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), bytes + "other.1:x\nparent\n");
+}
+
+TEST(TaskRun, InputsDirExistsWithoutInputs) {
+  TempDir tmp;
+  const v1::TaskResult r = RunTask(
+      Assignment({Sh("test -d \"$TASKGRID_INPUTS_DIR\" && ls -A \"$TASKGRID_INPUTS_DIR\"")}),
+      InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_EQ(r.stdout_tail(), "");
+}
+
+TEST(TaskRun, InputThatCannotBeAFileNameFailsBeforeAnyStep) {
+  for (const std::string name : {".", "..", "a/b", "", "../escape"}) {
+    SCOPED_TRACE(name);
+    TempDir tmp;
+    const std::string marker = tmp.path() + "/ran";
+    v1::Assignment a = Assignment({Sh("touch '" + marker + "'")});
+    (*a.mutable_inputs())[name] = "x";
+    const v1::TaskResult r = RunTask(a, InDir(tmp.path() + "/work"));
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+    EXPECT_EQ(r.step(), 0);
+    EXPECT_EQ(r.exit_code(), -1);
+    EXPECT_THAT(r.error(), HasSubstr("is not a task id that can name a file"));
+    EXPECT_FALSE(std::filesystem::exists(marker)) << "a step ran";
+    EXPECT_THAT(Entries(tmp.path() + "/work"), IsEmpty()) << "the attempt directory is left";
+    EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/escape"));
+  }
+}
+
+TEST(TaskRun, OutputFileSetsTheOutput) {
+  TempDir tmp;
+  const v1::TaskResult r = RunTask(
+      Assignment({Sh("test ! -e \"$TASKGRID_OUTPUT\" && printf 'one' > \"$TASKGRID_OUTPUT\""),
+                  Builtin("echo", {"stdout"}), Sh("printf ' two\\0' >> \"$TASKGRID_OUTPUT\"")}),
+      InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  ASSERT_TRUE(r.has_output());
+  EXPECT_EQ(r.output(), std::string("one two\0", 8));
+  EXPECT_EQ(r.stdout_tail(), "stdout\n");
+}
+
+TEST(TaskRun, OutputIsUnsetWithoutTheFile) {
+  TempDir tmp;
+  // The file is not made in advance.
+  v1::TaskResult r =
+      RunTask(Assignment({Sh("test ! -e \"$TASKGRID_OUTPUT\" && echo out")}), InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_FALSE(r.has_output());
+  EXPECT_EQ(r.stdout_tail(), "out\n");
+  r = RunTask(Assignment({Builtin("echo", {"builtin"})}), InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_FALSE(r.has_output());
+}
+
+TEST(TaskRun, EmptyOutputFileIsAnEmptyOutput) {
+  TempDir tmp;
+  const v1::TaskResult r =
+      RunTask(Assignment({Sh(": > \"$TASKGRID_OUTPUT\"; echo out")}), InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  ASSERT_TRUE(r.has_output());
+  EXPECT_EQ(r.output(), "");
+}
+
+TEST(TaskRun, OutputOfExactlyTheLimitIsKept) {
+  TempDir tmp;
+  const v1::TaskResult r = RunTask(
+      Assignment(
+          {Sh(absl::StrCat("head -c ", kMaxOutputFileBytes, " /dev/zero > \"$TASKGRID_OUTPUT\""))}),
+      InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  ASSERT_TRUE(r.has_output());
+  EXPECT_EQ(r.output().size(), static_cast<size_t>(kMaxOutputFileBytes));
+}
+
+TEST(TaskRun, OutputOverTheLimitFailsTheAttempt) {
+  TempDir tmp;
+  const v1::TaskResult r =
+      RunTask(Assignment({Sh("echo fine"), Sh("head -c 1048577 /dev/zero > \"$TASKGRID_OUTPUT\"")}),
+              InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_EQ(r.error(),
+            "the output file ($TASKGRID_OUTPUT) is 1048577 bytes, over the limit of 1048576 "
+            "bytes (1 MiB)");
+  EXPECT_FALSE(r.has_output());
+  EXPECT_EQ(r.stdout_tail(), "fine\n");
+}
+
+TEST(TaskRun, OutputThatIsNotARegularFileFailsTheAttempt) {
+  TempDir tmp;
+  // A FIFO nobody writes to: reading it must not block.
+  for (const std::string make : {"mkfifo", "mkdir"}) {
+    SCOPED_TRACE(make);
+    const v1::TaskResult r =
+        RunTask(Assignment({Sh(make + " \"$TASKGRID_OUTPUT\"")}), InDir(tmp.path()));
+    EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+    EXPECT_EQ(r.error(), "the output file ($TASKGRID_OUTPUT) is not a regular file");
+    EXPECT_FALSE(r.has_output());
+  }
+}
+
+TEST(TaskRun, FailedAttemptKeepsItsErrorAndItsOutput) {
+  TempDir tmp;
+  v1::TaskResult r =
+      RunTask(Assignment({Sh("echo partial > \"$TASKGRID_OUTPUT\"; exit 3")}), InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), 3);
+  EXPECT_EQ(r.error(), "step 0 exited with code 3");
+  EXPECT_EQ(r.output(), "partial\n");
+  // Too large: still the step's error, and no output.
+  r = RunTask(Assignment({Sh("head -c 1048577 /dev/zero > \"$TASKGRID_OUTPUT\"; exit 3")}),
+              InDir(tmp.path()));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.error(), "step 0 exited with code 3");
+  EXPECT_FALSE(r.has_output());
+}
+
+TEST(TaskRun, AttemptDirectoryIsRemovedHoweverTheAttemptEnds) {
+  TempDir tmp;
+  const std::string work = tmp.path() + "/work";  // made by the first attempt
+  // Prints its inputs dir, fills the attempt's directory with things that are
+  // hard to remove, then ends as `end` says.
+  const std::string ready = tmp.path() + "/ready";
+  const std::string fill =
+      "echo \"$TASKGRID_INPUTS_DIR\"; stat -c %a \"$TASKGRID_INPUTS_DIR/..\"; "
+      "echo out > \"$TASKGRID_OUTPUT\"; d=\"$TASKGRID_INPUTS_DIR/../junk\"; "
+      "mkdir -p \"$d/deep\"; touch \"$d/deep/f\"; ln -s / \"$d/root\"; chmod 000 \"$d\"; "
+      "touch '" +
+      ready + "'; ";
+  for (const std::string end : {"exit 0", "exit 1", "sleep 600"}) {
+    SCOPED_TRACE(end);
+    std::filesystem::remove(ready);
+    v1::Assignment a = Assignment({Sh(fill + end)});
+    (*a.mutable_inputs())["parent"] = "x";
+    TaskRun run(a, InDir(work));
+    const bool cancel = end == "sleep 600";
+    const Bounded b = RunBounded(run, absl::Seconds(5), [&](TaskRun& r) {
+      if (!cancel) return;
+      EXPECT_TRUE(WaitFor([&] { return std::filesystem::exists(ready); }));
+      r.Cancel();
+    });
+    ASSERT_TRUE(b.finished_in_time);
+    const std::string& out = b.result.stdout_tail();
+    const std::string prefix = work + "/task-1.1.";
+    ASSERT_EQ(out.rfind(prefix, 0), 0u) << out;
+    EXPECT_THAT(out, HasSubstr("/inputs\n700\n"));
+    EXPECT_TRUE(std::filesystem::is_directory(work));
+    EXPECT_THAT(Entries(work), IsEmpty()) << "the attempt directory is left";
+    EXPECT_EQ(b.result.outcome(), cancel            ? v1::OUTCOME_CANCELLED
+                                  : end == "exit 0" ? v1::OUTCOME_SUCCEEDED
+                                                    : v1::OUTCOME_FAILED);
+    EXPECT_TRUE(std::filesystem::exists("/bin/sh")) << "followed the symbolic link";
+  }
+}
+
+TEST(TaskRun, RelativeWorkDirGivesStepsAbsolutePaths) {
+  TempDir tmp;
+  v1::Step step = Sh("cat \"$TASKGRID_INPUTS_DIR/parent\"; echo \"$TASKGRID_OUTPUT\"");
+  step.mutable_exec()->set_cwd("/");
+  v1::Assignment a = Assignment({step});
+  (*a.mutable_inputs())["parent"] = "in\n";
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(tmp.path().c_str()), 0);
+  const v1::TaskResult r = RunTask(a, InDir("work"));
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  EXPECT_THAT(r.stdout_tail(), ::testing::StartsWith("in\n" + tmp.path() + "/work/task-1.1."));
+  EXPECT_THAT(Entries(tmp.path() + "/work"), IsEmpty());
+}
+
+TEST(TaskRun, WorkDirThatIsNotADirectoryFailsClearly) {
+  TempDir tmp;
+  WriteFile(tmp.path() + "/file", "", 0644);
+  const v1::TaskResult r = RunTask(Assignment({Sh("echo ran")}), InDir(tmp.path() + "/file"));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.exit_code(), -1);
+  EXPECT_EQ(r.error(), "the work directory " + tmp.path() + "/file is not a directory");
+  EXPECT_EQ(r.stdout_tail(), "");
+}
+
+TEST(TaskRun, WorkDirOfAnotherUserFailsClearly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory away";
+  TempDir tmp;
+  const std::string work = tmp.path() + "/work";
+  ASSERT_EQ(mkdir(work.c_str(), 0777), 0);
+  ASSERT_EQ(chown(work.c_str(), 65534, 65534), 0);
+  const v1::TaskResult r = RunTask(Assignment({Sh("echo ran")}), InDir(work));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_THAT(r.error(), HasSubstr("belongs to uid 65534"));
+  EXPECT_EQ(r.stdout_tail(), "");
+  EXPECT_THAT(Entries(work), IsEmpty());
+}
+
+TEST(TaskRun, CancelBeforeRunMakesNoDirectory) {
+  TempDir tmp;
+  TaskRun run(Assignment({Sh("echo ran")}), InDir(tmp.path() + "/work"));
+  run.Cancel();
+  const v1::TaskResult r = run.Run();
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/work"));
+}
+
+TEST(TaskRun, DefaultWorkDirIsUnderTmpdirAndNamedAfterTheAgent) {
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("TMPDIR", "/var/tmp/", 1);  // no TaskRun runs now
+  EXPECT_EQ(DefaultWorkDir("a1"), "/var/tmp/taskgrid-agent-a1");
+  EXPECT_EQ(DefaultWorkDir(""), "/var/tmp/taskgrid-agent");
+  unsetenv("TMPDIR");
+  EXPECT_EQ(DefaultWorkDir("a1"), "/tmp/taskgrid-agent-a1");
+  if (old != nullptr) setenv("TMPDIR", saved.c_str(), 1);
 }
 
 // --- Hygiene ---
