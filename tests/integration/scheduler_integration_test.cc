@@ -272,7 +272,8 @@ TEST(Scheduler, HealthAndReflectionAreServed) {
   std::set<std::string> services;
   for (const auto& s : listed.list_services_response().service()) services.insert(s.name());
   for (const char* want :
-       {"taskgrid.v1.TaskService", "taskgrid.v1.AgentService", "grpc.health.v1.Health"}) {
+       {"taskgrid.v1.TaskService", "taskgrid.v1.AgentService", "taskgrid.v1.JobService",
+        "grpc.health.v1.Health"}) {
     EXPECT_TRUE(services.count(want)) << want;
   }
   // Each listed service can also be described (the health descriptor is

@@ -32,6 +32,7 @@ METHODS = {
                                 "WaitTask", "WatchTasks"],
     "taskgrid.v1.AgentService": ["Connect"],
     "taskgrid.v1.ClusterService": ["ListAgents", "DrainAgent", "GetClusterStats"],
+    "taskgrid.v1.JobService": ["SubmitJob", "GetJob", "ListJobs", "CancelJob", "RetryJob"],
     "grpc.health.v1.Health": ["Check", "Watch"],
 }
 
@@ -161,6 +162,27 @@ class ReflectionTest(unittest.TestCase):
         self.assertEqual(stats["queues"][0]["counts"], {"SUCCEEDED": "1"})
         agents = self.call("taskgrid.v1.ClusterService/ListAgents")
         self.assertEqual([a["id"] for a in agents["agents"]], ["a1"])
+
+    def test_job_with_json(self):
+        job = {"jobId": "buf-job", "tasks": [
+            {"id": "buf-up", "queue": "bufjob",
+             "steps": [{"builtin": {"name": "echo", "args": ["up"]}}]},
+            {"id": "buf-down", "queue": "bufjob", "dependsOn": ["buf-up"],
+             "steps": [{"builtin": {"name": "noop"}}]}]}
+        out = self.call("taskgrid.v1.JobService/SubmitJob", job)
+        self.assertEqual(out["id"], "buf-job")
+        self.assertEqual(out["taskCount"], 2)
+        self.wait_succeeded("buf-down")
+        got = self.call("taskgrid.v1.JobService/GetJob", {"id": "buf-job"})
+        self.assertEqual(got["state"], "JOB_STATE_SUCCEEDED")
+        self.assertEqual(got["counts"], {"SUCCEEDED": "2"})
+        listed = self.call("taskgrid.v1.TaskService/ListTasks", {"jobId": "buf-job"})
+        self.assertEqual([t["spec"]["id"] for t in listed["tasks"]], ["buf-up", "buf-down"])
+        err = self.error("taskgrid.v1.JobService/SubmitJob",
+                         {"jobId": "bad", "tasks": [{"id": "x", "dependsOn": ["x"],
+                                                     "steps": [{"builtin": {"name": "noop"}}]}]},
+                         INVALID_ARGUMENT)
+        self.assertIn("depends_on[0]", err["message"])
 
     def test_wait_and_watch_with_json(self):
         self.call("taskgrid.v1.TaskService/SubmitTasks", {"tasks": [
