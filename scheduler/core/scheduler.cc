@@ -1229,7 +1229,8 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
   done.set_attempt(t.attempt);
   done.set_agent_id(t.agent_id);
   SetTimestamp(t.dispatch_time, done.mutable_dispatch_time());
-  SetTimestamp(t.start_time, done.mutable_start_time());
+  // Unset when it never started (e.g. a chain link whose predecessor failed).
+  if (t.start_time != absl::InfinitePast()) SetTimestamp(t.start_time, done.mutable_start_time());
   SetTimestamp(Now(), done.mutable_finish_time());
   *done.mutable_result() = result;
   done.set_interrupted(interrupted);

@@ -64,6 +64,14 @@ class JobIntegrationTest : public ::testing::Test {
     return job;
   }
 
+  // Attempts that started on an agent (a chain link that was sent along
+  // but never started has an interrupted attempt without a start time).
+  static int Started(const v1::Task& t) {
+    int n = 0;
+    for (const v1::Attempt& a : t.attempts()) n += a.has_start_time();
+    return n;
+  }
+
   static absl::Time Start(const v1::Task& t) { return FromProto(t.attempts(0).start_time()); }
   static absl::Time Finish(const v1::Task& t) {
     return FromProto(t.attempts(t.attempts_size() - 1).finish_time());
@@ -103,7 +111,7 @@ TEST_F(JobIntegrationTest, AFailedMiddleTaskCancelsItsDescendantsButNotOtherBran
   for (const char* id : {"b2", "b3"}) {
     const v1::Task t = c_.Get(id);
     EXPECT_EQ(t.state(), v1::TASK_STATE_CANCELLED) << id;
-    EXPECT_EQ(t.attempt(), 0) << id;
+    EXPECT_EQ(Started(t), 0) << id;
   }
   EXPECT_EQ(c_.Get("b2").reason(), "upstream task b failed");
   EXPECT_EQ(c_.Get("b3").reason(), "upstream task b2 was cancelled");
@@ -165,10 +173,10 @@ TEST_F(JobIntegrationTest, RetryJobRerunsOnlyWhatNeedsIt) {
   ASSERT_TRUE(jobs_->RetryJob(InProcessCluster::Ctx().get(), req, &job).ok());
   EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(WaitJob("j").state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(c_.Get("first").attempts_size(), 1);
-  EXPECT_EQ(c_.Get("side").attempts_size(), 1);
-  EXPECT_EQ(c_.Get("flaky").attempts_size(), 2);
-  EXPECT_EQ(c_.Get("next").attempts_size(), 1);
+  EXPECT_EQ(Started(c_.Get("first")), 1);
+  EXPECT_EQ(Started(c_.Get("side")), 1);
+  EXPECT_EQ(Started(c_.Get("flaky")), 2);
+  EXPECT_EQ(Started(c_.Get("next")), 1);
   // Nothing left to retry now.
   EXPECT_EQ(jobs_->RetryJob(InProcessCluster::Ctx().get(), req, &job).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
