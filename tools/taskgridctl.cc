@@ -47,7 +47,8 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, file, "", "submit: JSON file of tasks ('-' = stdin); also -f FILE");
 ABSL_FLAG(std::string, builtin, "", "submit: run this builtin (noop, sleep, fail, echo)");
 ABSL_FLAG(std::string, id, "",
-          "submit: task id (default: generated); watch: only these task ids, a,b");
+          "submit: task id (default: generated); job submit: job id (overrides the file's); "
+          "watch: only these task ids, a,b");
 ABSL_FLAG(std::string, queue, "", "submit, list, stats, watch: queue name");
 ABSL_FLAG(int32_t, priority, 0, "submit: higher runs first");
 ABSL_FLAG(int32_t, max_attempts, 0, "submit: attempts before FAILED (0: scheduler default)");
@@ -65,17 +66,23 @@ ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
-ABSL_FLAG(bool, wait, false, "submit: then wait until every task finished (exit code as wait)");
+ABSL_FLAG(bool, wait, false,
+          "submit: then wait until every task finished (exit code as wait); job submit: until "
+          "the job finished");
 
 // wait, submit --wait.
 ABSL_FLAG(absl::Duration, wait_timeout, absl::InfiniteDuration(),
-          "wait, submit --wait: give up after this long, exit 4 (default: no limit)");
+          "wait, submit --wait, job submit --wait: give up after this long, exit 4 (default: no "
+          "limit)");
 
 // list.
-ABSL_FLAG(std::string, state, "", "list, watch: only these states, e.g. pending,failed");
-ABSL_FLAG(int32_t, page_size, 0, "list: tasks per page, 1-1000 (0: 100)");
-ABSL_FLAG(std::string, page_token, "", "list: continue from a previous 'more:' token");
-ABSL_FLAG(bool, all, false, "list: follow every page");
+ABSL_FLAG(std::string, state, "",
+          "list, watch: only these states, e.g. pending,failed; job list: only jobs in these "
+          "states, e.g. running,failed");
+ABSL_FLAG(int32_t, page_size, 0, "list, job list: tasks (jobs) per page, 1-1000 (0: 100)");
+ABSL_FLAG(std::string, page_token, "", "list, job list: continue from a previous 'more:' token");
+ABSL_FLAG(bool, all, false, "list, job list: follow every page");
+ABSL_FLAG(std::string, job, "", "list, watch: only the tasks of this job");
 
 // watch.
 ABSL_FLAG(int64_t, after, 0,
@@ -92,6 +99,8 @@ namespace v1 = taskgrid::v1;
 const char kStates[] =
     "States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED CANCELLING CANCELLED "
     "PAUSED";
+const char kJobStates[] = "Job states: RUNNING SUCCEEDED FAILED CANCELLED";
+const char kJobCommands[] = "Job commands: job submit, job get, job list, job cancel, job retry";
 
 struct Command {
   const char* name;
@@ -197,13 +206,14 @@ does not count against max_attempts.
 
 --json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
       {"list",
-       "list [--queue=Q] [--state=S,...] [--page_size=N] [--page_token=T] [--all]",
+       "list [--queue=Q] [--state=S,...] [--job=JOB] [--page_size=N] [--page_token=T] [--all]",
        "List tasks in submit order, one page (100 by default)",
        "taskgridctl list --queue=mail --state=failed,cancelled",
-       {"queue", "state", "page_size", "page_token", "all"},
+       {"queue", "state", "job", "page_size", "page_token", "all"},
        R"(States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED
-CANCELLING CANCELLED PAUSED (any case). When more tasks match, stderr says
-"more: --page_token=TOKEN": pass it to get the next page, or use --all.)"},
+CANCELLING CANCELLED PAUSED (any case). --job=JOB lists only the tasks of that
+job. When more tasks match, stderr says "more: --page_token=TOKEN": pass it to
+get the next page, or use --all.)"},
       {"cancel",
        "cancel ID",
        "Cancel a task (a running one is stopped by its agent)",
@@ -239,11 +249,11 @@ RUNNING until its agent confirmed the stop (a note on stderr says so).)"},
        {},
        ""},
       {"watch",
-       "watch [--queue=Q] [--id=ID,...] [--state=S,...] [--after=REVISION] [--count=N] "
-       "[--follow]",
+       "watch [--queue=Q] [--id=ID,...] [--state=S,...] [--job=JOB] [--after=REVISION] "
+       "[--count=N] [--follow]",
        "Print task state changes as they happen, one line each, until Ctrl-C",
        "taskgridctl watch --queue=mail --state=failed",
-       {"queue", "id", "state", "after", "count", "follow"},
+       {"queue", "id", "state", "job", "after", "count", "follow"},
        R"(Each line is one change of one task:
   REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  reason
 e.g.
@@ -252,10 +262,10 @@ FROM is "-" for a new task; REVISION grows by one per change across all tasks.
 --json prints one TaskEvent per line (JSON lines; int64 values are strings).
 
 Filters (combined): --queue=Q, --id=a,b (only these tasks), --state=S,...
-(only changes into these states; any case). Without --after, only changes
-from now on; --after=N first replays every kept change after revision N
-(--after=0: the whole history the scheduler keeps, see its --event_retention),
-then goes on live. --count=N exits after N events. Ctrl-C ends it (exit 0).
+(only changes into these states; any case), --job=JOB (only the tasks of
+that job). Without --after, only changes from now on; --after=N first
+replays every kept change after revision N (--after=0: the whole history
+the scheduler keeps, see its --event_retention), then goes on live. --count=N exits after N events. Ctrl-C ends it (exit 0).
 
 A watcher that falls too far behind is ended by the scheduler
 (RESOURCE_EXHAUSTED): watch prints the command that resumes where it
@@ -300,6 +310,72 @@ live (e.g. a late result from an agent presumed lost): answered stale, never
 committed. Tasks lists the non-zero counts over every queue.
 
 --json prints the ClusterStats message.)"},
+      {"job submit",
+       "job submit FILE [--id=JOB] [--wait] [--wait_timeout=DUR]",
+       "Submit a job: tasks joined by depends_on, from a JSON file ('-' = stdin)",
+       "taskgridctl job submit examples/jobs/diamond.json --wait",
+       {"file", "id", "wait", "wait_timeout"},
+       R"txt(FILE ('-' = stdin; also -f FILE) is a taskgrid.v1.SubmitJobRequest in
+proto3 JSON: a job id (optional: generated when left out) and the tasks,
+each a TaskSpec as in `submit -f`, which may name the tasks it waits for in
+"depends_on":
+  {"job_id": "etl-1", "tasks": [
+    {"id": "extract", "steps": [{"exec": {"argv": ["sh", "-c", "echo 42 > $TASKGRID_OUTPUT"]}}]},
+    {"id": "report", "depends_on": ["extract"],
+     "steps": [{"builtin": {"name": "echo", "args": ["done"]}}]}]}
+A task is BLOCKED until every dependency SUCCEEDED. When one ends FAILED or
+CANCELLED, its dependents end CANCELLED ("upstream task X failed"), unless
+they say "on_upstream_failure": "UPSTREAM_FAILURE_RUN". The job is stored all
+or nothing; the scheduler refuses (exit 1, naming the problem) a cycle, an
+unknown dependency, a repeated task id. A file that is not valid JSON (or
+names an unknown field) sends nothing: exit 2. --id=JOB overrides the file's
+job_id. Submitting the same job again is safe (returns it).
+
+Prints "JOB STATE  N tasks: COUNTS". --wait then waits until the job is no
+longer RUNNING and prints the same line again. Exit 0 when it SUCCEEDED, 3
+when it FAILED or was CANCELLED, 4 when --wait_timeout (default: no limit)
+passed first. --json prints the Job (with --wait: the final one).)txt"},
+      {"job get",
+       "job get JOB",
+       "Show a job: state, task counts, and its tasks as a tree",
+       "taskgridctl job get etl-1",
+       {},
+       R"txt(The tree: each task under its first dependency in the job, children in
+submit order; the tasks with no dependency in the job at the top. A task
+with several dependencies is shown once, under its first, with "(also after:
+x, y)". Columns: STATE, TASK, ATTEMPT, AGENT, NOTE (those dependencies, and
+the reason of a task not SUCCEEDED, shortened: `taskgridctl get TASK` has it
+all). Past depth 20 the indentation stays and the depth shows as [N].
+
+--json prints JSON lines: the Job, then each Task in submit order.)txt"},
+      {"job list",
+       "job list [--state=S,...] [--page_size=N] [--page_token=T] [--all]",
+       "List jobs in submit order: state, tasks, counts by state",
+       "taskgridctl job list --state=running,failed",
+       {"state", "page_size", "page_token", "all"},
+       R"txt(Job states: RUNNING (a task is not finished), SUCCEEDED (every task),
+FAILED (all finished, one FAILED), CANCELLED (all finished, none FAILED, one
+CANCELLED); any case. When more jobs match, stderr says
+"more: --page_token=TOKEN": pass it to get the next page, or use --all.
+
+--json prints the ListJobsResponse.)txt"},
+      {"job cancel",
+       "job cancel JOB",
+       "Cancel every task of a job that is not finished",
+       "taskgridctl job cancel etl-1",
+       {},
+       R"txt(Running tasks are stopped by their agents (CANCELLING, then CANCELLED).
+Prints "JOB STATE  N tasks: COUNTS"; --json prints the Job.)txt"},
+      {"job retry",
+       "job retry JOB",
+       "Run a job's FAILED tasks again, and the tasks cancelled because of them",
+       "taskgridctl job retry etl-1",
+       {},
+       R"txt(Each re-queued task gets a fresh budget of max_attempts (its attempt count
+and history go on); the tasks cancelled because an upstream task failed wait
+BLOCKED again. Other tasks are left as they are. Refused
+(FAILED_PRECONDITION, exit 1) when the job has no FAILED task. Prints
+"JOB STATE  N tasks: COUNTS"; --json prints the Job.)txt"},
       {"help",
        "help [COMMAND]",
        "This text, or the details of one command",
@@ -334,8 +410,24 @@ std::string UsageText() {
       "                    keep trying a scheduler they lost for this long\n\n"
       "Exit status: 0 ok; 1 the scheduler refused the call or could not be reached;\n"
       "2 usage error (nothing was sent); wait and submit --wait: 3 a task FAILED or was\n"
-      "CANCELLED, 4 --wait_timeout passed first.\n"
-      "`taskgridctl help COMMAND` shows the details of a command.\n");
+      "CANCELLED, 4 --wait_timeout passed first; job submit --wait: 3 the job FAILED\n"
+      "or was CANCELLED, 4 --wait_timeout passed first.\n"
+      "`taskgridctl help COMMAND` shows the details of a command (e.g. help job submit).\n");
+  return out;
+}
+
+// `taskgridctl help job`: the job commands, as in UsageText.
+std::string JobUsageText() {
+  std::string out =
+      "Jobs: tasks joined by depends_on, submitted all or nothing and steered as one.\n\n"
+      "Commands:\n";
+  for (const Command& c : Commands()) {
+    if (!absl::StartsWith(c.name, "job ")) continue;
+    absl::StrAppend(&out, "  ", c.synopsis, "\n      ", c.summary, "\n      $ ", c.example, "\n");
+  }
+  absl::StrAppend(&out,
+                  "\nAlso: list --job=JOB and watch --job=JOB show the tasks of one job.\n"
+                  "`taskgridctl help job COMMAND` shows the details of a command.\n");
   return out;
 }
 
@@ -561,6 +653,7 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
 
 int BuildList(v1::ListTasksRequest* req) {
   req->set_queue(absl::GetFlag(FLAGS_queue));
+  req->set_job_id(absl::GetFlag(FLAGS_job));
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::TaskState s;
     if (!taskgrid::core::ParseStateName(name, &s)) {
@@ -592,6 +685,8 @@ int BuildWatch(const std::set<std::string>& set, taskgrid::ctl::WatchOptions* op
     states.push_back(taskgrid::core::StateName(s));
   }
   if (!states.empty()) filters.push_back(absl::StrCat("--state=", absl::StrJoin(states, ",")));
+  req->set_job_id(absl::GetFlag(FLAGS_job));
+  if (!req->job_id().empty()) filters.push_back(absl::StrCat("--job=", req->job_id()));
   if (set.count("json")) filters.push_back("--json");
   if (set.count("after")) {
     if (absl::GetFlag(FLAGS_after) < 0) return UsageError("--after is negative");
@@ -601,6 +696,57 @@ int BuildWatch(const std::set<std::string>& set, taskgrid::ctl::WatchOptions* op
   opts->count = absl::GetFlag(FLAGS_count);
   opts->follow = absl::GetFlag(FLAGS_follow);
   opts->filter_flags = absl::StrJoin(filters, " ");
+  return kExitOk;
+}
+
+// Builds the request of `job submit`: the file named by the one word in
+// `words` (or --file), with --id overriding its job_id.
+int BuildJobSubmit(const std::vector<std::string>& words, const std::set<std::string>& set,
+                   const std::string& hint, v1::SubmitJobRequest* req) {
+  std::string file;
+  if (set.count("file")) {
+    if (!words.empty()) return UsageError("give the job file once: FILE or --file=FILE", hint);
+    file = absl::GetFlag(FLAGS_file);
+  } else if (words.size() == 1) {
+    file = words[0];
+  } else {
+    return UsageError(words.empty() ? "job submit needs a FILE ('-' = stdin)"
+                                    : absl::StrCat("unexpected \"", words[1], "\" after the FILE"),
+                      hint);
+  }
+  if (file.empty()) return UsageError("the job FILE is empty", hint);
+  absl::StatusOr<std::string> text = ReadInput(file);
+  if (!text.ok()) return UsageError(std::string(text.status().message()));
+  absl::StatusOr<v1::SubmitJobRequest> parsed =
+      taskgrid::ctl::ParseSubmitJobJson(*text, file == "-" ? "<stdin>" : file);
+  if (!parsed.ok()) {
+    return UsageError(std::string(parsed.status().message()),
+                      "Nothing was submitted. See 'taskgridctl help job submit' for the format.");
+  }
+  *req = std::move(*parsed);
+  if (set.count("id")) {
+    const std::string id = absl::GetFlag(FLAGS_id);
+    if (id.empty()) return UsageError("--id is empty", hint);
+    // Tasks that name the file's job follow it to the new id.
+    for (v1::TaskSpec& spec : *req->mutable_tasks()) {
+      if (!spec.job_id().empty() && spec.job_id() == req->job_id()) spec.set_job_id(id);
+    }
+    req->set_job_id(id);
+  }
+  return kExitOk;
+}
+
+int BuildJobList(v1::ListJobsRequest* req) {
+  for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
+    v1::JobState s;
+    if (!taskgrid::ctl::ParseJobStateName(name, &s)) {
+      return UsageError(absl::StrCat("--state: unknown job state \"", name, "\""), kJobStates);
+    }
+    req->add_states(s);
+  }
+  if (absl::GetFlag(FLAGS_page_size) < 0) return UsageError("--page_size is negative");
+  req->set_page_size(absl::GetFlag(FLAGS_page_size));
+  req->set_page_token(absl::GetFlag(FLAGS_page_token));
   return kExitOk;
 }
 
@@ -641,11 +787,25 @@ int Run(int argc, char** argv) {
   const bool help_flag = std::find(before.begin(), before.end(), "--help") != before.end();
   if (help_flag || (!words.empty() && words[0] == "help")) {
     std::string topic;
-    if (help_flag && !words.empty()) topic = words[0];
-    if (!help_flag && words.size() > 1) topic = words[1];
+    std::string sub;  // of `job`
+    if (help_flag && !words.empty()) {
+      topic = words[0];
+      if (words.size() > 1) sub = words[1];
+    }
+    if (!help_flag && words.size() > 1) {
+      topic = words[1];
+      if (words.size() > 2) sub = words[2];
+    }
     if (topic.empty() || topic == "help") {
       std::cout << UsageText();
       return kExitOk;
+    }
+    if (topic == "job") {
+      if (sub.empty()) {
+        std::cout << JobUsageText();
+        return kExitOk;
+      }
+      topic = absl::StrCat("job ", sub);
     }
     const Command* c = FindCommand(topic);
     if (c == nullptr) return UsageError(absl::StrCat("unknown command \"", topic, "\""));
@@ -665,8 +825,17 @@ int Run(int argc, char** argv) {
     std::cerr << UsageText();
     return kExitUsage;
   }
-  const std::string name = positional[1];
+  std::string name = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
+  if (name == "job") {
+    // Two words name the command: job submit, job get, ...
+    if (args.empty()) return UsageError("job needs a command", kJobCommands);
+    name = absl::StrCat("job ", args[0]);
+    args.erase(args.begin());
+    if (FindCommand(name) == nullptr) {
+      return UsageError(absl::StrCat("unknown command \"", name, "\""), kJobCommands);
+    }
+  }
   const Command* command = FindCommand(name);
   if (command == nullptr) return UsageError(absl::StrCat("unknown command \"", name, "\""));
   const std::string command_hint = absl::StrCat("Usage: taskgridctl ", command->synopsis);
@@ -687,7 +856,7 @@ int Run(int argc, char** argv) {
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout)});
 
   // 4. The command.
-  if ((name == "submit" || name == "wait") && !ValidWaitTimeout()) {
+  if ((name == "submit" || name == "wait" || name == "job submit") && !ValidWaitTimeout()) {
     return UsageError("--wait_timeout must be a positive duration like 10m", command_hint);
   }
   if (name == "submit") {
@@ -698,6 +867,32 @@ int Run(int argc, char** argv) {
     if (int rc = BuildSubmit(args, has_dashdash, after, set, &req); rc != kExitOk) return rc;
     if (absl::GetFlag(FLAGS_wait)) return client.SubmitAndWait(req, WaitTimeout());
     return client.Submit(req);
+  }
+  if (name == "job submit") {
+    if (set.count("wait_timeout") && !absl::GetFlag(FLAGS_wait)) {
+      return UsageError("--wait_timeout needs --wait", command_hint);
+    }
+    v1::SubmitJobRequest req;
+    if (int rc = BuildJobSubmit(args, set, command_hint, &req); rc != kExitOk) return rc;
+    return client.SubmitJob(req, absl::GetFlag(FLAGS_wait), WaitTimeout());
+  }
+  if (name == "job list") {
+    if (!args.empty()) {
+      return UsageError(absl::StrCat("unexpected \"", args[0], "\" after job list"), command_hint);
+    }
+    v1::ListJobsRequest req;
+    if (int rc = BuildJobList(&req); rc != kExitOk) return rc;
+    return client.ListJobs(req, absl::GetFlag(FLAGS_all));
+  }
+  if (name == "job get" || name == "job cancel" || name == "job retry") {
+    if (args.size() != 1 || args[0].empty()) {
+      return UsageError(absl::StrCat(name, args.empty() ? " needs a job ID" : " takes one job ID"),
+                        command_hint);
+    }
+    if (name == "job get") return client.GetJob(args[0]);
+    return client.ActOnJob(
+        name == "job cancel" ? taskgrid::ctl::JobAction::kCancel : taskgrid::ctl::JobAction::kRetry,
+        args[0]);
   }
   if (name == "wait") {
     if (args.empty()) return UsageError("wait needs a task ID", command_hint);

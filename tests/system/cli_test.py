@@ -1006,7 +1006,7 @@ class WithAgentTest(CliTestCase):
         for r in rows:
             rfc3339_to_unix(r["time"])
             self.assertEqual(set(r), {"revision", "task_id", "queue", "from_state", "to_state",
-                                      "attempt", "agent_id", "time", "reason"})
+                                      "attempt", "agent_id", "time", "reason", "job_id"})
 
         # Filters combine: the queue, into SUCCEEDED: both tasks, in order.
         out = self.ok("--json", "watch", f"--after={base}", f"--queue={q}",

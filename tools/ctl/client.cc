@@ -22,6 +22,7 @@
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
+#include "tools/ctl/job_tree.h"
 #include "tools/ctl/output.h"
 
 namespace taskgrid::ctl {
@@ -152,6 +153,105 @@ std::string RevisionText(std::optional<int64_t> after) {
   return after.has_value() ? absl::StrCat("after revision ", *after) : "from now on";
 }
 
+// A job wait asks GetJob again at least this often, even when the watch is
+// live and says nothing (a safety net; the watch is what wakes it).
+constexpr absl::Duration kJobSafetyPoll = absl::Seconds(5);
+// ...and at most this often when a burst of tasks ends.
+constexpr absl::Duration kJobMinPoll = absl::Milliseconds(50);
+// Without a watch: polls from this interval, doubling up to the next.
+constexpr absl::Duration kJobPollMin = absl::Milliseconds(100);
+constexpr absl::Duration kJobPollMax = absl::Seconds(2);
+
+// Tells a job wait that one of the job's tasks ended: a WatchTasks stream
+// filtered by the job and the terminal states, read on a thread of its own.
+// Lifecycle: 1. the constructor opens the stream on the thread; 2. the
+// scheduler's initial metadata says the watch is registered (every later
+// change reaches it): WaitEstablished() returns; 3. each event wakes
+// WaitEvent(); 4. the stream ends (an error, a restart) or the destructor
+// cancels it, then joins the thread. The stub is borrowed and must outlive
+// the watcher.
+class JobEndWatcher {
+ public:
+  JobEndWatcher(v1::TaskService::Stub* stub, const std::string& job_id) {
+    v1::WatchTasksRequest req;
+    req.set_job_id(job_id);
+    for (v1::TaskState s :
+         {v1::TASK_STATE_SUCCEEDED, v1::TASK_STATE_FAILED, v1::TASK_STATE_CANCELLED}) {
+      req.add_states(s);
+    }
+    thread_ = std::thread([this, stub, req = std::move(req)] { Run(stub, req); });
+  }
+
+  ~JobEndWatcher() {
+    ctx_.TryCancel();  // also when the call has not started yet
+    thread_.join();
+  }
+
+  JobEndWatcher(const JobEndWatcher&) = delete;
+  JobEndWatcher& operator=(const JobEndWatcher&) = delete;
+
+  // Until the watch is registered or ended, at most until `deadline`.
+  void WaitEstablished(absl::Time deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, absl::ToChronoTime(deadline), [this] { return established_ || ended_; });
+  }
+
+  // Until an event came since the last call, the stream ended, or
+  // `deadline`. True when an event came.
+  bool WaitEvent(absl::Time deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, absl::ToChronoTime(deadline),
+                   [this] { return events_ != consumed_ || ended_; });
+    const bool got = events_ != consumed_;
+    consumed_ = events_;
+    return got;
+  }
+
+  bool ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ended_;
+  }
+
+ private:
+  void Run(v1::TaskService::Stub* stub, const v1::WatchTasksRequest& req) {
+    std::unique_ptr<grpc::ClientReader<v1::TaskEvent>> reader = stub->WatchTasks(&ctx_, req);
+    reader->WaitForInitialMetadata();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      established_ = true;
+    }
+    cv_.notify_all();
+    v1::TaskEvent ev;
+    while (reader->Read(&ev)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++events_;
+      }
+      cv_.notify_all();
+    }
+    (void)reader->Finish();  // the wait goes on by polling; GetJob reports errors
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  grpc::ClientContext ctx_;  // no deadline: the watch lasts as long as the wait
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool established_ = false;  // guarded by mu_
+  bool ended_ = false;        // guarded by mu_
+  int64_t events_ = 0;        // guarded by mu_
+  int64_t consumed_ = 0;      // guarded by mu_: events_ at the last WaitEvent
+};
+
+bool IsLostScheduler(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::CANCELLED;
+}
+
 }  // namespace
 
 Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
@@ -164,6 +264,7 @@ Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
   channel_ = grpc::CreateCustomChannel(opts_.addr, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::TaskService::NewStub(channel_);
   cluster_stub_ = v1::ClusterService::NewStub(channel_);
+  job_stub_ = v1::JobService::NewStub(channel_);
 }
 
 void Client::Report(const grpc::Status& gs) const {
@@ -548,6 +649,171 @@ int Client::ClusterStats() {
     return kExitRpcFailed;
   }
   std::cout << (opts_.json ? ToJson(stats) : FormatClusterStats(stats));
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------
+// JobService.
+
+int Client::SubmitJob(const v1::SubmitJobRequest& req, bool wait, absl::Duration wait_timeout) {
+  v1::Job job;
+  if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->SubmitJob(ctx, req, &job); })) {
+    return kExitRpcFailed;
+  }
+  if (!wait) {
+    std::cout << (opts_.json ? ToJson(job) : FormatJobSummary(job) + "\n");
+    return kExitOk;
+  }
+  // The id (a generated one too) first, so the user knows what is waited on.
+  if (!opts_.json) std::cout << FormatJobSummary(job) << "\n" << std::flush;
+  const absl::Time deadline = wait_timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                       : absl::Now() + wait_timeout;
+  const std::string id = job.id();
+  if (!WaitJob(id, deadline, &job)) return kExitRpcFailed;
+  std::cout << (opts_.json ? ToJson(job) : FormatJobSummary(job) + "\n");
+  switch (job.state()) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return kExitOk;
+    case v1::JOB_STATE_FAILED:
+    case v1::JOB_STATE_CANCELLED:
+      return kExitTaskFailed;
+    default:
+      std::cout.flush();
+      std::cerr << "note: --wait_timeout=" << absl::FormatDuration(wait_timeout) << " passed; job "
+                << id << " is still " << JobStateName(job.state()) << "\n";
+      return kExitWaitTimedOut;
+  }
+}
+
+bool Client::GetJobPatiently(const std::string& id, absl::Time deadline, v1::Job* job) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  absl::Time lost_since = absl::InfiniteFuture();
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
+    const grpc::Status s = job_stub_->GetJob(&ctx, req, job);
+    if (s.ok()) return true;
+    // The scheduler answered the submit: gone now, it is most likely
+    // restarting. Keep asking for up to --timeout.
+    if (IsLostScheduler(s)) {
+      if (lost_since == absl::InfiniteFuture()) {
+        lost_since = absl::Now();
+        std::cerr << "note: lost the scheduler while waiting for job " << id << " ("
+                  << s.error_message() << "); trying again for up to "
+                  << absl::FormatDuration(opts_.timeout) << "\n";
+      }
+      if (absl::Now() - lost_since < opts_.timeout && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(250));
+        continue;
+      }
+    }
+    Report(s);
+    return false;
+  }
+}
+
+bool Client::WaitJob(const std::string& id, absl::Time deadline, v1::Job* job) {
+  // The watch is registered before the first GetJob, so no task can end
+  // unseen between the two: an end before it shows in GetJob, one after it
+  // wakes the loop.
+  auto watcher = std::make_unique<JobEndWatcher>(stub_.get(), id);
+  watcher->WaitEstablished(std::min(deadline, absl::Now() + opts_.timeout));
+  absl::Duration poll = kJobPollMin;  // backoff while there is no watch
+  while (true) {
+    const absl::Time asked = absl::Now();
+    if (!GetJobPatiently(id, deadline, job)) return false;
+    if (job->state() != v1::JOB_STATE_RUNNING || absl::Now() >= deadline) return true;
+    if (watcher->ended()) {
+      // Lost (e.g. a scheduler restart): back off, then watch again.
+      absl::SleepFor(std::min(poll, deadline - absl::Now()));
+      poll = std::min(poll * 2, kJobPollMax);
+      watcher = std::make_unique<JobEndWatcher>(stub_.get(), id);
+      watcher->WaitEstablished(std::min(deadline, absl::Now() + opts_.timeout));
+      continue;
+    }
+    if (watcher->WaitEvent(std::min(deadline, absl::Now() + kJobSafetyPoll))) {
+      poll = kJobPollMin;  // the watch works
+      // A burst of tasks ending asks once per kJobMinPoll, not once each.
+      const absl::Time next = std::min(asked + kJobMinPoll, deadline);
+      if (next > absl::Now()) absl::SleepFor(next - absl::Now());
+    }
+  }
+}
+
+int Client::GetJob(const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->GetJob(ctx, req, &job); })) {
+    return kExitRpcFailed;
+  }
+  std::vector<v1::Task> tasks;
+  v1::ListTasksRequest list;
+  list.set_job_id(id);
+  list.set_page_size(1000);
+  while (true) {
+    v1::ListTasksResponse page;
+    if (!Call([&](grpc::ClientContext* ctx) { return stub_->ListTasks(ctx, list, &page); })) {
+      return kExitRpcFailed;
+    }
+    for (v1::Task& t : *page.mutable_tasks()) tasks.push_back(std::move(t));
+    if (page.next_page_token().empty()) break;
+    list.set_page_token(page.next_page_token());
+  }
+  if (opts_.json) {
+    // JSON lines: the Job, then each Task in submit order.
+    std::cout << ToJsonLine(job);
+    for (const v1::Task& t : tasks) std::cout << ToJsonLine(t);
+  } else {
+    std::cout << FormatJobDetail(job) << "\n" << FormatJobTree(tasks);
+  }
+  return kExitOk;
+}
+
+int Client::ListJobs(v1::ListJobsRequest req, bool all) {
+  v1::ListJobsResponse merged;
+  while (true) {
+    v1::ListJobsResponse page;
+    if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->ListJobs(ctx, req, &page); })) {
+      return kExitRpcFailed;
+    }
+    for (v1::Job& j : *page.mutable_jobs()) *merged.add_jobs() = std::move(j);
+    merged.set_next_page_token(page.next_page_token());
+    if (!all || page.next_page_token().empty()) break;
+    req.set_page_token(page.next_page_token());
+  }
+  if (opts_.json) {
+    std::cout << ToJson(merged);
+  } else {
+    std::cout << FormatJobList({merged.jobs().begin(), merged.jobs().end()});
+  }
+  if (!merged.next_page_token().empty()) {
+    std::cout.flush();
+    std::cerr << "more: --page_token=" << merged.next_page_token() << "\n";
+  }
+  return kExitOk;
+}
+
+int Client::ActOnJob(JobAction action, const std::string& id) {
+  v1::Job job;
+  const bool ok = Call([&](grpc::ClientContext* ctx) {
+    switch (action) {
+      case JobAction::kCancel: {
+        v1::CancelJobRequest req;
+        req.set_id(id);
+        return job_stub_->CancelJob(ctx, req, &job);
+      }
+      case JobAction::kRetry: {
+        v1::RetryJobRequest req;
+        req.set_id(id);
+        return job_stub_->RetryJob(ctx, req, &job);
+      }
+    }
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unknown action");
+  });
+  if (!ok) return kExitRpcFailed;
+  std::cout << (opts_.json ? ToJson(job) : FormatJobSummary(job) + "\n");
   return kExitOk;
 }
 

@@ -16,6 +16,7 @@
 
 #include "absl/time/time.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
+#include "taskgrid/v1/job_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
 
 namespace taskgrid::ctl {
@@ -23,12 +24,14 @@ namespace taskgrid::ctl {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcFailed = 1;
 inline constexpr int kExitUsage = 2;
-// wait, submit --wait: a task ended FAILED or CANCELLED.
+// wait, submit --wait: a task ended FAILED or CANCELLED; job submit --wait:
+// the job ended FAILED or CANCELLED.
 inline constexpr int kExitTaskFailed = 3;
-// wait, submit --wait: --wait_timeout passed before every task finished.
+// wait, submit --wait, job submit --wait: --wait_timeout passed first.
 inline constexpr int kExitWaitTimedOut = 4;
 
 enum class Action { kCancel, kRetry, kReset, kPause, kResume };
+enum class JobAction { kCancel, kRetry };
 
 struct ClientOptions {
   std::string addr;                            // HOST:PORT of the scheduler
@@ -69,6 +72,16 @@ class Client {
   int Agents();
   int Drain(const std::string& agent_id);
   int ClusterStats();
+  // JobService. SubmitJob prints the job; with `wait`, it then waits until
+  // the job is no longer RUNNING (or `wait_timeout` passed; InfiniteDuration:
+  // no limit) and prints it again: kExitOk when it SUCCEEDED, kExitTaskFailed
+  // when it FAILED or was CANCELLED, kExitWaitTimedOut when still RUNNING.
+  int SubmitJob(const v1::SubmitJobRequest& req, bool wait, absl::Duration wait_timeout);
+  // The job, then its tasks (every page of ListTasks) as a tree.
+  int GetJob(const std::string& id);
+  // `all`: follows next_page_token until the last page.
+  int ListJobs(v1::ListJobsRequest req, bool all);
+  int ActOnJob(JobAction action, const std::string& id);
 
  private:
   // Runs `rpc` with a fresh context carrying the deadline. On failure prints
@@ -84,11 +97,20 @@ class Client {
   // The final (or, on timeout, the current) state of every task in `tasks`,
   // in place; returns the exit code.
   int WaitAll(std::vector<v1::Task>* tasks, absl::Duration wait_timeout, bool print_lines);
+  // GetJob; a scheduler that answered before and is unreachable now is
+  // asked again for up to --timeout (and not past `deadline`). False on an
+  // error (reported).
+  bool GetJobPatiently(const std::string& id, absl::Time deadline, v1::Job* job);
+  // Waits until job `id` is no longer RUNNING or `deadline` passed; `job`
+  // holds the last answer. Woken by a WatchTasks stream filtered by the job,
+  // with GetJob as the judge. False on an error (reported).
+  bool WaitJob(const std::string& id, absl::Time deadline, v1::Job* job);
 
   ClientOptions opts_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
+  std::unique_ptr<v1::JobService::Stub> job_stub_;          // same channel as stub_
 };
 
 }  // namespace taskgrid::ctl

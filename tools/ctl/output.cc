@@ -373,4 +373,57 @@ std::string FormatClusterStats(const v1::ClusterStats& stats) {
   return out;
 }
 
+std::string JobStateName(v1::JobState s) {
+  if (s == v1::JOB_STATE_UNSPECIFIED) return "-";
+  std::string name = v1::JobState_Name(s);
+  if (absl::StartsWith(name, "JOB_STATE_")) name = name.substr(10);
+  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
+}
+
+std::string FormatJobCounts(const v1::Job& job) {
+  // Known states in TaskState order, then any other key the scheduler sent.
+  std::vector<std::string> parts;
+  for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
+    if (!v1::TaskState_IsValid(s) || s == v1::TASK_STATE_UNSPECIFIED) continue;
+    const std::string name = core::StateName(static_cast<v1::TaskState>(s));
+    auto it = job.counts().find(name);
+    if (it != job.counts().end() && it->second != 0) {
+      parts.push_back(absl::StrCat(name, " ", it->second));
+    }
+  }
+  std::vector<std::string> others;
+  for (const auto& [name, n] : job.counts()) {
+    v1::TaskState unused;
+    if (n != 0 && !core::ParseStateName(name, &unused))
+      others.push_back(absl::StrCat(name, " ", n));
+  }
+  std::sort(others.begin(), others.end());
+  parts.insert(parts.end(), others.begin(), others.end());
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+std::string FormatJobSummary(const v1::Job& job) {
+  return absl::StrCat(job.id(), " ", JobStateName(job.state()), "  ", job.task_count(),
+                      job.task_count() == 1 ? " task: " : " tasks: ", FormatJobCounts(job));
+}
+
+std::string FormatJobDetail(const v1::Job& job) {
+  std::string out;
+  Field(&out, "Job", job.id());
+  Field(&out, "State", JobStateName(job.state()));
+  Field(&out, "Tasks", absl::StrCat(job.task_count(), " (", FormatJobCounts(job), ")"));
+  Field(&out, "Created", FormatTime(job.create_time()));
+  Field(&out, "Updated", FormatTime(job.update_time()));
+  return out;
+}
+
+std::string FormatJobList(const std::vector<v1::Job>& jobs) {
+  Table table({"ID", "STATE", "TASKS", "COUNTS", "CREATED", "UPDATED"});
+  for (const v1::Job& j : jobs) {
+    table.AddRow({j.id(), JobStateName(j.state()), absl::StrCat(j.task_count()), FormatJobCounts(j),
+                  FormatTime(j.create_time()), FormatTime(j.update_time())});
+  }
+  return table.Render();
+}
+
 }  // namespace taskgrid::ctl

@@ -10,6 +10,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
@@ -84,5 +85,22 @@ std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now);
 // The key/value view of `cluster`: agents by state, slots, stale messages,
 // the non-zero task counts in TaskState order.
 std::string FormatClusterStats(const v1::ClusterStats& stats);
+
+// "RUNNING" for JOB_STATE_RUNNING; "-" for JOB_STATE_UNSPECIFIED.
+std::string JobStateName(v1::JobState s);
+
+// A job's task counts in TaskState order, e.g. "SUCCEEDED 3, RUNNING 1"
+// (states with no task left out); "-" when there are none.
+std::string FormatJobCounts(const v1::Job& job);
+
+// One line (no newline) for job submit, cancel, retry and the end of
+// job submit --wait: "ID STATE  N tasks: COUNTS".
+std::string FormatJobSummary(const v1::Job& job);
+
+// The header of `job get`: ID, state, tasks with their counts, times.
+std::string FormatJobDetail(const v1::Job& job);
+
+// The table of `job list`: ID, STATE, TASKS, COUNTS, CREATED, UPDATED.
+std::string FormatJobList(const std::vector<v1::Job>& jobs);
 
 }  // namespace taskgrid::ctl

@@ -74,6 +74,18 @@ absl::Status ParseSpecList(const google::protobuf::ListValue& list, absl::string
   return absl::OkStatus();
 }
 
+// `text` as a generic JSON value; a syntax error says where it is.
+absl::Status ParseDocument(absl::string_view text, absl::string_view source,
+                           google::protobuf::Value* doc) {
+  if (auto s = google::protobuf::util::JsonStringToMessage(
+          google::protobuf::StringPiece(text.data(), text.size()), doc);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": invalid JSON: ", SyntaxError(text, s.message().ToString())));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now) {
@@ -102,12 +114,7 @@ absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view t
   // Parsed first as a generic JSON value to tell the three shapes apart and
   // to report a syntax error once, whatever the shape.
   google::protobuf::Value doc;
-  if (auto s = google::protobuf::util::JsonStringToMessage(
-          google::protobuf::StringPiece(text.data(), text.size()), &doc);
-      !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": invalid JSON: ", SyntaxError(text, s.message().ToString())));
-  }
+  if (absl::Status s = ParseDocument(text, source, &doc); !s.ok()) return s;
   std::vector<v1::TaskSpec> specs;
   absl::Status status;
   if (doc.has_list_value()) {
@@ -135,6 +142,54 @@ absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view t
   if (!status.ok()) return status;
   if (specs.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": holds no tasks"));
   return specs;
+}
+
+absl::StatusOr<v1::SubmitJobRequest> ParseSubmitJobJson(absl::string_view text,
+                                                        absl::string_view source) {
+  const std::string shape = "a job file holds {\"job_id\": \"ID\", \"tasks\": [TASK, ...]}";
+  google::protobuf::Value doc;
+  if (absl::Status s = ParseDocument(text, source, &doc); !s.ok()) return s;
+  if (!doc.has_struct_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected an object: ", shape));
+  }
+  v1::SubmitJobRequest req;
+  const google::protobuf::Value* tasks = nullptr;
+  for (const auto& [key, value] : doc.struct_value().fields()) {
+    if (key == "job_id" || key == "jobId") {
+      if (!value.has_string_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": \"", key, "\" must be a string"));
+      }
+      req.set_job_id(value.string_value());
+    } else if (key == "tasks") {
+      tasks = &value;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": unknown field \"", key, "\" (", shape, ")"));
+    }
+  }
+  if (tasks == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no \"tasks\" (", shape, ")"));
+  }
+  if (!tasks->has_list_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": \"tasks\" must be an array"));
+  }
+  std::vector<v1::TaskSpec> specs;
+  if (absl::Status s = ParseSpecList(tasks->list_value(), source, &specs); !s.ok()) return s;
+  if (specs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": \"tasks\" is empty: a job needs at least one task"));
+  }
+  for (v1::TaskSpec& spec : specs) *req.add_tasks() = std::move(spec);
+  return req;
+}
+
+bool ParseJobStateName(absl::string_view name, v1::JobState* out) {
+  std::string upper = absl::AsciiStrToUpper(name);
+  if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+  v1::JobState s;
+  if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) return false;
+  *out = s;
+  return true;
 }
 
 }  // namespace taskgrid::ctl

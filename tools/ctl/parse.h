@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/key_values.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::ctl {
@@ -29,5 +30,15 @@ absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now);
 // `source` (a file name, or "<stdin>") starts every error message.
 absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view text,
                                                              absl::string_view source);
+
+// A job file: a SubmitJobRequest in proto3 JSON, {"job_id": "etl-1",
+// "tasks": [TASK, ...]} (job_id may be left out). Each TASK is parsed as in
+// ParseTaskSpecsJson, so an error names the task (tasks[2]) and the field.
+// `source` starts every error message.
+absl::StatusOr<v1::SubmitJobRequest> ParseSubmitJobJson(absl::string_view text,
+                                                        absl::string_view source);
+
+// Accepts "RUNNING", "running" and "JOB_STATE_RUNNING".
+bool ParseJobStateName(absl::string_view name, v1::JobState* out);
 
 }  // namespace taskgrid::ctl
