@@ -1,0 +1,410 @@
+#include "tools/bench/cluster.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/grpc_status.h"
+#include "tools/bench/child_process.h"
+
+namespace taskgrid::bench {
+
+namespace {
+
+constexpr absl::Duration kRpcDeadline = absl::Seconds(30);
+constexpr absl::Duration kSchedulerStartTimeout = absl::Seconds(120);
+constexpr absl::Duration kAgentStopTimeout = absl::Seconds(10);
+
+}  // namespace
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + d));
+}
+
+absl::Status RpcError(const std::string& what, const grpc::Status& s) {
+  const absl::Status as = FromGrpcStatus(s);
+  return absl::Status(
+      as.code(),
+      absl::StrCat(what, " failed: ", absl::StatusCodeToString(as.code()), ": ", as.message()));
+}
+
+absl::Status WaitFor(const std::string& what, absl::Duration timeout, absl::Duration interval,
+                     const std::function<absl::StatusOr<bool>()>& pred,
+                     const std::function<std::string()>& detail) {
+  const absl::Duration deadline = MonoNow() + timeout;
+  absl::Status last = absl::OkStatus();
+  while (true) {
+    absl::StatusOr<bool> r = pred();
+    if (r.ok() && *r) return absl::OkStatus();
+    if (!r.ok()) {
+      if (r.status().code() == absl::StatusCode::kAborted) return r.status();  // fatal
+      last = r.status();
+    }
+    if (MonoNow() > deadline) {
+      std::string msg =
+          absl::StrCat("timed out after ", absl::FormatDuration(timeout), " waiting for ", what);
+      if (!last.ok()) absl::StrAppend(&msg, "; last error: ", last.ToString());
+      if (detail) absl::StrAppend(&msg, "; ", detail());
+      return absl::DeadlineExceededError(msg);
+    }
+    absl::SleepFor(interval);
+  }
+}
+
+v1::TaskSpec NoopTask(const std::string& id, const std::string& queue, int payload_bytes,
+                      int priority) {
+  v1::TaskSpec t;
+  t.set_id(id);
+  t.set_queue(queue);
+  t.set_priority(priority);
+  t.add_steps()->mutable_builtin()->set_name("noop");
+  t.set_payload(std::string(static_cast<size_t>(payload_bytes), 'x'));
+  return t;
+}
+
+std::string StateName(v1::TaskState s) {
+  std::string name = v1::TaskState_Name(s);
+  absl::string_view v(name);
+  absl::ConsumePrefix(&v, "TASK_STATE_");
+  return std::string(v);
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const BenchOptions& opts,
+                                                         const std::string& name) {
+  std::string tmpl = absl::StrCat(opts.tmp_base, "/taskgrid-bench-", name, "-XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a directory like ", tmpl, ": ", strerror(errno)));
+  }
+  RegisterTempDir(tmpl);
+  std::unique_ptr<Cluster> c(new Cluster(opts, tmpl));
+  if (c->external()) {
+    c->addr_ = opts.addr;
+    c->Connect();
+  }
+  return c;
+}
+
+Cluster::~Cluster() {
+  if (external()) {
+    StopAllAgents().IgnoreError();
+  }
+  KillChildren();
+  agents_.clear();  // SIGKILL + reap each
+  scheduler_.reset();
+  tasks_.reset();
+  cluster_.reset();
+  health_.reset();
+  channel_.reset();
+  if (opts_.keep) {
+    spdlog::info("kept {}", dir_);
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  ForgetTempDir(dir_);
+}
+
+void Cluster::Connect() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  channel_ = grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), args);
+  tasks_ = v1::TaskService::NewStub(channel_);
+  cluster_ = v1::ClusterService::NewStub(channel_);
+  health_ = grpc::health::v1::Health::NewStub(channel_);
+}
+
+pid_t Cluster::scheduler_pid() const {
+  if (external()) return opts_.scheduler_pid;
+  return scheduler_ ? scheduler_->pid() : 0;
+}
+
+absl::Status Cluster::CheckSchedulerAlive() {
+  if (external() || scheduler_ == nullptr) return absl::OkStatus();
+  if (scheduler_->Alive()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("the scheduler ", scheduler_->ExitDescription(),
+                                         "; the end of ", scheduler_->log_path(), ":\n",
+                                         scheduler_->LogTail(3000)));
+}
+
+absl::Status Cluster::CheckServing(absl::Duration deadline) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, deadline);
+  ctx.set_wait_for_ready(true);
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s = health_->Check(&ctx, req, &resp);
+  if (!s.ok()) return RpcError("Health.Check", s);
+  if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError("health is not SERVING yet");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags) {
+  ++scheduler_starts_;
+  const std::string port_file = absl::StrCat(dir_, "/port");
+  std::error_code ec;
+  std::filesystem::remove(port_file, ec);
+  std::vector<std::string> argv = {
+      opts_.scheduler_bin,
+      "--listen=127.0.0.1:0",
+      absl::StrCat("--data_dir=", dir_, "/data"),
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--durability=", opts_.durability),
+      absl::StrCat("--heartbeat_interval=", absl::FormatDuration(opts_.heartbeat_interval)),
+      absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(opts_.heartbeat_timeout)),
+      absl::StrCat("--reconnect_grace=", absl::FormatDuration(opts_.reconnect_grace)),
+      absl::StrCat("--log_level=", opts_.scheduler_log_level)};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  const std::string log = absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log");
+  auto child = ChildProcess::Spawn("taskgrid-scheduler", argv, log);
+  if (!child.ok()) return child.status();
+  scheduler_ = std::move(*child);
+  spdlog::info("scheduler pid {} started (start #{}, log {})", scheduler_->pid(), scheduler_starts_,
+               log);
+  // The port file appears once the server listens (after recovery).
+  absl::Status s = WaitFor("the scheduler to write its port file", kSchedulerStartTimeout,
+                           absl::Milliseconds(1), [&]() -> absl::StatusOr<bool> {
+                             if (absl::Status a = CheckSchedulerAlive(); !a.ok()) return a;
+                             return access(port_file.c_str(), R_OK) == 0;
+                           });
+  if (!s.ok()) return s;
+  std::ifstream in(port_file);
+  int port = 0;
+  if (!(in >> port) || port <= 0) {
+    return absl::InternalError(absl::StrCat("cannot read a port from ", port_file));
+  }
+  addr_ = absl::StrCat("127.0.0.1:", port);
+  Connect();
+  return WaitFor("the scheduler's health check to answer SERVING", absl::Seconds(30),
+                 absl::Milliseconds(1), [&]() -> absl::StatusOr<bool> {
+                   if (absl::Status a = CheckSchedulerAlive(); !a.ok()) return a;
+                   absl::Status h = CheckServing(absl::Seconds(2));
+                   if (!h.ok()) return h;
+                   return true;
+                 });
+}
+
+absl::Status Cluster::StartScheduler(const std::vector<std::string>& extra_flags) {
+  if (external()) {
+    absl::Status s = CheckServing(absl::Seconds(10));
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the scheduler at --addr=", addr_, " does not serve: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+  scheduler_flags_ = extra_flags;
+  return SpawnScheduler(extra_flags);
+}
+
+absl::Status Cluster::StopScheduler(absl::Duration timeout) {
+  if (external()) return absl::FailedPreconditionError("cannot stop a scheduler given by --addr");
+  if (scheduler_ == nullptr) return absl::OkStatus();
+  absl::Status s = scheduler_->Stop(SIGTERM, timeout);
+  if (!s.ok()) return s;
+  const int status = scheduler_->wait_status();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("the scheduler ", scheduler_->ExitDescription(),
+                                            " on SIGTERM; the end of its log:\n",
+                                            scheduler_->LogTail(3000)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RestartScheduler(absl::Duration* to_serving) {
+  if (external())
+    return absl::FailedPreconditionError("cannot restart a scheduler given by --addr");
+  if (scheduler_ != nullptr && scheduler_->Alive()) {
+    return absl::FailedPreconditionError("the scheduler still runs");
+  }
+  absl::Status s = SpawnScheduler(scheduler_flags_);
+  if (!s.ok()) return s;
+  *to_serving = MonoNow() - scheduler_->spawn_mono();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChildProcess*> Cluster::StartAgent(const std::string& id, int slots,
+                                                  const std::vector<std::string>& extra_flags) {
+  std::vector<std::string> argv = {opts_.agent_bin, absl::StrCat("--scheduler=", addr_),
+                                   absl::StrCat("--id=", id), absl::StrCat("--slots=", slots),
+                                   absl::StrCat("--log_level=", opts_.agent_log_level)};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  auto child = ChildProcess::Spawn(absl::StrCat("agent ", id), argv,
+                                   absl::StrCat(dir_, "/agent-", id, ".log"));
+  if (!child.ok()) return child.status();
+  ChildProcess* p = child->get();
+  agents_[id] = std::move(*child);
+  return p;
+}
+
+ChildProcess* Cluster::agent(const std::string& id) {
+  auto it = agents_.find(id);
+  return it == agents_.end() ? nullptr : it->second.get();
+}
+
+absl::Status Cluster::StopAgent(const std::string& id) {
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return absl::OkStatus();
+  absl::Status s = it->second->Stop(SIGINT, kAgentStopTimeout);
+  agents_.erase(it);
+  return s;
+}
+
+absl::Status Cluster::StopAllAgents() {
+  // SIGINT to all first, so they drain side by side.
+  for (auto& [id, a] : agents_) a->Signal(SIGINT);
+  absl::Status first = absl::OkStatus();
+  while (!agents_.empty()) {
+    absl::Status s = StopAgent(agents_.begin()->first);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+absl::StatusOr<ChildProcess*> Cluster::StartChild(const std::string& name,
+                                                  const std::vector<std::string>& argv) {
+  auto child = ChildProcess::Spawn(name, argv, absl::StrCat(dir_, "/", name, ".log"));
+  if (!child.ok()) return child.status();
+  children_.push_back(std::move(*child));
+  return children_.back().get();
+}
+
+void Cluster::KillChildren() {
+  for (auto& c : children_) c->Kill();
+  children_.clear();
+}
+
+absl::StatusOr<v1::ListAgentsResponse> Cluster::ListAgents() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kRpcDeadline);
+  v1::ListAgentsResponse resp;
+  const grpc::Status s = cluster_->ListAgents(&ctx, v1::ListAgentsRequest(), &resp);
+  if (!s.ok()) return RpcError("ListAgents", s);
+  return resp;
+}
+
+absl::Status Cluster::WaitAgentsActive(const std::vector<std::string>& ids,
+                                       absl::Duration timeout) {
+  std::string missing;
+  return WaitFor(
+      absl::StrCat("agent(s) ", absl::StrJoin(ids, ","), " to connect"), timeout,
+      absl::Milliseconds(20),
+      [&]() -> absl::StatusOr<bool> {
+        if (absl::Status a = CheckSchedulerAlive(); !a.ok()) return a;
+        for (const auto& [id, a] : agents_) {
+          if (!a->Alive()) {
+            return absl::AbortedError(
+                absl::StrCat(a->name(), " ", a->ExitDescription(), ":\n", a->LogTail(2000)));
+          }
+        }
+        auto resp = ListAgents();
+        if (!resp.ok()) return resp.status();
+        std::map<std::string, v1::AgentState> states;
+        for (const auto& a : resp->agents()) states[a.id()] = a.state();
+        missing.clear();
+        for (const std::string& id : ids) {
+          auto it = states.find(id);
+          if (it == states.end() || it->second != v1::AGENT_STATE_ACTIVE) {
+            absl::StrAppend(&missing, missing.empty() ? "" : ",", id);
+          }
+        }
+        return missing.empty();
+      },
+      [&] { return absl::StrCat("not active: ", missing); });
+}
+
+absl::Status Cluster::SubmitGenerated(int64_t count, int batch,
+                                      const std::function<v1::TaskSpec(int64_t)>& make) {
+  for (int64_t i = 0; i < count;) {
+    v1::SubmitTasksRequest req;
+    for (int64_t j = 0; j < batch && i < count; ++j, ++i) *req.add_tasks() = make(i);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kRpcDeadline);
+    v1::SubmitTasksResponse resp;
+    const grpc::Status s = tasks_->SubmitTasks(&ctx, req, &resp);
+    if (!s.ok()) {
+      absl::Status alive = CheckSchedulerAlive();
+      return alive.ok() ? RpcError(absl::StrCat("SubmitTasks (", req.tasks_size(), " tasks)"), s)
+                        : alive;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> Cluster::QueueCounts(const std::string& queue) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kRpcDeadline);
+  v1::GetQueueStatsRequest req;
+  req.set_queue(queue);
+  v1::GetQueueStatsResponse resp;
+  const grpc::Status s = tasks_->GetQueueStats(&ctx, req, &resp);
+  if (!s.ok()) return RpcError("GetQueueStats", s);
+  std::map<std::string, int64_t> out;
+  for (const auto& q : resp.queues()) {
+    if (q.queue() != queue) continue;
+    for (const auto& [state, n] : q.counts()) out[state] += n;
+  }
+  return out;
+}
+
+absl::Status Cluster::WaitQueueState(const std::string& queue, const std::string& state, int64_t n,
+                                     absl::Duration timeout) {
+  std::map<std::string, int64_t> last;
+  return WaitFor(
+      absl::StrCat(n, " tasks of queue ", queue, " to be ", state), timeout, absl::Milliseconds(50),
+      [&]() -> absl::StatusOr<bool> {
+        if (absl::Status a = CheckSchedulerAlive(); !a.ok()) return a;
+        auto counts = QueueCounts(queue);
+        if (!counts.ok()) return counts.status();
+        last = *counts;
+        return last[state] >= n;
+      },
+      [&] {
+        std::vector<std::string> parts;
+        for (const auto& [s, c] : last) parts.push_back(absl::StrCat(s, "=", c));
+        return absl::StrCat("last counts: ", absl::StrJoin(parts, " "));
+      });
+}
+
+absl::StatusOr<std::vector<v1::Task>> Cluster::ListAll(const std::string& queue,
+                                                       const std::vector<v1::TaskState>& states) {
+  std::vector<v1::Task> out;
+  v1::ListTasksRequest req;
+  req.set_queue(queue);
+  for (v1::TaskState s : states) req.add_states(s);
+  req.set_page_size(1000);
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kRpcDeadline);
+    v1::ListTasksResponse resp;
+    const grpc::Status s = tasks_->ListTasks(&ctx, req, &resp);
+    if (!s.ok()) return RpcError("ListTasks", s);
+    for (auto& t : *resp.mutable_tasks()) out.push_back(std::move(t));
+    if (resp.next_page_token().empty()) break;
+    req.set_page_token(resp.next_page_token());
+  }
+  return out;
+}
+
+std::vector<Setting> Cluster::BaseSettings() const {
+  if (external()) return {S("scheduler", addr_)};
+  return {S("durability", opts_.durability), D("heartbeat_interval", opts_.heartbeat_interval),
+          D("heartbeat_timeout", opts_.heartbeat_timeout),
+          D("reconnect_grace", opts_.reconnect_grace)};
+}
+
+}  // namespace taskgrid::bench

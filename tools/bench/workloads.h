@@ -1,0 +1,62 @@
+// The six workloads of taskgrid-bench (issue 6). Each starts what it needs
+// (a scheduler of its own unless --addr, real taskgrid-agent processes,
+// simulated agents), measures, appends its Figures, and stops everything it
+// started before returning, on success and on error alike.
+//
+// Called from main() on its thread, one workload at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "tools/bench/cluster.h"
+#include "tools/bench/report.h"
+
+namespace taskgrid::bench {
+
+// How big each workload is. Full() is the issue's; Smoke() runs each in a
+// few seconds.
+struct Sizes {
+  int payload_bytes = 100;
+  int64_t w1_tasks = 20000;
+  int w1_in_flight = 64;
+  int w1_batch = 100;
+  // Which of W1's three modes run (all by default; fewer for profiling one).
+  bool w1_one = true, w1_pipelined = true, w1_batched = true;
+  int64_t w2_tasks = 20000;
+  int w2_agents = 2;
+  int w2_slots = 50;  // per agent
+  int64_t w3_samples = 1000;
+  int64_t w3_warmup = 100;
+  int w3_slots = 4;
+  int64_t w4_tasks = 50;
+  int w4_sleep_seconds = 30;
+  int64_t w5_table = 1000000;
+  int64_t w5_drain = 10000;  // drained after restart; also the small table's size
+  double w5_succeeded_fraction = 0.02;
+  double w5_cancelled_fraction = 0.01;
+  std::vector<int64_t> w6_agents = {2000, 10000};
+  absl::Duration w6_window = absl::Seconds(60);
+  int w6_per_process = 1000;
+
+  static Sizes Full() { return Sizes(); }
+  static Sizes Smoke();
+};
+
+struct RunContext {
+  BenchOptions opts;
+  Sizes sizes;
+  std::string tag;  // unique per bench run: part of every task id and queue
+};
+
+absl::Status RunW1Submit(const RunContext& ctx, std::vector<Figure>* out);
+absl::Status RunW2Drain(const RunContext& ctx, std::vector<Figure>* out);
+absl::Status RunW3Latency(const RunContext& ctx, std::vector<Figure>* out);
+absl::Status RunW4Recovery(const RunContext& ctx, std::vector<Figure>* out);
+absl::Status RunW5Restart(const RunContext& ctx, std::vector<Figure>* out);
+absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out);
+
+}  // namespace taskgrid::bench
