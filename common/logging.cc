@@ -3,9 +3,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/synchronization/mutex.h"
+
 namespace taskgrid {
 
 void InitLogging(const std::string& process_name, const std::string& level) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   auto logger = spdlog::stderr_color_mt(process_name);
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %n: %v");

@@ -1073,6 +1073,11 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
 }
 
 void Scheduler::Dispatch() {
+  // Called on every tick: nothing ready must cost nothing, however many
+  // agents there are.
+  if (std::all_of(ready_.begin(), ready_.end(), [](const auto& e) { return e.second.empty(); })) {
+    return;
+  }
   std::vector<AgentRecord*> agents;
   for (auto& [id, a] : agents_) {
     if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());

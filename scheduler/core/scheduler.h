@@ -150,6 +150,8 @@ class Scheduler {
 
   // What the operations since the last call require.
   Effects TakeEffects();
+  // What TakeEffects would return now.
+  const Effects& pending_effects() const { return effects_; }
 
   // --- Introspection. ---
   const AgentRecord* FindAgent(const std::string& id) const;
