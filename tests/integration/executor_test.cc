@@ -889,6 +889,15 @@ TEST(TaskRun, CancelBeforeRunMakesNoDirectory) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/work"));
 }
 
+TEST(TaskRun, BuiltinsOnlyMakeNoDirectory) {
+  // They cannot read inputs or write the output file; the directory would
+  // only cost syscalls on every noop.
+  TempDir tmp;
+  TaskRun run(Assignment({Builtin("noop")}), InDir(tmp.path() + "/work"));
+  EXPECT_EQ(run.Run().outcome(), v1::OUTCOME_SUCCEEDED);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/work"));
+}
+
 TEST(TaskRun, DefaultWorkDirIsUnderTmpdirAndNamedAfterTheAgent) {
   const char* old = std::getenv("TMPDIR");
   const std::string saved = old != nullptr ? old : "";
