@@ -11,6 +11,18 @@ namespace taskgrid::engine {
 
 namespace {
 absl::Status Stopped() { return absl::UnavailableError("the scheduler is shutting down"); }
+
+// page_size (0: 100, at most 1000) and page_token (a submit seq) of a list
+// request.
+absl::Status ParsePage(int32_t page_size, const std::string& page_token, int* size,
+                       int64_t* after_seq) {
+  if (page_size < 0) return absl::InvalidArgumentError("page_size is negative");
+  *size = page_size == 0 ? 100 : std::min(page_size, 1000);
+  if (!page_token.empty() && (!absl::SimpleAtoi(page_token, after_seq) || *after_seq <= 0)) {
+    return absl::InvalidArgumentError("page_token is malformed: pass a next_page_token as is");
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
@@ -192,21 +204,13 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
   core::ListFilter filter;
   filter.queue = req.queue();
   filter.job_id = req.job_id();
-  absl::Status bad;
-  if (req.page_size() < 0) {
-    bad = absl::InvalidArgumentError("page_size is negative");
-  } else {
-    filter.page_size = req.page_size() == 0 ? 100 : std::min(req.page_size(), 1000);
-  }
+  absl::Status bad =
+      ParsePage(req.page_size(), req.page_token(), &filter.page_size, &filter.after_seq);
   for (int s : req.states()) {
     if (s <= v1::TASK_STATE_UNSPECIFIED || !v1::TaskState_IsValid(s)) {
       bad = absl::InvalidArgumentError(absl::StrCat("states has an unknown state ", s));
     }
     filter.states.push_back(static_cast<v1::TaskState>(s));
-  }
-  if (!req.page_token().empty() &&
-      (!absl::SimpleAtoi(req.page_token(), &filter.after_seq) || filter.after_seq <= 0)) {
-    bad = absl::InvalidArgumentError("page_token is malformed: pass a next_page_token as is");
   }
   absl::StatusOr<v1::ListTasksResponse> result;
   if (!bad.ok()) {
@@ -312,21 +316,13 @@ void Engine::ListJobs(const v1::ListJobsRequest& req, Reply<v1::ListJobsResponse
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
   core::JobListFilter filter;
-  absl::Status bad;
-  if (req.page_size() < 0) {
-    bad = absl::InvalidArgumentError("page_size is negative");
-  } else {
-    filter.page_size = req.page_size() == 0 ? 100 : std::min(req.page_size(), 1000);
-  }
+  absl::Status bad =
+      ParsePage(req.page_size(), req.page_token(), &filter.page_size, &filter.after_seq);
   for (int s : req.states()) {
     if (s <= v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) {
       bad = absl::InvalidArgumentError(absl::StrCat("states has an unknown job state ", s));
     }
     filter.states.push_back(static_cast<v1::JobState>(s));
-  }
-  if (!req.page_token().empty() &&
-      (!absl::SimpleAtoi(req.page_token(), &filter.after_seq) || filter.after_seq <= 0)) {
-    bad = absl::InvalidArgumentError("page_token is malformed: pass a next_page_token as is");
   }
   absl::StatusOr<v1::ListJobsResponse> result;
   if (!bad.ok()) {

@@ -271,9 +271,8 @@ TEST(Scheduler, HealthAndReflectionAreServed) {
   ASSERT_TRUE(stream->Read(&listed));
   std::set<std::string> services;
   for (const auto& s : listed.list_services_response().service()) services.insert(s.name());
-  for (const char* want :
-       {"taskgrid.v1.TaskService", "taskgrid.v1.AgentService", "taskgrid.v1.JobService",
-        "grpc.health.v1.Health"}) {
+  for (const char* want : {"taskgrid.v1.TaskService", "taskgrid.v1.AgentService",
+                           "taskgrid.v1.JobService", "grpc.health.v1.Health"}) {
     EXPECT_TRUE(services.count(want)) << want;
   }
   // Each listed service can also be described (the health descriptor is
