@@ -108,7 +108,7 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
                      });
                    } else {
                      if (last > 0) published_revision_.store(last);
-                     Publish(events);
+                     Publish(events, last);
                      Deliver(messages, closes);
                    }
                    for (auto& [done, resp] : resolved) {
@@ -122,13 +122,15 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
                  });
 }
 
-void Engine::Publish(const std::vector<core::EventRow>& events) {
-  if (events.empty()) return;
+void Engine::Publish(const std::vector<core::EventRow>& events, int64_t last) {
+  // `events` is empty when no watch existed as the commit was queued; a
+  // watch started since then still learns that `last` has landed.
+  if (last <= 0 || watch_count_.load() == 0) return;
   std::vector<v1::TaskEvent> converted;
   converted.reserve(events.size());
   for (const core::EventRow& e : events) converted.push_back(Watch::ToEvent({e.revision, e}));
   std::lock_guard<std::mutex> lock(watches_mu_);
-  for (const std::shared_ptr<Watch>& w : watches_) w->Offer(converted);
+  for (const std::shared_ptr<Watch>& w : watches_) w->Offer(converted, last);
 }
 
 template <typename T>
@@ -383,36 +385,44 @@ absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRe
     }
   }
   if (req.after_revision() < 0) return absl::InvalidArgumentError("after_revision is negative");
+  // Counted first: every commit queued from now on keeps its events for
+  // the watches, and every one queued before has a revision <= newest,
+  // which the watch replays from the store (waiting for it to land).
+  watch_count_.fetch_add(1);
   int64_t oldest, newest;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return Stopped();
     oldest = sched_.oldest_revision();
     newest = sched_.last_revision();
+    if (stopped_) {
+      watch_count_.fetch_sub(1);
+      return Stopped();
+    }
   }
   int64_t after = req.after_revision();
   if (!req.has_after_revision()) {
     after = published_revision_.load();
   } else if (after + 1 < oldest) {
+    watch_count_.fetch_sub(1);
     return absl::OutOfRangeError(
         absl::StrCat("revision ", after, " is older than the kept history, which starts at ",
                      oldest, "; watch from now (leave after_revision unset)"));
   } else if (after > newest) {
+    watch_count_.fetch_sub(1);
     return absl::OutOfRangeError(
         absl::StrCat("revision ", after, " is ahead of the newest, ", newest));
   }
-  auto watch = std::make_shared<Watch>(req, after, store_, opts_.watch_queue, std::move(wake));
+  auto watch =
+      std::make_shared<Watch>(req, after, store_, opts_.watch_queue, std::move(wake), newest);
   std::lock_guard<std::mutex> lock(watches_mu_);
   watches_.insert(watch);
-  watch_count_.store(static_cast<int>(watches_.size()));
   return watch;
 }
 
 void Engine::StopWatch(const std::shared_ptr<Watch>& watch) {
   watch->Close();
   std::lock_guard<std::mutex> lock(watches_mu_);
-  watches_.erase(watch);
-  watch_count_.store(static_cast<int>(watches_.size()));
+  if (watches_.erase(watch) > 0) watch_count_.fetch_sub(1);
 }
 
 // ---------------------------------------------------------------------------

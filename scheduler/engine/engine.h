@@ -130,8 +130,9 @@ class Engine {
   void Answer(absl::StatusOr<T> result, Reply<T> done);
   void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
   void TickerLoop();
-  // Offers committed events to every watch (writer thread, commit order).
-  void Publish(const std::vector<core::EventRow>& events);
+  // Offers committed events (through revision `last`) to every watch
+  // (writer thread, commit order).
+  void Publish(const std::vector<core::EventRow>& events, int64_t last);
   void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
               const std::string& id, Reply<v1::Task> done);
   void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),

@@ -12,7 +12,7 @@ constexpr int kReplayChunk = 512;
 }  // namespace
 
 Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store::Store* store,
-             size_t max_queue, std::function<void()> wake)
+             size_t max_queue, std::function<void()> wake, int64_t must_replay_through)
     : queue_(filter.queue()),
       job_id_(filter.job_id()),
       task_ids_(filter.task_ids().begin(), filter.task_ids().end()),
@@ -21,6 +21,7 @@ Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store:
       max_queue_(max_queue),
       wake_(std::move(wake)),
       cursor_(after_revision),
+      offered_(must_replay_through),
       sent_(after_revision) {}
 
 bool Watch::Matches(const v1::TaskEvent& e) const {
@@ -44,26 +45,34 @@ v1::TaskEvent Watch::ToEvent(const store::StoredEvent& se) {
   return e;
 }
 
-void Watch::Offer(const std::vector<v1::TaskEvent>& events) {
-  if (events.empty()) return;
+void Watch::Offer(const std::vector<v1::TaskEvent>& events, int64_t through) {
+  if (through <= 0) return;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || !failed_.ok()) return;
-    offered_ = std::max(offered_, events.back().revision());
-    if (replaying_) return;  // already in the store: the replay reads them
-    for (const v1::TaskEvent& e : events) {
-      if (e.revision() <= cursor_) continue;
-      cursor_ = e.revision();
-      if (!Matches(e)) continue;
-      if (queue_events_.size() >= max_queue_) {
-        failed_ = absl::ResourceExhaustedError(
-            absl::StrCat("this watcher fell more than ", max_queue_,
-                         " events behind; resume with after_revision=", sent_));
-        queue_events_.clear();
-        break;
+    offered_ = std::max(offered_, through);
+    if (replaying_) {
+      // Already in the store: the replay reads them. Wake a replay that
+      // waits for a commit to land.
+      if (idle_) {
+        idle_ = false;
+        wake = true;
       }
-      queue_events_.push_back(e);
+    } else {
+      for (const v1::TaskEvent& e : events) {
+        if (e.revision() <= cursor_) continue;
+        cursor_ = e.revision();
+        if (!Matches(e)) continue;
+        if (queue_events_.size() >= max_queue_) {
+          failed_ = absl::ResourceExhaustedError(
+              absl::StrCat("this watcher fell more than ", max_queue_,
+                           " events behind; resume with after_revision=", sent_));
+          queue_events_.clear();
+          break;
+        }
+        queue_events_.push_back(e);
+      }
     }
     if (idle_ && (!queue_events_.empty() || !failed_.ok())) {
       idle_ = false;
@@ -95,6 +104,11 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
     auto chunk = store_->ReadEvents(from, kReplayChunk);
     if (!chunk.ok()) return chunk.status();
     std::lock_guard<std::mutex> lock(mu_);
+    if (chunk->empty() && cursor_ < offered_ && out.empty()) {
+      // The commit through offered_ has not landed yet: its Offer wakes us.
+      idle_ = true;
+      return out;
+    }
     for (const store::StoredEvent& se : *chunk) {
       cursor_ = se.revision;
       v1::TaskEvent e = ToEvent(se);

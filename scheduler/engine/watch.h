@@ -29,11 +29,20 @@ class Watch {
  public:
   // `wake` is called (from Offer, without locks held) when events arrive
   // for a watcher that had nothing to send; it must not block.
+  // `must_replay_through`: the newest revision assigned when the watch
+  // started. Its commit may still be on its way (and never be offered, if
+  // it was queued before the watch existed): the watch reads the store
+  // until it has it, before it takes live offers.
   Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store::Store* store,
-        size_t max_queue, std::function<void()> wake);
+        size_t max_queue, std::function<void()> wake, int64_t must_replay_through = 0);
 
-  // Events committed in one transaction, in revision order.
-  void Offer(const std::vector<v1::TaskEvent>& events);
+  // A commit through revision `through`, with its events in revision order
+  // (empty when it was queued before any watch existed: they are then read
+  // from the store).
+  void Offer(const std::vector<v1::TaskEvent>& events, int64_t through);
+  void Offer(const std::vector<v1::TaskEvent>& events) {
+    Offer(events, events.empty() ? 0 : events.back().revision());
+  }
 
   // Up to `max` events to send next. Empty: nothing now (the next Offer
   // that brings something calls `wake`). An error ends the watch.

@@ -107,5 +107,27 @@ TEST(Watch, AFullQueueEndsTheWatchNamingWhereToResume) {
   EXPECT_THAT(std::string(next.status().message()), HasSubstr("after_revision=3"));
 }
 
+TEST(Watch, ACommitQueuedBeforeTheWatchStartedIsReadOnceItLands) {
+  // Revisions 1-2 are stored; 3-4 were assigned in a commit queued before
+  // the watch existed, so they are never offered as events, only as "landed
+  // through 4". The watch must wait for them, not go live without them.
+  store::MemoryStore store;
+  core::WriteBatch first;
+  first.events = {Row(1), Row(2)};
+  ASSERT_TRUE(store.Apply(first).ok());
+  int wakes = 0;
+  Watch w(
+      {}, 0, &store, 1000, [&] { ++wakes; }, /*must_replay_through=*/4);
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{1, 2}));
+  core::WriteBatch late;
+  late.events = {Row(3), Row(4)};
+  ASSERT_TRUE(store.Apply(late).ok());
+  w.Offer({}, 4);
+  EXPECT_EQ(wakes, 1);
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{3, 4}));
+  Commit(store, w, 5, 5);  // live from here
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{5}));
+}
+
 }  // namespace
 }  // namespace taskgrid::engine
