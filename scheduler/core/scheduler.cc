@@ -335,6 +335,8 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
   // History from before the restart counts as of now for retention.
   if (last_revision > 0) revision_marks_.push_back({last_revision, Now()});
   const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
+  // The few tasks the passes below need, so a large table is walked once.
+  std::vector<TaskRecord*> with_deps, in_flight;
   for (TaskRecord& rec : tasks) {
     auto owned = std::make_unique<TaskRecord>(std::move(rec));
     TaskRecord& t = *owned;
@@ -345,6 +347,8 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
     by_seq_[t.seq] = &t;
     next_seq_ = std::max(next_seq_, t.seq + 1);
     ++counts_[t.queue()][t.state];
+    if (!t.spec.depends_on().empty()) with_deps.push_back(&t);
+    if (IsInFlight(t.state)) in_flight.push_back(&t);
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (t.state == v1::TASK_STATE_PENDING) {
       ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
@@ -367,8 +371,10 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
     }
   }
   // Dependencies may name tasks stored later (a request lists them in any
-  // order): link once every task is back.
-  for (const auto& [seq, t] : by_seq_) {
+  // order): link once every task is back, in submit order.
+  const auto by_seq = [](const TaskRecord* x, const TaskRecord* y) { return x->seq < y->seq; };
+  std::sort(with_deps.begin(), with_deps.end(), by_seq);
+  for (TaskRecord* t : with_deps) {
     for (const std::string& id : t->spec.depends_on()) {
       if (Find(id) == nullptr) {
         return absl::DataLossError(
@@ -377,9 +383,8 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
     }
     LinkDependencies(*t);
   }
-  for (const auto& [seq, tp] : by_seq_) {
+  for (TaskRecord* tp : in_flight) {
     TaskRecord& t = *tp;
-    if (!IsInFlight(t.state)) continue;
     if (t.agent_id.empty()) {
       return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
     }
@@ -1058,7 +1063,6 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
   }
   if (*input_bytes > opts_.max_input_bytes) return false;
   as->set_task_id(t.id());
-  as->set_attempt(t.attempt);
   as->set_queue(t.queue());
   *as->mutable_steps() = t.spec.steps();
   as->set_payload(t.spec.payload());
@@ -1109,15 +1113,14 @@ void Scheduler::Dispatch() {
     }
     v1::Assignment head;
     int64_t input_bytes = 0;
-    ++t.attempt;
     if (!FillAssignment(t, nullptr, &head, &input_bytes)) {
-      --t.attempt;
       Transition(t, v1::TASK_STATE_FAILED,
                  absl::StrCat("the outputs of its dependencies total ", input_bytes,
                               " bytes; the limit is ", opts_.max_input_bytes));
       start_deadlines_.Remove(t.id());
       continue;
     }
+    head.set_attempt(++t.attempt);
     t.agent_id = a->id;
     t.dispatch_time = now;
     t.start_time = absl::InfinitePast();
@@ -1138,9 +1141,9 @@ void Scheduler::Dispatch() {
     for (int len = 1; len < opts_.max_chain_length; ++len) {
       TaskRecord* d = ChainSuccessor(*cur);
       if (d == nullptr) break;
-      ++d->attempt;
       v1::Assignment link;
       FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
+      link.set_attempt(++d->attempt);
       d->agent_id = a->id;
       d->dispatch_time = now;
       d->start_time = absl::InfinitePast();

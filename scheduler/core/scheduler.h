@@ -224,8 +224,9 @@ class Scheduler {
   // The next link of a chain after `cur` (dispatched to an agent now), or
   // nullptr: its only dependent, BLOCKED on it alone, same placement.
   TaskRecord* ChainSuccessor(const TaskRecord& cur) const;
-  // Fills `as` for dispatching `t` (inputs from its dependencies, except a
-  // run_after predecessor). False when the inputs are over the limit.
+  // Fills `as` for dispatching `t`, all but the attempt (inputs from its
+  // dependencies, except a run_after predecessor). False when the inputs are
+  // over the limit.
   bool FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
                       int64_t* input_bytes) const;
   std::string BlockedReason(const TaskRecord& t) const;

@@ -123,11 +123,7 @@ class CliTestCase(unittest.TestCase):
 
     @classmethod
     def start_cluster(cls, scheduler_flags=(), agents=()):
-        cls.cluster = harness.Cluster(scheduler_flags=scheduler_flags)
-        cls.addClassCleanup(cls.cluster.close)
-        cls.cluster.start_scheduler()
-        for agent_id in agents:
-            cls.cluster.start_agent(agent_id, slots=2)
+        cls.cluster = harness.start_class_cluster(cls, scheduler_flags, agents, slots=2)
 
     @property
     def queue(self):

@@ -85,6 +85,17 @@ class Process:
         self._log.close()
 
 
+def start_class_cluster(test_cls, scheduler_flags=(), agents=(), slots=2):
+    """For a unittest class's setUpClass: a started Cluster with `agents`
+    (each with `slots`), closed by the class cleanup."""
+    cluster = Cluster(scheduler_flags=scheduler_flags)
+    test_cls.addClassCleanup(cluster.close)
+    cluster.start_scheduler()
+    for agent_id in agents:
+        cluster.start_agent(agent_id, slots=slots)
+    return cluster
+
+
 class Cluster:
     """A scheduler and any number of agents in one temporary directory."""
 

@@ -85,11 +85,7 @@ class JobCliTestCase(unittest.TestCase):
 
     @classmethod
     def start_cluster(cls, scheduler_flags=(), agents=()):
-        cls.cluster = harness.Cluster(scheduler_flags=scheduler_flags)
-        cls.addClassCleanup(cls.cluster.close)
-        cls.cluster.start_scheduler()
-        for agent_id in agents:
-            cls.cluster.start_agent(agent_id, slots=4)
+        cls.cluster = harness.start_class_cluster(cls, scheduler_flags, agents, slots=4)
 
     def ctl(self, *args, **kw):
         kw.setdefault("timeout", WAIT)

@@ -477,7 +477,6 @@ TEST_F(JobTest, AFailedLinkEndsTheWaitingRestWithoutCountingThem) {
   const uint64_t conn = ConnectChains("w", 1);
   Take();
   Finish(conn, "c1");
-  v1::TaskSpec unused;
   Accept(conn, "c2", 1);
   Result(conn, "c2", 1, v1::OUTCOME_FAILED, 3);
   // c2 retries after backoff; c3..c5 never started: back to BLOCKED, their

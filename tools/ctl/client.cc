@@ -289,6 +289,24 @@ bool Client::Call(Rpc&& rpc) {
   return false;
 }
 
+template <typename Req, typename Resp, typename Rpc, typename Items>
+bool Client::FetchPages(Req req, bool all, Rpc&& rpc, Items&& items, Resp* merged) {
+  while (true) {
+    Resp page;
+    if (!Call([&](grpc::ClientContext* ctx) { return rpc(ctx, req, &page); })) return false;
+    for (auto& item : *items(&page)) *items(merged)->Add() = std::move(item);
+    merged->set_next_page_token(page.next_page_token());
+    if (!all || page.next_page_token().empty()) return true;
+    req.set_page_token(page.next_page_token());
+  }
+}
+
+void Client::PrintMore(const std::string& next_page_token) {
+  if (next_page_token.empty()) return;
+  std::cout.flush();
+  std::cerr << "more: --page_token=" << next_page_token << "\n";
+}
+
 int Client::Submit(const v1::SubmitTasksRequest& req) {
   v1::SubmitTasksResponse resp;
   if (!Call([&](grpc::ClientContext* ctx) { return stub_->SubmitTasks(ctx, req, &resp); })) {
@@ -530,27 +548,26 @@ int Client::Get(const std::string& id) {
   return kExitOk;
 }
 
+namespace {
+// The page-at-a-time calls FetchPages makes, and where their items are.
+auto ListTasksRpc(v1::TaskService::Stub* stub) {
+  return [stub](grpc::ClientContext* ctx, const v1::ListTasksRequest& req,
+                v1::ListTasksResponse* page) { return stub->ListTasks(ctx, req, page); };
+}
+auto TasksOf = [](v1::ListTasksResponse* r) { return r->mutable_tasks(); };
+}  // namespace
+
 int Client::List(v1::ListTasksRequest req, bool all) {
   v1::ListTasksResponse merged;
-  while (true) {
-    v1::ListTasksResponse page;
-    if (!Call([&](grpc::ClientContext* ctx) { return stub_->ListTasks(ctx, req, &page); })) {
-      return kExitRpcFailed;
-    }
-    for (v1::Task& t : *page.mutable_tasks()) *merged.add_tasks() = std::move(t);
-    merged.set_next_page_token(page.next_page_token());
-    if (!all || page.next_page_token().empty()) break;
-    req.set_page_token(page.next_page_token());
+  if (!FetchPages(std::move(req), all, ListTasksRpc(stub_.get()), TasksOf, &merged)) {
+    return kExitRpcFailed;
   }
   if (opts_.json) {
     std::cout << ToJson(merged);
   } else {
     std::cout << FormatTaskList({merged.tasks().begin(), merged.tasks().end()});
   }
-  if (!merged.next_page_token().empty()) {
-    std::cout.flush();
-    std::cerr << "more: --page_token=" << merged.next_page_token() << "\n";
-  }
+  PrintMore(merged.next_page_token());
   return kExitOk;
 }
 
@@ -748,19 +765,15 @@ int Client::GetJob(const std::string& id) {
   if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->GetJob(ctx, req, &job); })) {
     return kExitRpcFailed;
   }
-  std::vector<v1::Task> tasks;
   v1::ListTasksRequest list;
   list.set_job_id(id);
   list.set_page_size(1000);
-  while (true) {
-    v1::ListTasksResponse page;
-    if (!Call([&](grpc::ClientContext* ctx) { return stub_->ListTasks(ctx, list, &page); })) {
-      return kExitRpcFailed;
-    }
-    for (v1::Task& t : *page.mutable_tasks()) tasks.push_back(std::move(t));
-    if (page.next_page_token().empty()) break;
-    list.set_page_token(page.next_page_token());
+  v1::ListTasksResponse all;
+  if (!FetchPages(std::move(list), true, ListTasksRpc(stub_.get()), TasksOf, &all)) {
+    return kExitRpcFailed;
   }
+  std::vector<v1::Task> tasks(std::make_move_iterator(all.mutable_tasks()->begin()),
+                              std::make_move_iterator(all.mutable_tasks()->end()));
   if (opts_.json) {
     // JSON lines: the Job, then each Task in submit order.
     std::cout << ToJsonLine(job);
@@ -773,25 +786,16 @@ int Client::GetJob(const std::string& id) {
 
 int Client::ListJobs(v1::ListJobsRequest req, bool all) {
   v1::ListJobsResponse merged;
-  while (true) {
-    v1::ListJobsResponse page;
-    if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->ListJobs(ctx, req, &page); })) {
-      return kExitRpcFailed;
-    }
-    for (v1::Job& j : *page.mutable_jobs()) *merged.add_jobs() = std::move(j);
-    merged.set_next_page_token(page.next_page_token());
-    if (!all || page.next_page_token().empty()) break;
-    req.set_page_token(page.next_page_token());
-  }
+  auto rpc = [this](grpc::ClientContext* ctx, const v1::ListJobsRequest& r,
+                    v1::ListJobsResponse* page) { return job_stub_->ListJobs(ctx, r, page); };
+  auto jobs = [](v1::ListJobsResponse* r) { return r->mutable_jobs(); };
+  if (!FetchPages(std::move(req), all, rpc, jobs, &merged)) return kExitRpcFailed;
   if (opts_.json) {
     std::cout << ToJson(merged);
   } else {
     std::cout << FormatJobList({merged.jobs().begin(), merged.jobs().end()});
   }
-  if (!merged.next_page_token().empty()) {
-    std::cout.flush();
-    std::cerr << "more: --page_token=" << merged.next_page_token() << "\n";
-  }
+  PrintMore(merged.next_page_token());
   return kExitOk;
 }
 

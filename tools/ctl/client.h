@@ -88,6 +88,14 @@ class Client {
   // "error: CODE: message" on stderr and returns false.
   template <typename Rpc>
   bool Call(Rpc&& rpc);
+  // A list call, page after page: `rpc(ctx, req, &page)` for the first page
+  // and (when `all`) every next one, moving the items of each page
+  // (`items(&page)`, a repeated field) into `merged`, which ends with the
+  // last page's next_page_token. False on an error (reported).
+  template <typename Req, typename Resp, typename Rpc, typename Items>
+  bool FetchPages(Req req, bool all, Rpc&& rpc, Items&& items, Resp* merged);
+  // After a listing: says how to get the next page, if there is one.
+  static void PrintMore(const std::string& next_page_token);
   // Prints `s` (not OK) as "error: CODE: message" with a hint for the
   // codes that have one.
   void Report(const grpc::Status& s) const;
