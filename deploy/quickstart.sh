@@ -80,7 +80,15 @@ In another terminal:
 Ctrl-C stops both.
 TXT
 
-# Wait until Ctrl-C, or until either process exits on its own.
+# Wait until Ctrl-C, or until the scheduler exits on its own. An agent that
+# dies (kill -9 it to see its work move) leaves the scheduler running: its
+# tasks go to the next agent that connects.
 wait -n "${pids[@]}" || true
-echo "quickstart: a process exited on its own; see $logs" >&2
+if kill -0 "${pids[0]}" 2>/dev/null; then
+  echo "quickstart: the agent local-agent exited (see $logs/agent.log); the scheduler keeps" \
+    "running: start an agent (taskgrid-agent --id=NAME) to take its work. Ctrl-C stops it." >&2
+  pids=("${pids[0]}")
+  wait "${pids[0]}" || true
+fi
+echo "quickstart: the scheduler exited on its own; see $logs/scheduler.log" >&2
 exit 1
