@@ -47,13 +47,15 @@ class Outbox final : public engine::AgentChannel {
     queue_.pop_front();
     if (reactor_ == nullptr) return;
     if (!ok) {
-      // The stream is broken; OnDone follows once it is finished.
+      // The stream is broken; OnDone follows once it is finished. A Finish
+      // that waited for this write is due now too: without it the reactor
+      // never finishes and the server's shutdown waits for it forever.
       queue_.clear();
       writing_ = false;
       if (!finish_.has_value()) {
         finish_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
-        reactor_->Finish(*finish_);
       }
+      reactor_->Finish(*finish_);
       return;
     }
     if (finish_.has_value()) {

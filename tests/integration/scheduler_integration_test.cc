@@ -291,6 +291,29 @@ TEST(Scheduler, HealthAndReflectionAreServed) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+TEST(Scheduler, StreamsThatEndWhileAnswersAreInFlightLetTheServerStop) {
+  // Agents that go away while the scheduler is still writing to them
+  // (heartbeat acks in flight): every stream must still finish, or the
+  // server's shutdown in ~InProcessCluster waits forever (the test times out).
+  InProcessCluster c;
+  auto stub =
+      v1::AgentService::NewStub(grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 50; ++i) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Connect(&ctx);
+    v1::AgentMessage m;
+    m.mutable_hello()->set_agent_id("gone-" + std::to_string(i));
+    m.mutable_hello()->set_slots(1);
+    ASSERT_TRUE(stream->Write(m));
+    v1::AgentMessage hb;
+    hb.mutable_heartbeat();
+    for (int k = 0; k < 20; ++k) stream->Write(hb);
+    stream->WritesDone();  // ends the server's reads while acks are still on their way
+    ctx.TryCancel();
+    stream->Finish();
+  }
+}
+
 TEST(Scheduler, AgentWithBadHelloIsRefused) {
   InProcessCluster c;
   auto stub =
