@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
@@ -21,6 +22,15 @@ void MoveAppend(std::vector<T>& to, std::vector<T>& from) {
 }  // namespace
 
 void WriteBatch::Append(WriteBatch&& other) {
+  // A store clears history before it writes attempts, so a reset in `other`
+  // must also drop the attempts this batch wrote for the same task.
+  if (!other.clear_attempts.empty() && !attempts.empty()) {
+    const absl::flat_hash_set<std::string> cleared(other.clear_attempts.begin(),
+                                                   other.clear_attempts.end());
+    attempts.erase(std::remove_if(attempts.begin(), attempts.end(),
+                                  [&](const AttemptRow& a) { return cleared.contains(a.task_id); }),
+                   attempts.end());
+  }
   MoveAppend(tasks, other.tasks);
   MoveAppend(attempts, other.attempts);
   MoveAppend(clear_attempts, other.clear_attempts);

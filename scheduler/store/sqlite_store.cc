@@ -74,6 +74,58 @@ const std::vector<const char*>& Migrations() {
       CREATE INDEX tasks_by_job ON tasks (job_id) WHERE job_id != '';
       ALTER TABLE events ADD COLUMN job_id TEXT NOT NULL DEFAULT '';
       )sql",
+      // 3 -> 4: fewer b-trees per write. A task row is keyed by its submit
+      // seq alone (the rowid): an update touches one b-tree and an insert
+      // appends to it, where the text primary key and the unique seq index
+      // made three. Ids are unique in the Scheduler's table, which restore
+      // checks. Events lose AUTOINCREMENT: revisions come from the
+      // Scheduler, so the sqlite_sequence update per insert bought nothing.
+      R"sql(
+      CREATE TABLE tasks_v4 (
+        seq             INTEGER PRIMARY KEY,
+        id              TEXT NOT NULL,
+        queue           TEXT NOT NULL,
+        state           INTEGER NOT NULL,
+        attempt         INTEGER NOT NULL,
+        agent_id        TEXT NOT NULL,
+        create_us       INTEGER NOT NULL,
+        update_us       INTEGER NOT NULL,
+        next_run_us     INTEGER NOT NULL,
+        dispatch_us     INTEGER NOT NULL,
+        start_us        INTEGER NOT NULL,
+        reason          TEXT NOT NULL,
+        result          BLOB NOT NULL,
+        spec            BLOB NOT NULL,
+        pause_requested INTEGER NOT NULL DEFAULT 0,
+        job_id          TEXT NOT NULL DEFAULT '',
+        attempt_base    INTEGER NOT NULL DEFAULT 0
+      );
+      INSERT INTO tasks_v4 (seq, id, queue, state, attempt, agent_id, create_us, update_us,
+                            next_run_us, dispatch_us, start_us, reason, result, spec,
+                            pause_requested, job_id, attempt_base)
+        SELECT seq, id, queue, state, attempt, agent_id, create_us, update_us, next_run_us,
+               dispatch_us, start_us, reason, result, spec, pause_requested, job_id,
+               attempt_base FROM tasks;
+      DROP TABLE tasks;
+      ALTER TABLE tasks_v4 RENAME TO tasks;
+      CREATE INDEX tasks_by_job ON tasks (job_id) WHERE job_id != '';
+      CREATE TABLE events_v4 (
+        revision   INTEGER PRIMARY KEY,
+        task_id    TEXT NOT NULL,
+        queue      TEXT NOT NULL,
+        from_state INTEGER NOT NULL,
+        to_state   INTEGER NOT NULL,
+        attempt    INTEGER NOT NULL,
+        agent_id   TEXT NOT NULL,
+        time_us    INTEGER NOT NULL,
+        reason     TEXT NOT NULL,
+        job_id     TEXT NOT NULL DEFAULT ''
+      );
+      INSERT INTO events_v4 SELECT revision, task_id, queue, from_state, to_state, attempt,
+        agent_id, time_us, reason, job_id FROM events;
+      DROP TABLE events;
+      ALTER TABLE events_v4 RENAME TO events;
+      )sql",
   };
   return *kMigrations;
 }
@@ -232,7 +284,7 @@ absl::Status SqliteStore::Prepare() {
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
-       "pause_requested = ?11, attempt_base = ?12 WHERE id = ?1"},
+       "pause_requested = ?11, attempt_base = ?12 WHERE seq = ?13 AND id = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
@@ -270,28 +322,39 @@ absl::Status SqliteStore::Apply(const core::WriteBatch& batch) {
 }
 
 absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
-  for (const core::TaskRow& r : batch.tasks) {
+  // Each task row carries every status column, so a task changed several
+  // times in one transaction (a short task's RUNNING and SUCCEEDED usually
+  // commit together) needs only its last row written; an insert in the
+  // batch is written with that last status.
+  absl::flat_hash_map<int64_t, size_t> last;
+  if (batch.tasks.size() > 1) {
+    last.reserve(batch.tasks.size());
+    for (size_t i = 0; i < batch.tasks.size(); ++i) last[batch.tasks[i].seq] = i;
+  }
+  for (size_t i = 0; i < batch.tasks.size(); ++i) {
+    const core::TaskRow& r = batch.tasks[i];
+    const core::TaskRow& now = last.empty() ? r : batch.tasks[last[r.seq]];
     if (r.insert) {
       sqlite3_stmt* st = insert_task_;
       BindText(st, 1, r.id);
       sqlite3_bind_int64(st, 2, r.seq);
       BindText(st, 3, r.queue);
-      sqlite3_bind_int(st, 4, r.state);
-      sqlite3_bind_int(st, 5, r.attempt);
-      BindText(st, 6, r.agent_id);
+      sqlite3_bind_int(st, 4, now.state);
+      sqlite3_bind_int(st, 5, now.attempt);
+      BindText(st, 6, now.agent_id);
       sqlite3_bind_int64(st, 7, r.create_us);
-      sqlite3_bind_int64(st, 8, r.update_us);
-      sqlite3_bind_int64(st, 9, r.next_run_us);
-      sqlite3_bind_int64(st, 10, r.dispatch_us);
-      sqlite3_bind_int64(st, 11, r.start_us);
-      BindText(st, 12, r.reason);
-      BindBlob(st, 13, r.result);
+      sqlite3_bind_int64(st, 8, now.update_us);
+      sqlite3_bind_int64(st, 9, now.next_run_us);
+      sqlite3_bind_int64(st, 10, now.dispatch_us);
+      sqlite3_bind_int64(st, 11, now.start_us);
+      BindText(st, 12, now.reason);
+      BindBlob(st, 13, now.result);
       BindBlob(st, 14, r.spec);
-      sqlite3_bind_int(st, 15, r.pause_requested ? 1 : 0);
+      sqlite3_bind_int(st, 15, now.pause_requested ? 1 : 0);
       BindText(st, 16, r.job_id);
-      sqlite3_bind_int(st, 17, r.attempt_base);
+      sqlite3_bind_int(st, 17, now.attempt_base);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
-    } else {
+    } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;
       BindText(st, 1, r.id);
       sqlite3_bind_int(st, 2, r.state);
@@ -305,6 +368,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       BindBlob(st, 10, r.result);
       sqlite3_bind_int(st, 11, r.pause_requested ? 1 : 0);
       sqlite3_bind_int(st, 12, r.attempt_base);
+      sqlite3_bind_int64(st, 13, r.seq);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));

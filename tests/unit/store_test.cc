@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "scheduler/store/memory_store.h"
 #include "scheduler/store/sqlite_store.h"
 #include "tests/testing/temp_dir.h"
@@ -172,6 +173,48 @@ TYPED_TEST(StoreConformance, ClearAttemptsRemovesHistory) {
   EXPECT_EQ((*tasks)[0].attempts[0].data, "after reset");
 }
 
+TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("t", 1));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  // The group commit merges an attempt's end and a reset queued right after
+  // it into one transaction.
+  core::WriteBatch ended;
+  ended.attempts.push_back({"t", 1, "finished"});
+  core::WriteBatch reset;
+  reset.clear_attempts.push_back("t");
+  ended.Append(std::move(reset));
+  ASSERT_TRUE(this->store()->Apply(ended).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_TRUE((*tasks)[0].attempts.empty());
+}
+
+TYPED_TEST(StoreConformance, SeveralChangesOfATaskInOneBatchLeaveTheLast) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("old", 1));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch c;
+  c.tasks.push_back(Row("new", 2));
+  for (const char* id : {"old", "new"}) {
+    for (int state :
+         {v1::TASK_STATE_DISPATCHED, v1::TASK_STATE_RUNNING, v1::TASK_STATE_SUCCEEDED}) {
+      core::TaskRow r = Row(id, id == std::string("old") ? 1 : 2, state);
+      r.insert = false;
+      r.reason = absl::StrCat("state ", state);
+      c.tasks.push_back(r);
+    }
+  }
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 2u);
+  for (const core::StoredTask& t : *tasks) {
+    EXPECT_EQ(t.row.state, v1::TASK_STATE_SUCCEEDED) << t.row.id;
+    EXPECT_EQ(t.row.reason, absl::StrCat("state ", int{v1::TASK_STATE_SUCCEEDED})) << t.row.id;
+    EXPECT_EQ(t.row.spec, Row(t.row.id, t.row.seq).spec) << t.row.id;
+  }
+}
+
 TYPED_TEST(StoreConformance, ABatchIsAllOrNothing) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t1", 1));
@@ -179,7 +222,7 @@ TYPED_TEST(StoreConformance, ABatchIsAllOrNothing) {
   core::WriteBatch bad;
   bad.tasks.push_back(Row("t2", 2));
   bad.events.push_back(Event("t2", 3, 1));
-  bad.tasks.push_back(Row("t1", 3));  // duplicate insert: the whole batch fails
+  bad.tasks.push_back(Row("t1", 1));  // duplicate insert: the whole batch fails
   EXPECT_FALSE(this->store()->Apply(bad).ok());
   auto tasks = this->store()->LoadTasks();
   ASSERT_EQ(tasks->size(), 1u);
@@ -276,6 +319,7 @@ TEST(SqliteStore, MigratesAVersion1TableKeepingItsRows) {
       attempt INTEGER NOT NULL, agent_id TEXT NOT NULL, time_us INTEGER NOT NULL,
       reason TEXT NOT NULL);
     INSERT INTO tasks VALUES ('old', 1, 'default', 3, 0, '', 1, 1, 0, 0, 0, 'submitted', x'', x'');
+    INSERT INTO events VALUES (41, 'old', 'default', 0, 3, 0, '', 1, 'submitted');
     PRAGMA user_version = 1;
   )sql";
   ASSERT_EQ(sqlite3_exec(db, v1_schema, nullptr, nullptr, nullptr), SQLITE_OK)
@@ -290,6 +334,24 @@ TEST(SqliteStore, MigratesAVersion1TableKeepingItsRows) {
   EXPECT_EQ((*tasks)[0].row.id, "old");
   EXPECT_EQ((*tasks)[0].row.reason, "submitted");
   EXPECT_FALSE((*tasks)[0].row.pause_requested);
+  EXPECT_EQ((*tasks)[0].row.seq, 1);
+  auto events = (*s)->ReadEvents(0, 10);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].revision, 41);
+  EXPECT_EQ((*events)[0].event.task_id, "old");
+  // The migrated table takes updates (keyed by seq) and new rows.
+  core::WriteBatch b;
+  core::TaskRow r = Row("old", 1, v1::TASK_STATE_CANCELLED);
+  r.insert = false;
+  b.tasks.push_back(r);
+  b.tasks.push_back(Row("new", 2));
+  b.events.push_back(Event("new", v1::TASK_STATE_PENDING, 42));
+  ASSERT_TRUE((*s)->Apply(b).ok());
+  tasks = (*s)->LoadTasks();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].row.state, v1::TASK_STATE_CANCELLED);
+  EXPECT_EQ((*tasks)[1].row.id, "new");
 }
 
 TEST(SqliteStore, ReopenReadsWhatWasCommitted) {
