@@ -6,7 +6,7 @@
 namespace taskgrid::store {
 
 GroupCommitWriter::GroupCommitWriter(Store* store, Options opts)
-    : store_(store), opts_(opts), thread_([this] { Run(); }) {}
+    : store_(store), opts_(opts), deliverer_([this] { Deliver(); }), thread_([this] { Run(); }) {}
 
 GroupCommitWriter::~GroupCommitWriter() { Stop(); }
 
@@ -20,7 +20,8 @@ void GroupCommitWriter::Submit(core::WriteBatch batch, Done done) {
       refuse = broken_;
     } else {
       queue_.push_back({std::move(batch), std::move(done)});
-      cv_.notify_one();
+      // A busy writer takes the queue when its commit ends: no wakeup.
+      if (writer_idle_) cv_.notify_one();
       return;
     }
   }
@@ -35,6 +36,12 @@ void GroupCommitWriter::Stop() {
     cv_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(deliver_mu_);
+    deliver_stop_ = true;
+    deliver_cv_.notify_one();
+  }
+  if (deliverer_.joinable()) deliverer_.join();
 }
 
 int64_t GroupCommitWriter::commits() const {
@@ -49,8 +56,10 @@ void GroupCommitWriter::Run() {
     absl::Status broken;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      writer_idle_ = true;
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything is answered
+      writer_idle_ = false;
+      if (queue_.empty()) return;  // stopping, and everything is handed over
       size_t rows = 0;
       while (!queue_.empty() &&
              (items.empty() || rows + queue_.front().batch.size() <= opts_.max_rows_per_commit)) {
@@ -64,7 +73,6 @@ void GroupCommitWriter::Run() {
     if (status.ok()) {
       for (Item& it : items) merged.Append(std::move(it.batch));
       if (!merged.empty()) status = store_->Apply(merged);
-      merged = core::WriteBatch{};
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) {
         broken_ = absl::UnavailableError(
@@ -75,8 +83,36 @@ void GroupCommitWriter::Run() {
         ++commits_;
       }
     }
-    for (Item& it : items) it.done(status);
+    Committed c;
+    c.done.reserve(items.size());
+    for (Item& it : items) c.done.push_back(std::move(it.done));
+    c.status = std::move(status);
     items.clear();
+    {
+      std::lock_guard<std::mutex> lock(deliver_mu_);
+      committed_.push_back(std::move(c));
+      if (deliverer_idle_) deliver_cv_.notify_one();
+    }
+    // Freed here, not on the delivery thread, and while no commit waits.
+    merged = core::WriteBatch{};
+  }
+}
+
+void GroupCommitWriter::Deliver() {
+  std::deque<Committed> ready;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(deliver_mu_);
+      deliverer_idle_ = true;
+      deliver_cv_.wait(lock, [this] { return deliver_stop_ || !committed_.empty(); });
+      deliverer_idle_ = false;
+      if (committed_.empty()) return;  // stopped after the writer: nothing left
+      ready.swap(committed_);
+    }
+    for (Committed& c : ready) {
+      for (Done& done : c.done) done(c.status);
+    }
+    ready.clear();
   }
 }
 

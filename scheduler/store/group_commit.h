@@ -4,8 +4,10 @@
 // latency a caller sees is about one commit.
 //
 // Order: batches commit in the order Submit was called, and callbacks run in
-// that order, on the writer thread, after their batch's commit. Callbacks
-// must not block (they send messages and finish RPCs).
+// that order, on one delivery thread, after their batch's commit. Callbacks
+// must not block (they send messages and finish RPCs). The next commit
+// starts while the previous one's callbacks run: writing to SQLite and
+// answering callers overlap.
 //
 // Failure: when a commit fails, its callers get the error and the writer is
 // broken from then on: every later Submit gets the same error. The caller
@@ -21,6 +23,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "scheduler/core/model.h"
@@ -57,16 +60,31 @@ class GroupCommitWriter {
     core::WriteBatch batch;
     Done done;
   };
+  // One commit's callers and its outcome, for the delivery thread.
+  struct Committed {
+    std::vector<Done> done;
+    absl::Status status;
+  };
   void Run();
+  void Deliver();
 
   Store* const store_;
   const Options opts_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;  // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  absl::Status broken_;     // guarded by mu_
-  int64_t commits_ = 0;     // guarded by mu_
+  std::deque<Item> queue_;    // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
+  absl::Status broken_;       // guarded by mu_
+  int64_t commits_ = 0;       // guarded by mu_
+  bool writer_idle_ = false;  // guarded by mu_: Run() waits for work
+
+  std::mutex deliver_mu_;
+  std::condition_variable deliver_cv_;
+  std::deque<Committed> committed_;  // guarded by deliver_mu_
+  bool deliver_stop_ = false;        // guarded by deliver_mu_
+  bool deliverer_idle_ = false;      // guarded by deliver_mu_
+
+  std::thread deliverer_;
   std::thread thread_;
 };
 
