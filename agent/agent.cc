@@ -393,7 +393,7 @@ void Agent::OnAssign(const v1::Assign& assign) {
   for (const v1::AgentMessage& m : replies) Write(m);
   for (std::shared_ptr<TaskRun>& run : starts) {
     spdlog::info("running {} attempt {}", run->assignment().task_id(), run->assignment().attempt());
-    std::thread([this, run = std::move(run)] { TaskThread(run); }).detach();
+    workers_.Run([this, run = std::move(run)] { TaskThread(run); });
   }
 }
 

@@ -45,7 +45,7 @@
 //
 // Thread-safe: StopTakingWork(), Drain() and Stop() from any thread, any
 // time (also before Run()). Internally: the Run() thread reads the stream,
-// one timer thread, one thread per running chain (a plain task is a chain of
+// one timer thread, a pooled thread per running chain (a plain task is a chain of
 // one: the thread runs each link in turn); writes to the stream are
 // serialized by write_mu_. Time for intervals is CLOCK_MONOTONIC.
 #pragma once
@@ -62,6 +62,7 @@
 
 #include "absl/time/time.h"
 #include "agent/executor.h"
+#include "common/worker_pool.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
 namespace taskgrid::agent {
@@ -212,6 +213,9 @@ class Agent {
   std::mutex write_mu_;
   grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>* stream_ =
       nullptr;  // guarded by write_mu_
+
+  // Runs TaskThread; last, so its threads are joined before the rest goes.
+  WorkerPool workers_;
 };
 
 }  // namespace taskgrid::agent

@@ -1,9 +1,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/proto_time.h"
+#include "common/worker_pool.h"
 
 namespace taskgrid {
 namespace {
@@ -48,6 +53,67 @@ TEST(ProtoTime, RoundTripsAndKeepsUnsetUnset) {
   EXPECT_EQ(FromProto(ToProto(d)), d);
   EXPECT_EQ(ToProto(d).seconds(), 2);
   EXPECT_EQ(ToProto(d).nanos(), 500'000'000);
+}
+
+// Waits, without sleeping, for a count to reach a value.
+class Counter {
+ public:
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_;
+    cv_.notify_all();
+  }
+  void WaitFor(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return n_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_ = 0;
+};
+
+TEST(WorkerPool, ClosuresRunOneAfterAnotherReuseTheirThread) {
+  WorkerPool pool;
+  Counter done;
+  for (int i = 1; i <= 200; ++i) {
+    pool.Run([&] { done.Add(); });
+    done.WaitFor(i);
+  }
+  // A thread per closure would make 200. Usually one does it all; a Run
+  // that comes between a closure's end and its thread's return to the pool
+  // starts another, so only "far fewer" is certain.
+  EXPECT_LE(pool.threads(), 50);
+}
+
+TEST(WorkerPool, ClosuresThatRunAtOnceEachGetAThread) {
+  std::atomic<int> ran{0};
+  Counter started;
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  {
+    WorkerPool pool;
+    for (int i = 0; i < 8; ++i) {
+      pool.Run([&] {
+        started.Add();
+        std::unique_lock<std::mutex> lock(gate_mu);
+        gate_cv.wait(lock, [&] { return open; });
+        ++ran;
+      });
+    }
+    started.WaitFor(8);  // all eight are blocked at the gate at once
+    EXPECT_EQ(pool.threads(), 8);
+    {
+      std::lock_guard<std::mutex> lock(gate_mu);
+      open = true;
+    }
+    gate_cv.notify_all();
+    // Queued behind the gate, run by the destructor's drain at the latest.
+    pool.Run([&] { ++ran; });
+  }
+  EXPECT_EQ(ran.load(), 9);
 }
 
 }  // namespace
