@@ -264,6 +264,7 @@ void Agent::Session() {
     h->set_version(kVersion);
     h->set_draining(draining_);
     h->set_chains(true);
+    h->set_batches(true);
     for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
     ListHeldLocked(h->mutable_running());
     // Finished but unacknowledged attempts (Result or Release) are still
@@ -274,6 +275,10 @@ void Agent::Session() {
       ref->set_task_id(key.first);
       ref->set_attempt(key.second);
     }
+  }
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    batches_ = false;  // until this stream's Welcome says otherwise
   }
   bool ok = stream->Write(hello);
   if (ok) {
@@ -321,16 +326,50 @@ void Agent::Session() {
   }
 }
 
-bool Agent::Write(const v1::AgentMessage& msg) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  if (stream_ == nullptr) return false;
-  return stream_->Write(msg);
+void Agent::Write(v1::AgentMessage msg) {
+  std::vector<v1::AgentMessage> msgs;
+  msgs.push_back(std::move(msg));
+  WriteAll(std::move(msgs));
+}
+
+void Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    for (v1::AgentMessage& m : msgs) out_.push_back(std::move(m));
+    if (writing_) return;  // the writing thread takes them along
+    writing_ = true;
+  }
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  for (;;) {
+    v1::AgentMessage next;
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      if (out_.empty()) {
+        writing_ = false;
+        return;
+      }
+      if (out_.size() == 1 || !batches_) {
+        next = std::move(out_.front());
+        out_.pop_front();
+      } else {
+        auto* batch = next.mutable_batch()->mutable_msgs();
+        batch->Reserve(static_cast<int>(out_.size()));
+        for (v1::AgentMessage& m : out_) *batch->Add() = std::move(m);
+        out_.clear();
+      }
+    }
+    if (stream_ != nullptr) stream_->Write(next);
+  }
 }
 
 void Agent::Handle(const v1::SchedulerMessage& msg) {
   switch (msg.msg_case()) {
     case v1::SchedulerMessage::kWelcome: {
       bool draining;
+      {
+        std::lock_guard<std::mutex> lock(out_mu_);
+        batches_ = msg.welcome().batches();
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         const absl::Duration hb = FromProto(msg.welcome().heartbeat_interval());
@@ -355,6 +394,11 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
     }
     case v1::SchedulerMessage::kAssign:
       OnAssign(msg.assign());
+      break;
+    case v1::SchedulerMessage::kBatch:
+      for (const v1::SchedulerMessage& m : msg.batch().msgs()) {
+        if (!m.has_batch()) Handle(m);
+      }
       break;
     case v1::SchedulerMessage::kCancel:
       OnCancel(msg.cancel());
@@ -389,11 +433,17 @@ void Agent::OnAssign(const v1::Assign& assign) {
     for (const v1::Assignment& a : assign.tasks()) AdmitLocked(a, &earlier, &replies, &starts);
     threads_ += static_cast<int>(starts.size());
   }
-  // Accepts go out before the tasks can finish and send their Results.
-  for (const v1::AgentMessage& m : replies) Write(m);
+  // Tasks that cannot wait (noop, echo, fail) run right here, and their
+  // Results go out with the Accepts, after them: one message for the whole
+  // Assign when the scheduler reads batches, and no thread hand-off.
   for (std::shared_ptr<TaskRun>& run : starts) {
     spdlog::info("running {} attempt {}", run->assignment().task_id(), run->assignment().attempt());
-    workers_.Run([this, run = std::move(run)] { TaskThread(run); });
+    if (run->instant()) TaskThread(std::move(run), &replies);
+  }
+  // Accepts go out before the other tasks can finish and send their Results.
+  WriteAll(std::move(replies));
+  for (std::shared_ptr<TaskRun>& run : starts) {
+    if (run != nullptr) workers_.Run([this, run = std::move(run)] { TaskThread(run); });
   }
 }
 
@@ -502,7 +552,7 @@ void Agent::OnCancel(const v1::Cancel& c) {
   }
 }
 
-void Agent::TaskThread(std::shared_ptr<TaskRun> run) {
+void Agent::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMessage>* sink) {
   while (run != nullptr) {
     v1::TaskResult result = run->Run();
     const v1::Assignment& a = run->assignment();
@@ -578,15 +628,29 @@ void Agent::TaskThread(std::shared_ptr<TaskRun> run) {
     }
     // If the stream is down, ResendUnacked() sends it after Welcome. A link's
     // Accept follows its predecessor's Result.
-    Write(msg);
     if (link_msg.has_release()) {
       spdlog::info("{} attempt {} released: agent is draining", link_msg.release().task_id(),
                    link_msg.release().attempt());
     }
-    if (link_msg.msg_case() != v1::AgentMessage::MSG_NOT_SET) Write(link_msg);
+    std::vector<v1::AgentMessage> out;
+    out.push_back(std::move(msg));
+    if (link_msg.msg_case() != v1::AgentMessage::MSG_NOT_SET) out.push_back(std::move(link_msg));
+    if (sink == nullptr) {
+      WriteAll(std::move(out));
+    } else {
+      for (v1::AgentMessage& m : out) sink->push_back(std::move(m));
+    }
     if (next != nullptr) {
       spdlog::info("running {} attempt {} after {}", next->assignment().task_id(),
                    next->assignment().attempt(), a.task_id());
+    }
+    if (sink != nullptr && next != nullptr && !next->instant()) {
+      // A link that may wait goes to a pooled thread, still counted in
+      // threads_; what it answers must follow what this run sent.
+      WriteAll(std::move(*sink));
+      sink->clear();
+      workers_.Run([this, next = std::move(next)] { TaskThread(next); });
+      return;
     }
     run = std::move(next);
   }
@@ -604,7 +668,7 @@ void Agent::ResendUnacked() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, m] : unacked_) msgs.push_back(m);
   }
-  for (const v1::AgentMessage& m : msgs) Write(m);
+  WriteAll(std::move(msgs));
 }
 
 void Agent::TimerLoop() {

@@ -53,6 +53,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -153,12 +154,21 @@ class Agent {
   // caller counts the thread that runs it. Needs mu_.
   std::shared_ptr<TaskRun> StartLocked(v1::Assignment a);
   void OnCancel(const v1::Cancel& c);
-  // Runs `run`, reports it, then each chain link that follows it.
-  void TaskThread(std::shared_ptr<TaskRun> run);
+  // Runs `run`, reports it, then each chain link that follows it. With a
+  // `sink` (a run inline on the stream's reader, for instant tasks) its
+  // messages are appended there for the caller to write, and a link that
+  // is not instant moves to a pooled thread.
+  void TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMessage>* sink = nullptr);
   // Heartbeats, self-fencing and the drain deadline, until Run() ends.
   void TimerLoop();
-  // Writes on the current stream; false if there is none or it broke.
-  bool Write(const v1::AgentMessage& msg);
+  // Writes on the current stream, in order after what other threads queued
+  // before; dropped when there is no stream (unacknowledged results are
+  // resent after the next Welcome). The thread that finds no write in
+  // progress writes everything queued until nothing is left, as one
+  // AgentBatch when the scheduler reads batches: results of tasks that end
+  // while a write is in flight go together.
+  void Write(v1::AgentMessage msg);
+  void WriteAll(std::vector<v1::AgentMessage> msgs);
   void ResendUnacked();
   // Sets draining_; true when it was not set before. Needs mu_.
   bool StartDrainingLocked();
@@ -210,9 +220,14 @@ class Agent {
   absl::Duration last_heard_ = absl::ZeroDuration();
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_; the live stream's
 
+  // Held while writing on the stream; Session() takes it to change stream_.
   std::mutex write_mu_;
   grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>* stream_ =
-      nullptr;  // guarded by write_mu_
+      nullptr;                        // guarded by write_mu_
+  std::mutex out_mu_;                 // never held while waiting for write_mu_
+  std::deque<v1::AgentMessage> out_;  // guarded by out_mu_; queued, not yet written
+  bool writing_ = false;              // guarded by out_mu_; a thread drains out_
+  bool batches_ = false;              // guarded by out_mu_; from this stream's Welcome
 
   // Runs TaskThread; last, so its threads are joined before the rest goes.
   WorkerPool workers_;

@@ -21,6 +21,8 @@ std::string Quoted(const std::string& s) { return absl::StrCat("'", s, "'"); }
 
 }  // namespace
 
+bool IsInstantBuiltin(const taskgrid::v1::BuiltinStep& step) { return step.name() != "sleep"; }
+
 BuiltinResult RunBuiltin(const taskgrid::v1::BuiltinStep& step, int index,
                          absl::string_view stdin_data, const SleepFn& sleep) {
   const std::string& name = step.name();

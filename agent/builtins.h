@@ -31,6 +31,10 @@ struct BuiltinResult {
 // or kNone when the whole time passed.
 using SleepFn = std::function<StopReason(absl::Duration)>;
 
+// True when the builtin returns at once whatever its arguments (every one
+// but sleep): it never waits, so it may run on a thread that must not block.
+bool IsInstantBuiltin(const taskgrid::v1::BuiltinStep& step);
+
 // Runs builtin step number `index` (for messages). Unknown names and bad
 // arguments fail with exit code -1 and a message naming them.
 BuiltinResult RunBuiltin(const taskgrid::v1::BuiltinStep& step, int index,

@@ -100,6 +100,9 @@ class TaskRun {
   // 0. For tests and logs.
   pid_t current_pid() const;
   const taskgrid::v1::Assignment& assignment() const;
+  // Every step is a builtin that never waits (internal::IsInstantBuiltin):
+  // Run() returns at once, with no process, directory or file.
+  bool instant() const { return instant_; }
 
  private:
   struct StepEnd;  // defined in executor.cc
@@ -120,6 +123,7 @@ class TaskRun {
 
   const taskgrid::v1::Assignment assignment_;
   const ExecutorOptions opts_;
+  const bool instant_;
   absl::Duration run_start_;  // monotonic; Run()'s thread only
   std::string attempt_dir_;   // Run()'s thread only; empty when not made
   std::atomic<bool> ran_{false};

@@ -1364,6 +1364,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   welcome.mutable_welcome()->set_session_id(absl::StrCat(a.id, "/", conn));
   *welcome.mutable_welcome()->mutable_heartbeat_interval() = ToProto(opts_.heartbeat_interval);
   welcome.mutable_welcome()->set_max_output_bytes(opts_.max_output_bytes);
+  welcome.mutable_welcome()->set_batches(true);
   // The agent stops its tasks itself before the grace ends and they move.
   *welcome.mutable_welcome()->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
   Send(conn, std::move(welcome));
@@ -1438,6 +1439,20 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   a.last_seen = Mono();
   a.last_seen_time = Now();
   agent_deadlines_.Set(a.id, a.last_seen + opts_.heartbeat_timeout);
+  bool frees = false;
+  if (msg.has_batch()) {
+    // One Dispatch for the whole batch: the slots its results free are
+    // filled together, in one Assign.
+    for (const v1::AgentMessage& m : msg.batch().msgs()) frees |= OnOneAgentMessage(a, m);
+  } else {
+    frees = OnOneAgentMessage(a, msg);
+  }
+  // Only an ended attempt frees room. Dispatching on every heartbeat made
+  // heartbeats cost O(agents) each, O(agents^2) in all (taskgrid-bench W6).
+  if (frees) Dispatch();
+}
+
+bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
   switch (msg.msg_case()) {
     case v1::AgentMessage::kHeartbeat: {
       v1::SchedulerMessage ack;
@@ -1460,12 +1475,10 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kResult:
       OnResult(a, msg.result());
       break;
-    default:
+    default:  // a Hello or a batch inside a batch: refused by the service
       break;
   }
-  // Only an ended attempt frees room. Dispatching on every heartbeat made
-  // heartbeats cost O(agents) each, O(agents^2) in all (taskgrid-bench W6).
-  if (msg.has_result() || msg.has_release() || msg.has_reject()) Dispatch();
+  return msg.has_result() || msg.has_release() || msg.has_reject();
 }
 
 void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {

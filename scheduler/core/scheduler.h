@@ -135,7 +135,7 @@ class Scheduler {
   // The stream ended. The agent keeps its tasks for the reconnect grace.
   void Disconnect(uint64_t conn);
   // Heartbeat, Accept, Reject, Result, Draining or Release on a stream that
-  // said Hello.
+  // said Hello, or a batch of them (handled in order, then one Dispatch).
   void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg);
   // Gives the agent no more work and tells it so.
   absl::StatusOr<const AgentRecord*> Drain(const std::string& agent_id);
@@ -255,6 +255,8 @@ class Scheduler {
   // The live attempt held by the agent on `conn`, or nullptr.
   TaskRecord* LiveAttempt(const AgentRecord& a, const std::string& task_id, int32_t attempt);
 
+  // One message of OnAgentMessage; true when it may have freed room.
+  bool OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg);
   void OnAccept(AgentRecord& a, const v1::Accept& m);
   void OnReject(AgentRecord& a, const v1::Reject& m);
   void OnResult(AgentRecord& a, const v1::Result& m);

@@ -16,7 +16,9 @@ namespace {
 using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>;
 
 // The Engine's handle on one stream. Outlives the reactor: after Detach()
-// every Send is dropped.
+// every Send is dropped. gRPC allows one write in flight; what is sent
+// meanwhile queues, and goes as one SchedulerBatch when the agent reads
+// batches (a commit's ResultAcks and its Assign, for instance).
 class Outbox final : public engine::AgentChannel {
  public:
   explicit Outbox(Reactor* reactor) : reactor_(reactor) {}
@@ -25,13 +27,16 @@ class Outbox final : public engine::AgentChannel {
     std::lock_guard<std::mutex> lock(mu_);
     if (reactor_ == nullptr || finish_.has_value()) return;
     queue_.push_back(msg);
-    if (!writing_) {
-      writing_ = true;
-      reactor_->StartWrite(&queue_.front());
-    }
+    if (!writing_) StartNextWriteLocked();
   }
 
   void Close(const absl::Status& why) override { Finish(ToGrpcStatus(why)); }
+
+  // The agent said Hello.batches.
+  void EnableBatches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    batches_ = true;
+  }
 
   // Finishes the stream, after the write in flight if there is one.
   void Finish(const grpc::Status& status) {
@@ -44,14 +49,13 @@ class Outbox final : public engine::AgentChannel {
   // From OnWriteDone.
   void WriteDone(bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.pop_front();
+    writing_ = false;
     if (reactor_ == nullptr) return;
     if (!ok) {
       // The stream is broken; OnDone follows once it is finished. A Finish
       // that waited for this write is due now too: without it the reactor
       // never finishes and the server's shutdown waits for it forever.
       queue_.clear();
-      writing_ = false;
       if (!finish_.has_value()) {
         finish_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
       }
@@ -59,12 +63,9 @@ class Outbox final : public engine::AgentChannel {
       return;
     }
     if (finish_.has_value()) {
-      writing_ = false;
       reactor_->Finish(*finish_);
     } else if (!queue_.empty()) {
-      reactor_->StartWrite(&queue_.front());
-    } else {
-      writing_ = false;
+      StartNextWriteLocked();
     }
   }
 
@@ -76,12 +77,39 @@ class Outbox final : public engine::AgentChannel {
   }
 
  private:
+  void StartNextWriteLocked() {
+    if (queue_.size() == 1 || !batches_) {
+      in_flight_ = std::move(queue_.front());
+      queue_.pop_front();
+    } else {
+      in_flight_.Clear();
+      auto* msgs = in_flight_.mutable_batch()->mutable_msgs();
+      msgs->Reserve(static_cast<int>(queue_.size()));
+      for (v1::SchedulerMessage& m : queue_) *msgs->Add() = std::move(m);
+      queue_.clear();
+    }
+    writing_ = true;
+    reactor_->StartWrite(&in_flight_);
+  }
+
   std::mutex mu_;
   Reactor* reactor_;                        // guarded by mu_; null after Detach
-  std::deque<v1::SchedulerMessage> queue_;  // guarded by mu_; front() is in flight
+  std::deque<v1::SchedulerMessage> queue_;  // guarded by mu_; not yet written
+  v1::SchedulerMessage in_flight_;          // guarded by mu_; valid while writing_
   bool writing_ = false;                    // guarded by mu_
+  bool batches_ = false;                    // guarded by mu_
   std::optional<grpc::Status> finish_;      // guarded by mu_
 };
+
+// A batch holds plain messages only.
+absl::Status CheckBatch(const v1::AgentBatch& batch) {
+  for (const v1::AgentMessage& m : batch.msgs()) {
+    if (m.has_hello() || m.has_batch()) {
+      return absl::InvalidArgumentError("a batch may hold neither hello nor another batch");
+    }
+  }
+  return absl::OkStatus();
+}
 
 class AgentStream final : public Reactor {
  public:
@@ -109,12 +137,17 @@ class AgentStream final : public Reactor {
         return;
       }
       hello_seen_ = true;
+      if (in_.hello().batches()) outbox_->EnableBatches();
       agent_id_ = in_.hello().agent_id();
       spdlog::info("agent {} connected from {} with {} slots", agent_id_, peer_,
                    in_.hello().slots());
     } else if (in_.has_hello()) {
       outbox_->Finish(
           grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello may be sent once per stream"));
+      return;
+    } else if (absl::Status bad = in_.has_batch() ? CheckBatch(in_.batch()) : absl::OkStatus();
+               !bad.ok()) {
+      outbox_->Finish(ToGrpcStatus(bad));
       return;
     } else {
       engine_->AgentMessage(conn_, in_);

@@ -37,6 +37,8 @@ struct Received {
   int session = 0;    // 1 for the first stream, 2 for the next...
   absl::Duration at;  // monotonic
   v1::AgentMessage msg;
+  int wire = 0;   // the message on the wire (of all streams), from 1; shared within a batch
+  int batch = 0;  // the size of the AgentBatch it came in; 0: it came alone
 };
 using Log = std::vector<Received>;
 
@@ -63,6 +65,8 @@ class FakeScheduler final : public v1::AgentService::Service {
   void set_ack_results(bool v) { Set(&ack_results_, v); }
   // Refuses every new stream (UNAVAILABLE) while set.
   void set_refuse(bool v) { Set(&refuse_, v); }
+  // Says Welcome.batches, and unpacks every AgentBatch into the log.
+  void set_batches(bool v) { Set(&batches_, v); }
   void set_stop_on_lost_after(absl::Duration d) {
     std::lock_guard<std::mutex> lock(mu_);
     stop_on_lost_after_ = d;
@@ -123,23 +127,35 @@ class FakeScheduler final : public v1::AgentService::Service {
       streams_[session];
     }
     std::thread reader([&] {
-      v1::AgentMessage m;
-      while (stream->Read(&m)) {
+      v1::AgentMessage wire_msg;
+      while (stream->Read(&wire_msg)) {
         std::lock_guard<std::mutex> lock(mu_);
-        log_.push_back({session, Mono(), m});
-        std::deque<v1::SchedulerMessage>& out = streams_[session].outbox;
-        if (m.has_hello()) {
-          v1::Welcome* w = out.emplace_back().mutable_welcome();
-          w->set_session_id("s" + std::to_string(session));
-          *w->mutable_heartbeat_interval() = ToProto(absl::Milliseconds(100));
-          *w->mutable_stop_on_lost_after() = ToProto(stop_on_lost_after_);
-        } else if (m.has_heartbeat() && ack_heartbeats_) {
-          out.emplace_back().mutable_heartbeat_ack();
-        } else if ((m.has_result() || m.has_release()) && ack_results_) {
-          v1::ResultAck* ack = out.emplace_back().mutable_result_ack();
-          ack->set_task_id(m.has_result() ? m.result().task_id() : m.release().task_id());
-          ack->set_attempt(m.has_result() ? m.result().attempt() : m.release().attempt());
-          ack->set_accepted(true);
+        const int wire = ++wire_count_;
+        std::vector<v1::AgentMessage> msgs;
+        int batch = 0;
+        if (wire_msg.has_batch()) {
+          batch = wire_msg.batch().msgs_size();
+          msgs.assign(wire_msg.batch().msgs().begin(), wire_msg.batch().msgs().end());
+        } else {
+          msgs.push_back(wire_msg);
+        }
+        for (const v1::AgentMessage& m : msgs) {
+          log_.push_back({session, Mono(), m, wire, batch});
+          std::deque<v1::SchedulerMessage>& out = streams_[session].outbox;
+          if (m.has_hello()) {
+            v1::Welcome* w = out.emplace_back().mutable_welcome();
+            w->set_session_id("s" + std::to_string(session));
+            *w->mutable_heartbeat_interval() = ToProto(absl::Milliseconds(100));
+            *w->mutable_stop_on_lost_after() = ToProto(stop_on_lost_after_);
+            w->set_batches(batches_);
+          } else if (m.has_heartbeat() && ack_heartbeats_) {
+            out.emplace_back().mutable_heartbeat_ack();
+          } else if ((m.has_result() || m.has_release()) && ack_results_) {
+            v1::ResultAck* ack = out.emplace_back().mutable_result_ack();
+            ack->set_task_id(m.has_result() ? m.result().task_id() : m.release().task_id());
+            ack->set_attempt(m.has_result() ? m.result().attempt() : m.release().attempt());
+            ack->set_accepted(true);
+          }
         }
         cv_.notify_all();
       }
@@ -188,6 +204,8 @@ class FakeScheduler final : public v1::AgentService::Service {
   bool ack_heartbeats_ = true;  // guarded by mu_, like everything below
   bool ack_results_ = true;
   bool refuse_ = false;
+  bool batches_ = false;
+  int wire_count_ = 0;
   absl::Duration stop_on_lost_after_ = absl::Seconds(1);
   int sessions_ = 0;
   int current_ = 0;
@@ -973,6 +991,70 @@ TEST(Agent, DrainingAgentRejectsTheHeadAndDropsItsLinks) {
   EXPECT_EQ(fake.log()[reject].msg.reject().reason(), "agent is draining");
   EXPECT_EQ(agent->waiting(), 0);
   EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
+}
+
+// --- Batches ---
+
+TEST(Agent, HelloSaysItReadsBatches) {
+  FakeScheduler fake;
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  const Log log = fake.log();
+  EXPECT_TRUE(log[Find(log, IsHello())].msg.hello().batches());
+}
+
+TEST(Agent, SendsNoBatchUnlessTheWelcomeSaysTheSchedulerReadsThem) {
+  FakeScheduler fake;  // Welcome.batches is false
+  AgentOptions opts = Options(fake.addr());
+  opts.slots = 4;
+  RunningAgent agent(opts);
+  WaitHello(fake, 1);
+  fake.Push(Assign({Task("a", "noop"), Task("b", "noop"), Task("c", "noop")}));
+  for (const std::string id : {"a", "b", "c"}) WaitFind(fake, IsResult(id), "result of " + id);
+  EXPECT_EQ(Count(fake.log(), [](const Received& r) { return r.batch > 0; }), 0);
+}
+
+TEST(Agent, AcceptsOfOneAssignGoAsOneBatch) {
+  FakeScheduler fake;
+  fake.set_batches(true);
+  AgentOptions opts = Options(fake.addr());
+  opts.slots = 8;
+  RunningAgent agent(opts);
+  WaitHello(fake, 1);
+  std::vector<v1::Assignment> tasks;
+  for (int i = 0; i < 6; ++i) tasks.push_back(Task("t" + std::to_string(i), "noop"));
+  fake.Push(Assign(tasks));
+  for (int i = 0; i < 6; ++i) {
+    WaitFind(fake, IsResult("t" + std::to_string(i)), "result of t" + std::to_string(i));
+  }
+  const Log log = fake.log();
+  const Received& first = log[Find(log, IsAccept("t0"))];
+  EXPECT_GE(first.batch, 6);
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    const int accept = Find(log, IsAccept(id));
+    ASSERT_GE(accept, 0) << id;
+    EXPECT_EQ(log[accept].wire, first.wire) << id << " was accepted in another message";
+    EXPECT_LT(accept, Find(log, IsResult(id))) << id << ": Accept must precede Result";
+  }
+  // Every result was acknowledged, however it was packed.
+  EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
+}
+
+TEST(Agent, RunsWhatASchedulerBatchHolds) {
+  FakeScheduler fake;
+  fake.set_batches(true);
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  v1::SchedulerMessage batch;
+  *batch.mutable_batch()->add_msgs() = Assign({Task("x", "noop")});
+  *batch.mutable_batch()->add_msgs() = Assign({Task("y", "noop")});
+  fake.Push(batch);
+  for (const std::string id : {"x", "y"}) {
+    const int result = WaitFind(fake, IsResult(id), "result of " + id);
+    ASSERT_GE(result, 0);
+    EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED) << id;
+  }
 }
 
 }  // namespace

@@ -342,6 +342,38 @@ TEST(Scheduler, AgentWithBadHelloIsRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("hello"));
 }
 
+TEST(Scheduler, ABatchHoldingHelloOrABatchIsRefused) {
+  InProcessCluster c;
+  auto stub =
+      v1::AgentService::NewStub(grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  for (const bool nested : {false, true}) {
+    auto ctx = InProcessCluster::Ctx();
+    auto stream = stub->Connect(ctx.get());
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_agent_id(nested ? "nests" : "repeats");
+    hello.mutable_hello()->set_slots(1);
+    hello.mutable_hello()->set_batches(true);
+    ASSERT_TRUE(stream->Write(hello));
+    v1::SchedulerMessage in;
+    ASSERT_TRUE(stream->Read(&in));
+    ASSERT_TRUE(in.welcome().batches());
+    v1::AgentMessage bad;
+    bad.mutable_batch()->add_msgs()->mutable_heartbeat();
+    if (nested) {
+      bad.mutable_batch()->add_msgs()->mutable_batch()->add_msgs()->mutable_heartbeat();
+    } else {
+      *bad.mutable_batch()->add_msgs() = hello;
+    }
+    ASSERT_TRUE(stream->Write(bad));
+    stream->WritesDone();
+    while (stream->Read(&in)) {
+    }
+    grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << nested;
+    EXPECT_THAT(s.error_message(), HasSubstr("neither hello nor another batch")) << nested;
+  }
+}
+
 TEST(Scheduler, PausingARunningTaskStopsItAndResumeRunsItAgain) {
   InProcessCluster c;
   c.AddAgent("a1", 1);

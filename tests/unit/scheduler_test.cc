@@ -383,6 +383,41 @@ TEST_F(SchedulerTest, HeartbeatsKeepAnAgentAlive) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
 }
 
+TEST_F(SchedulerTest, ABatchIsHandledInOrderAndFilledByOneAssign) {
+  for (const char* id : {"a", "b", "c", "d"}) SubmitOk(Spec(id));
+  const uint64_t conn = Connect("a1", 2);
+  Effects fx = Take();
+  ASSERT_TRUE(fx.messages[0].msg.welcome().batches()) << "Welcome says batches are read";
+  EXPECT_EQ(Assigned(fx, conn), (std::vector<std::string>{"a", "b"}));
+  // Accept and Result of both, in one batch: in order (an Accept after its
+  // Result would be stale), and the two freed slots get one Assign.
+  v1::AgentMessage batch;
+  for (const char* id : {"a", "b"}) {
+    v1::AgentMessage* accept = batch.mutable_batch()->add_msgs();
+    accept->mutable_accept()->set_task_id(id);
+    accept->mutable_accept()->set_attempt(1);
+    v1::AgentMessage* result = batch.mutable_batch()->add_msgs();
+    result->mutable_result()->set_task_id(id);
+    result->mutable_result()->set_attempt(1);
+    result->mutable_result()->mutable_result()->set_outcome(v1::OUTCOME_SUCCEEDED);
+  }
+  sched_.OnAgentMessage(conn, batch);
+  Check();
+  EXPECT_EQ(State("a"), v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(State("b"), v1::TASK_STATE_SUCCEEDED);
+  fx = Take();
+  EXPECT_EQ(Acks(fx).size(), 2u);
+  int assigns = 0;
+  for (const Outgoing& o : fx.messages) assigns += o.msg.has_assign() ? 1 : 0;
+  EXPECT_EQ(assigns, 1);
+  EXPECT_EQ(Assigned(fx, conn), (std::vector<std::string>{"c", "d"}));
+  // Each attempt went through RUNNING: its history has a start.
+  for (const char* id : {"a", "b"}) {
+    ASSERT_EQ(sched_.Find(id)->attempts.size(), 1u) << id;
+    EXPECT_TRUE(sched_.Find(id)->attempts[0].has_start_time()) << id;
+  }
+}
+
 TEST_F(SchedulerTest, AttemptTimeoutExpiresWithoutAResult) {
   v1::TaskSpec s = Spec("t");
   s.mutable_attempt_timeout()->set_seconds(10);
