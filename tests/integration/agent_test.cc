@@ -1057,5 +1057,35 @@ TEST(Agent, RunsWhatASchedulerBatchHolds) {
   }
 }
 
+TEST(Agent, AnInstantTaskRunsInlineButALinkThatWaitsDoesNotHoldTheStream) {
+  FakeScheduler fake;
+  fake.set_batches(true);
+  AgentOptions opts = Options(fake.addr());
+  opts.slots = 2;
+  RunningAgent agent(opts);
+  WaitHello(fake, 1);
+  fake.Push(Assign({Task("head", "noop"), After("head", Sleep("slow", "0.5")),
+                    After("slow", Task("tail", "echo", {"t"}))}));
+  WaitFind(fake, IsAccept("slow"), "accept of slow");
+  // The stream is read while `slow` sleeps: another task runs and reports.
+  fake.Push(Assign({Task("other", "noop")}));
+  const int other = WaitFind(fake, IsResult("other"), "result of other");
+  const int tail = WaitFind(fake, IsResult("tail"), "result of tail");
+  ASSERT_GE(other, 0);
+  ASSERT_GE(tail, 0);
+  const Log log = fake.log();
+  EXPECT_LT(other, Find(log, IsResult("slow")));
+  int previous_result = -1;
+  for (const std::string id : {"head", "slow", "tail"}) {
+    const int accept = Find(log, IsAccept(id));
+    const int result = Find(log, IsResult(id));
+    ASSERT_GE(accept, 0) << id;
+    EXPECT_LT(previous_result, accept) << id;
+    EXPECT_LT(accept, result) << id;
+    EXPECT_EQ(log[result].msg.result().result().outcome(), v1::OUTCOME_SUCCEEDED) << id;
+    previous_result = result;
+  }
+}
+
 }  // namespace
 }  // namespace taskgrid::agent
