@@ -483,24 +483,24 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
   absl::flat_hash_map<std::string, int64_t> adds;  // queue -> new tasks
   for (size_t i = 0; i < specs.size(); ++i) {
     v1::TaskSpec& spec = specs[i];
-    const std::string field = absl::StrCat("tasks[", i, "]");
+    const FieldPath field("tasks", static_cast<int>(i));
     if (absl::Status s = ValidateSpec(spec, opts_, field); !s.ok()) return s;
     if (spec.queue().empty()) spec.set_queue(kDefaultQueue);
     if (!spec.id().empty()) {
       auto [it, inserted] = seen.emplace(spec.id(), i);
       if (!inserted) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ".id \"", spec.id(), "\" repeats tasks[", it->second, "].id"));
+        return absl::InvalidArgumentError(absl::StrCat(field.str(), ".id \"", spec.id(),
+                                                       "\" repeats tasks[", it->second, "].id"));
       }
       if (const TaskRecord* t = Find(spec.id())) {
         if (job_id != nullptr) {
           return absl::AlreadyExistsError(
-              absl::StrCat("task \"", spec.id(), "\" (", field, ") already exists",
+              absl::StrCat("task \"", spec.id(), "\" (", field.str(), ") already exists",
                            t->job_id().empty() ? "" : absl::StrCat(" in job \"", t->job_id(), "\""),
                            "; task ids are global: give the job's tasks their own ids"));
         }
         if (!google::protobuf::util::MessageDifferencer::Equals(t->spec, spec)) {
-          return absl::AlreadyExistsError(absl::StrCat("task \"", spec.id(), "\" (", field,
+          return absl::AlreadyExistsError(absl::StrCat("task \"", spec.id(), "\" (", field.str(),
                                                        ") already exists with a different spec"));
         }
         existing[i] = t;

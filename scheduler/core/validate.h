@@ -15,9 +15,27 @@ namespace taskgrid::core {
 // The builtin step names agents provide.
 bool IsKnownBuiltin(absl::string_view name);
 
+// The path of a field ("tasks[3].steps[0].timeout"), spelled out only when
+// an error names it: a valid spec costs no string building (W1 submits
+// validate every task on the hot path). Refers to its parent and its name:
+// both must outlive it.
+class FieldPath {
+ public:
+  FieldPath(const char* root) : name_(root) {}  // NOLINT: implicit, for "tasks[0]"
+  FieldPath(absl::string_view root, int index) : name_(root), index_(index) {}
+  FieldPath(const FieldPath& parent, absl::string_view name, int index = -1)
+      : parent_(&parent), name_(name), index_(index) {}
+  std::string str() const;
+
+ private:
+  const FieldPath* parent_ = nullptr;
+  absl::string_view name_;
+  int index_ = -1;  // >= 0: "name[index]"
+};
+
 // Checks one spec; `field` prefixes the messages (e.g. "tasks[3]").
 // An empty id is allowed (the scheduler generates one).
 absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts,
-                          absl::string_view field);
+                          const FieldPath& field);
 
 }  // namespace taskgrid::core

@@ -149,7 +149,7 @@ void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<ui
   std::lock_guard<std::mutex> lock(channels_mu_);
   for (core::Outgoing& out : messages) {
     auto it = channels_.find(out.conn);
-    if (it != channels_.end()) it->second->Send(out.msg);
+    if (it != channels_.end()) it->second->Send(std::move(out.msg));
   }
   for (uint64_t conn : closes) {
     auto it = channels_.find(conn);

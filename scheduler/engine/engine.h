@@ -41,7 +41,7 @@ class AgentChannel {
  public:
   virtual ~AgentChannel() = default;
   // Queues a message; dropped once the stream has ended.
-  virtual void Send(const v1::SchedulerMessage& msg) = 0;
+  virtual void Send(v1::SchedulerMessage msg) = 0;
   // Ends the stream with an error (the agent went silent).
   virtual void Close(const absl::Status& why) = 0;
 };

@@ -23,10 +23,10 @@ class Outbox final : public engine::AgentChannel {
  public:
   explicit Outbox(Reactor* reactor) : reactor_(reactor) {}
 
-  void Send(const v1::SchedulerMessage& msg) override {
+  void Send(v1::SchedulerMessage msg) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (reactor_ == nullptr || finish_.has_value()) return;
-    queue_.push_back(msg);
+    queue_.push_back(std::move(msg));
     if (!writing_) StartNextWriteLocked();
   }
 

@@ -19,9 +19,9 @@ using ::testing::HasSubstr;
 
 class FakeChannel : public AgentChannel {
  public:
-  void Send(const v1::SchedulerMessage& msg) override {
+  void Send(v1::SchedulerMessage msg) override {
     std::lock_guard<std::mutex> lock(mu_);
-    sent_.push_back(msg);
+    sent_.push_back(std::move(msg));
   }
   void Close(const absl::Status& why) override {
     std::lock_guard<std::mutex> lock(mu_);
