@@ -26,12 +26,19 @@
 //   5. A finished TaskRun's Result is sent and kept until ResultAck.
 //   6. When the stream breaks it reconnects with exponential backoff and
 //      jitter; running tasks keep running meanwhile (and chains go on).
-//   7. Self-fencing: every message from the scheduler (a HeartbeatAck at
-//      least every heartbeat interval) renews contact. With no contact for
-//      stop_on_lost_after (connected or not), it cancels its running tasks
-//      itself, before the scheduler gives them to another agent, and drops
-//      the waiting links; the Results (OUTCOME_CANCELLED) wait for the next
-//      stream like any other.
+//   7. Self-fencing: the agent cancels its running tasks itself, before the
+//      scheduler gives them to another agent, and drops the waiting links;
+//      the Results (OUTCOME_CANCELLED) wait for the next stream like any
+//      other. With a scheduler that sends Welcome.heartbeat_lease: each
+//      Welcome or HeartbeatAck answers the oldest unanswered Hello or
+//      Heartbeat of the stream (in order), and lets the tasks run until
+//      that message's send time + the lease; a stream that ends cuts this
+//      to stop_on_lost_after from then. An older scheduler: every message
+//      renews contact, and no contact for stop_on_lost_after (connected or
+//      not) stops the tasks.
+//  7a. Adaptive heartbeats: Hello says adaptive_heartbeat; each
+//      HeartbeatAck may change the interval (the scheduler stretches it for
+//      a large fleet), and each Heartbeat says the interval in use.
 //   8. StopTakingWork() (SIGTSTP, or the scheduler's Drain): sends Draining,
 //      rejects every later Assign entry; running tasks finish normally. A
 //      link whose predecessor succeeds from now on is not started but sent
@@ -53,6 +60,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -152,6 +160,8 @@ class Agent {
   // caller counts the thread that runs it. Needs mu_.
   std::shared_ptr<TaskRun> StartLocked(v1::Assignment a);
   void OnCancel(const v1::Cancel& c);
+  // Takes the interval and extends the lease (see 7 and 7a above).
+  void OnHeartbeatAck(const v1::HeartbeatAck& ack);
   // Runs `run`, reports it, then each chain link that follows it.
   void TaskThread(std::shared_ptr<TaskRun> run);
   // Heartbeats, self-fencing and the drain deadline, until Run() ends.
@@ -207,6 +217,13 @@ class Agent {
   absl::Duration welcome_stop_on_lost_after_ = absl::ZeroDuration();
   int64_t welcome_max_output_bytes_ = 0;  // guarded by mu_; 0: none
   absl::Duration last_heard_ = absl::ZeroDuration();
+  // Guarded by mu_: the lease (Welcome.heartbeat_lease; zero: the scheduler
+  // gives none, and last_heard_ decides), when the running tasks must stop
+  // by it (monotonic), and when each Hello or Heartbeat of the live stream
+  // not yet answered was sent, oldest first.
+  absl::Duration lease_ = absl::ZeroDuration();
+  absl::Duration lease_until_ = absl::ZeroDuration();
+  std::deque<absl::Duration> unanswered_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_; the live stream's
 
   std::mutex write_mu_;
