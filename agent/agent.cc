@@ -18,8 +18,15 @@ constexpr char kVersion[] = "0.1.0";
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   grpc::ChannelArguments args;
-  // Notice a dead scheduler or network in seconds, even when idle.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  // The heartbeats and their acks prove the stream alive; a keepalive ping
+  // goes out only after this long without anything read, so with
+  // heartbeats every few seconds there are none. A short keepalive time cost
+  // the scheduler a ping per agent every 5 s once the heartbeat interval
+  // grew past it. Setting it also turns on TCP_USER_TIMEOUT (the keepalive
+  // timeout): a heartbeat that a dead scheduler or network does not take
+  // breaks the stream within 5 s. The scheduler accepts pings this often
+  // (scheduler/service/server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
