@@ -18,8 +18,15 @@ constexpr char kVersion[] = "0.1.0";
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   grpc::ChannelArguments args;
-  // Notice a dead scheduler or network in seconds, even when idle.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  // The heartbeats and their acks prove the stream alive; a keepalive ping
+  // goes out only after this long without anything read, so with
+  // heartbeats every few seconds there are none. A short keepalive time cost
+  // the scheduler a ping per agent every 5 s once the heartbeat interval
+  // grew past it. Setting it also turns on TCP_USER_TIMEOUT (the keepalive
+  // timeout): a heartbeat that a dead scheduler or network does not take
+  // breaks the stream within 5 s. The scheduler accepts pings this often
+  // (scheduler/service/server.cc).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -265,6 +272,7 @@ void Agent::Session() {
     h->set_draining(draining_);
     h->set_chains(true);
     h->set_batches(true);
+    h->set_adaptive_heartbeat(true);
     for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
     ListHeldLocked(h->mutable_running());
     // Finished but unacknowledged attempts (Result or Release) are still
@@ -280,10 +288,16 @@ void Agent::Session() {
     std::lock_guard<std::mutex> lock(out_mu_);
     batches_ = false;  // until this stream's Welcome says otherwise
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unanswered_.assign(1, Now());
+  }
   bool ok = stream->Write(hello);
   if (ok) {
     std::lock_guard<std::mutex> lock(write_mu_);
     stream_ = stream.get();
+    std::lock_guard<std::mutex> out_lock(out_mu_);
+    connected_ = true;
   }
   v1::SchedulerMessage msg;
   while (ok && stream->Read(&msg)) {
@@ -294,12 +308,25 @@ void Agent::Session() {
     Handle(msg);
   }
   {
+    // What is queued now would go nowhere (results are resent after the
+    // next Welcome); later Writes say they were dropped.
+    std::lock_guard<std::mutex> out_lock(out_mu_);
+    connected_ = false;
+    out_.clear();
+  }
+  {
     std::lock_guard<std::mutex> lock(write_mu_);
     stream_ = nullptr;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ctx_ = nullptr;
+    unanswered_.clear();
+    // The scheduler may have seen the stream end too, and then moves the
+    // tasks after its grace, however long the lease.
+    if (welcomed_ && lease_ > absl::ZeroDuration()) {
+      lease_until_ = std::min(lease_until_, Now() + StopOnLostAfterLocked());
+    }
   }
   // After Read() returned false the call is over and Finish() gives the
   // scheduler's status; a failed Hello needs the call cancelled first.
@@ -326,17 +353,18 @@ void Agent::Session() {
   }
 }
 
-void Agent::Write(v1::AgentMessage msg) {
+bool Agent::Write(v1::AgentMessage msg) {
   std::vector<v1::AgentMessage> msgs;
   msgs.push_back(std::move(msg));
-  WriteAll(std::move(msgs));
+  return WriteAll(std::move(msgs));
 }
 
-void Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
+bool Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
   {
     std::lock_guard<std::mutex> lock(out_mu_);
+    if (!connected_) return false;
     for (v1::AgentMessage& m : msgs) out_.push_back(std::move(m));
-    if (writing_) return;  // the writing thread takes them along
+    if (writing_) return true;  // the writing thread takes them along
     writing_ = true;
   }
   std::lock_guard<std::mutex> write_lock(write_mu_);
@@ -346,7 +374,7 @@ void Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
       std::lock_guard<std::mutex> lock(out_mu_);
       if (out_.empty()) {
         writing_ = false;
-        return;
+        return true;
       }
       if (out_.size() == 1 || !batches_) {
         next = std::move(out_.front());
@@ -360,6 +388,7 @@ void Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
     }
     if (stream_ != nullptr) stream_->Write(next);
   }
+  return true;
 }
 
 void Agent::Handle(const v1::SchedulerMessage& msg) {
@@ -376,6 +405,11 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
         if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
         welcome_stop_on_lost_after_ =
             std::max(FromProto(msg.welcome().stop_on_lost_after()), absl::ZeroDuration());
+        lease_ = std::max(FromProto(msg.welcome().heartbeat_lease()), absl::ZeroDuration());
+        // It answers the Hello.
+        const absl::Duration sent = unanswered_.empty() ? Now() : unanswered_.front();
+        if (!unanswered_.empty()) unanswered_.pop_front();
+        lease_until_ = sent + lease_;
         welcome_max_output_bytes_ = msg.welcome().max_output_bytes();
         draining = draining_;
         cv_.notify_all();
@@ -418,9 +452,31 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
       spdlog::info("the scheduler asked this agent to drain");
       StopTakingWork();
       break;
-    case v1::SchedulerMessage::kHeartbeatAck:  // contact, noted by Session()
-    default:
+    case v1::SchedulerMessage::kHeartbeatAck:
+      OnHeartbeatAck(msg.heartbeat_ack());
       break;
+    default:  // contact, noted by Session()
+      break;
+  }
+}
+
+void Agent::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Acks come in the order of the heartbeats: this one answers the oldest
+  // unanswered. (None: an ack nothing asked for, which extends nothing.)
+  if (!unanswered_.empty()) {
+    const absl::Duration sent = unanswered_.front();
+    unanswered_.pop_front();
+    const absl::Duration lease = FromProto(ack.heartbeat_lease());
+    if (lease > absl::ZeroDuration()) lease_ = lease;
+    if (lease_ > absl::ZeroDuration()) lease_until_ = std::max(lease_until_, sent + lease_);
+  }
+  const absl::Duration interval = FromProto(ack.heartbeat_interval());
+  if (interval > absl::ZeroDuration() && interval != heartbeat_interval_) {
+    spdlog::info("heartbeat interval now {} (was {}), as the scheduler asks", Format(interval),
+                 Format(heartbeat_interval_));
+    heartbeat_interval_ = interval;
+    cv_.notify_all();  // the timer thread recomputes when the next one is due
   }
 }
 
@@ -700,25 +756,39 @@ void Agent::TimerLoop() {
       return e.second.cause == StopCause::kNone;
     });
     if (unstopped) {
-      const absl::Duration lost_after = StopOnLostAfterLocked();
-      if (now - last_heard_ >= lost_after) {
+      // With a lease (and no fixed stop_on_lost_after of our own), by it;
+      // else by the time since anything arrived.
+      const bool by_lease =
+          lease_ > absl::ZeroDuration() && opts_.stop_on_lost_after <= absl::ZeroDuration();
+      const absl::Duration fence_at =
+          by_lease ? lease_until_ : last_heard_ + StopOnLostAfterLocked();
+      if (now >= fence_at) {
         // By now the scheduler may have given these tasks to another agent.
-        const int n = StopRunningLocked(
-            StopCause::kFenced, "stopped: no contact with the scheduler for " + Format(lost_after));
+        const std::string silent = Format(absl::Trunc(now - last_heard_, absl::Milliseconds(100)));
+        const int n = StopRunningLocked(StopCause::kFenced,
+                                        "stopped: no contact with the scheduler for " +
+                                            (by_lease ? silent : Format(StopOnLostAfterLocked())));
         spdlog::warn(
-            "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)",
-            Format(lost_after), n);
+            "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)", silent,
+            n);
       } else {
-        wake = std::min(wake, last_heard_ + lost_after);
+        wake = std::min(wake, fence_at);
       }
     }
     if (now >= last_heartbeat + heartbeat_interval_) {
       last_heartbeat = now;
       v1::AgentMessage hb;
       ListHeldLocked(hb.mutable_heartbeat()->mutable_running());
+      *hb.mutable_heartbeat()->mutable_heartbeat_interval() = ToProto(heartbeat_interval_);
+      unanswered_.push_back(now);
       lock.unlock();
-      Write(hb);
+      const bool sent = Write(hb);
       lock.lock();
+      // Not on the stream: no ack will answer it.
+      if (!sent) {
+        auto it = std::find(unanswered_.begin(), unanswered_.end(), now);
+        if (it != unanswered_.end()) unanswered_.erase(it);
+      }
       continue;
     }
     // Woken early by any change (notify_all); then everything is recomputed.

@@ -26,12 +26,19 @@
 //   5. A finished TaskRun's Result is sent and kept until ResultAck.
 //   6. When the stream breaks it reconnects with exponential backoff and
 //      jitter; running tasks keep running meanwhile (and chains go on).
-//   7. Self-fencing: every message from the scheduler (a HeartbeatAck at
-//      least every heartbeat interval) renews contact. With no contact for
-//      stop_on_lost_after (connected or not), it cancels its running tasks
-//      itself, before the scheduler gives them to another agent, and drops
-//      the waiting links; the Results (OUTCOME_CANCELLED) wait for the next
-//      stream like any other.
+//   7. Self-fencing: the agent cancels its running tasks itself, before the
+//      scheduler gives them to another agent, and drops the waiting links;
+//      the Results (OUTCOME_CANCELLED) wait for the next stream like any
+//      other. With a scheduler that sends Welcome.heartbeat_lease: each
+//      Welcome or HeartbeatAck answers the oldest unanswered Hello or
+//      Heartbeat of the stream (in order), and lets the tasks run until
+//      that message's send time + the lease; a stream that ends cuts this
+//      to stop_on_lost_after from then. An older scheduler: every message
+//      renews contact, and no contact for stop_on_lost_after (connected or
+//      not) stops the tasks.
+//  7a. Adaptive heartbeats: Hello says adaptive_heartbeat; each
+//      HeartbeatAck may change the interval (the scheduler stretches it for
+//      a large fleet), and each Heartbeat says the interval in use.
 //   8. StopTakingWork() (SIGTSTP, or the scheduler's Drain): sends Draining,
 //      rejects every later Assign entry; running tasks finish normally. A
 //      link whose predecessor succeeds from now on is not started but sent
@@ -154,6 +161,8 @@ class Agent {
   // caller counts the thread that runs it. Needs mu_.
   std::shared_ptr<TaskRun> StartLocked(v1::Assignment a);
   void OnCancel(const v1::Cancel& c);
+  // Takes the interval and extends the lease (see 7 and 7a above).
+  void OnHeartbeatAck(const v1::HeartbeatAck& ack);
   // Runs `run`, reports it, then each chain link that follows it. With a
   // `sink` (a run inline on the stream's reader, for instant tasks) its
   // messages are appended there for the caller to write, and a link that
@@ -167,8 +176,9 @@ class Agent {
   // progress writes everything queued until nothing is left, as one
   // AgentBatch when the scheduler reads batches: results of tasks that end
   // while a write is in flight go together.
-  void Write(v1::AgentMessage msg);
-  void WriteAll(std::vector<v1::AgentMessage> msgs);
+  // False when there was no stream to queue them on.
+  bool Write(v1::AgentMessage msg);
+  bool WriteAll(std::vector<v1::AgentMessage> msgs);
   void ResendUnacked();
   // Sets draining_; true when it was not set before. Needs mu_.
   bool StartDrainingLocked();
@@ -218,16 +228,25 @@ class Agent {
   absl::Duration welcome_stop_on_lost_after_ = absl::ZeroDuration();
   int64_t welcome_max_output_bytes_ = 0;  // guarded by mu_; 0: none
   absl::Duration last_heard_ = absl::ZeroDuration();
+  // Guarded by mu_: the lease (Welcome.heartbeat_lease; zero: the scheduler
+  // gives none, and last_heard_ decides), when the running tasks must stop
+  // by it (monotonic), and when each Hello or Heartbeat of the live stream
+  // not yet answered was sent, oldest first.
+  absl::Duration lease_ = absl::ZeroDuration();
+  absl::Duration lease_until_ = absl::ZeroDuration();
+  std::deque<absl::Duration> unanswered_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_; the live stream's
 
   // Held while writing on the stream; Session() takes it to change stream_.
   std::mutex write_mu_;
   grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>* stream_ =
-      nullptr;                        // guarded by write_mu_
-  std::mutex out_mu_;                 // never held while waiting for write_mu_
+      nullptr;  // guarded by write_mu_
+  // Taken inside write_mu_, never the other way round.
+  std::mutex out_mu_;
   std::deque<v1::AgentMessage> out_;  // guarded by out_mu_; queued, not yet written
   bool writing_ = false;              // guarded by out_mu_; a thread drains out_
   bool batches_ = false;              // guarded by out_mu_; from this stream's Welcome
+  bool connected_ = false;            // guarded by out_mu_; stream_ is set
 
   // Runs TaskThread; last, so its threads are joined before the rest goes.
   WorkerPool workers_;

@@ -43,9 +43,13 @@ ABSL_FLAG(int32_t, default_max_attempts, 3, "Attempts of a task that does not se
 ABSL_FLAG(absl::Duration, default_ack_timeout, absl::Seconds(10),
           "Dispatch -> agent accepts, for tasks that do not set ack_timeout");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
-          "Heartbeat interval told to agents");
+          "Heartbeat interval told to agents (while --max_heartbeats_per_second allows it)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
-          "An agent silent this long is lost (its stream is ended)");
+          "An agent silent this long is lost (its stream is ended); scaled with the interval");
+ABSL_FLAG(double, max_heartbeats_per_second, 1000,
+          "Most heartbeats per second asked of all agents together (0: no bound): beyond "
+          "heartbeat_interval x this many agents, the interval (and the timeout) grow by whole "
+          "multiples, e.g. 10s for 10,000 agents");
 ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
           "A lost agent that reconnects within this keeps its tasks; after it they are retried");
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
   so.default_ack_timeout = absl::GetFlag(FLAGS_default_ack_timeout);
   so.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   so.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  so.max_heartbeats_per_second = absl::GetFlag(FLAGS_max_heartbeats_per_second);
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   so.event_retention = absl::GetFlag(FLAGS_event_retention);
@@ -142,6 +147,10 @@ int main(int argc, char** argv) {
         "--heartbeat_interval (got {}, {} and {})",
         absl::FormatDuration(so.heartbeat_timeout), absl::FormatDuration(so.reconnect_grace),
         absl::FormatDuration(so.heartbeat_interval));
+    return 2;
+  }
+  if (!(so.max_heartbeats_per_second >= 0)) {
+    spdlog::error("--max_heartbeats_per_second must be >= 0 (0: no bound)");
     return 2;
   }
   if (so.event_retention < absl::Seconds(1)) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,9 +47,19 @@ struct SchedulerOptions {
   // Source of u; unset: a seeded generator. Tests inject a fixed one.
   std::function<double()> random;
 
-  // Agents.
+  // Agents. The interval, timeout and lease below are for a small fleet:
+  // see max_heartbeats_per_second.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // The most heartbeats per second the scheduler asks of all its agents
+  // together (0: no bound). Each heartbeat and its ack cost the scheduler
+  // about 70 us of CPU, nearly all of it TCP and HTTP/2, so the interval,
+  // not the code, decides what a large fleet costs. When the connected
+  // agents would send more, adaptive agents (Hello.adaptive_heartbeat) are
+  // told a longer interval: a whole multiple of heartbeat_interval, with
+  // the heartbeat timeout and the lease scaled alike. Nomad's server does
+  // the same (max_heartbeats_per_second, TTL = nodes / rate).
+  double max_heartbeats_per_second = 1000;
   // A lost agent that reconnects within this keeps its tasks; after a
   // scheduler restart every agent gets a fresh window of this length.
   absl::Duration reconnect_grace = absl::Seconds(5);
@@ -66,6 +77,38 @@ struct SchedulerOptions {
   // least 3 heartbeats (so a healthy agent never does).
   absl::Duration StopOnLostAfter() const {
     return std::max(reconnect_grace - absl::Seconds(1), reconnect_grace * 3 / 4);
+  }
+
+  // The multiple of heartbeat_interval for `agents` connected agents, given
+  // the one in use now. It grows as soon as the agents would exceed
+  // max_heartbeats_per_second, and shrinks only once they would stay 10 %
+  // below it, so a fleet hovering at a step does not retune every agent
+  // back and forth.
+  int64_t HeartbeatFactor(int64_t agents, int64_t current) const {
+    if (max_heartbeats_per_second <= 0) return 1;
+    const double per_interval =
+        max_heartbeats_per_second * absl::ToDoubleSeconds(heartbeat_interval);
+    auto need = [&](double headroom) {
+      return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(agents) *
+                                                                 headroom / per_interval)));
+    };
+    const int64_t up = need(1.0);
+    return up >= current ? up : std::min(current, need(1.1));
+  }
+  // The silence after which an agent heartbeating every `interval` is lost.
+  absl::Duration HeartbeatTimeoutFor(absl::Duration interval) const {
+    return heartbeat_timeout * absl::FDivDuration(interval, heartbeat_interval);
+  }
+  // What an adaptive agent heartbeating every `interval` may run its tasks
+  // for after it sent a heartbeat that was answered (Welcome.
+  // heartbeat_lease). The scheduler cannot move them before the agent's
+  // heartbeat timeout plus the grace after that heartbeat arrived; this is
+  // StopOnLostAfter() (shorter than the grace) longer than the extra
+  // timeout, so it ends well before that, yet still spans about 5
+  // intervals by default.
+  absl::Duration HeartbeatLeaseFor(absl::Duration interval) const {
+    return StopOnLostAfter() +
+           std::max(HeartbeatTimeoutFor(interval) - heartbeat_timeout, absl::ZeroDuration());
   }
 
   int64_t QueueMaxLength(const std::string& queue) const {

@@ -2,6 +2,7 @@
 // policies can replace it; the Scheduler owns the agents and the queues.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,19 @@ struct AgentRecord {
   absl::Duration last_seen;                // monotonic
   uint64_t last_assigned = 0;              // tie-break: least recently used first
   absl::flat_hash_set<std::string> tasks;  // ids of the live attempts it holds
+  // Hello.adaptive_heartbeat: it takes the interval from each HeartbeatAck.
+  bool adaptive_heartbeat = false;
+  // The interval told to it last (Welcome or HeartbeatAck), and the one it
+  // said it heartbeats at (Heartbeat.heartbeat_interval; from Welcome until
+  // it says). Its silence is judged by the longer of the two, so an agent
+  // that has not yet heard a shorter interval is not lost meanwhile.
+  absl::Duration told_interval;
+  absl::Duration agent_interval;
+  absl::Duration judged_interval() const { return std::max(told_interval, agent_interval); }
+  // Connected: when it counts as lost if silent (monotonic). Never moved
+  // closer on a stream: the agent's lease may rest on an earlier heartbeat
+  // judged by a longer interval.
+  absl::Duration silence_deadline;
 
   bool connected() const { return conn != 0; }
   // Connected and not draining: may be given work.

@@ -868,6 +868,7 @@ v1::ClusterStats Scheduler::ClusterStats() const {
     st.set_slots_used(st.slots_used() + a->used);
   }
   st.set_stale_messages(stale_messages_);
+  *st.mutable_heartbeat_interval() = ToProto(heartbeat_interval());
   for (const auto& [queue, counts] : counts_) {
     for (int s = 1; s < kNumStates; ++s) {
       if (counts[s] != 0) {
@@ -1334,7 +1335,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     slot->id = hello.agent_id();
   }
   AgentRecord& a = *slot;
-  if (a.connected() && Mono() - a.last_seen < 2 * opts_.heartbeat_interval) {
+  if (a.connected() && Mono() - a.last_seen < 2 * a.judged_interval()) {
     // The old stream is alive: a second agent with the same id, not a
     // reconnect. Taking over would make the two evict each other forever.
     return absl::AlreadyExistsError(
@@ -1358,15 +1359,23 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.last_seen = Mono();
   a.connect_time = Now();
   a.last_seen_time = a.connect_time;
-  agent_deadlines_.Set(a.id, a.last_seen + opts_.heartbeat_timeout);
+  UpdateHeartbeatFactor();
+  // Agents that cannot adapt keep the base interval, as before.
+  a.adaptive_heartbeat = hello.adaptive_heartbeat();
+  a.told_interval = a.adaptive_heartbeat ? heartbeat_interval() : opts_.heartbeat_interval;
+  a.agent_interval = a.told_interval;              // it takes Welcome's at once
+  a.silence_deadline = -absl::InfiniteDuration();  // a new stream
+  ExtendSilenceDeadline(a);
 
   v1::SchedulerMessage welcome;
-  welcome.mutable_welcome()->set_session_id(absl::StrCat(a.id, "/", conn));
-  *welcome.mutable_welcome()->mutable_heartbeat_interval() = ToProto(opts_.heartbeat_interval);
-  welcome.mutable_welcome()->set_max_output_bytes(opts_.max_output_bytes);
-  welcome.mutable_welcome()->set_batches(true);
+  v1::Welcome* w = welcome.mutable_welcome();
+  w->set_session_id(absl::StrCat(a.id, "/", conn));
+  *w->mutable_heartbeat_interval() = ToProto(a.told_interval);
+  w->set_max_output_bytes(opts_.max_output_bytes);
+  w->set_batches(true);
   // The agent stops its tasks itself before the grace ends and they move.
-  *welcome.mutable_welcome()->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
+  *w->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
+  *w->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.
@@ -1413,6 +1422,12 @@ void Scheduler::Disconnect(uint64_t conn) {
   by_conn_.erase(it);
   a.conn = 0;
   agent_deadlines_.Set(a.id, Mono() + opts_.reconnect_grace);
+  UpdateHeartbeatFactor();
+}
+
+void Scheduler::UpdateHeartbeatFactor() {
+  const int64_t agents = static_cast<int64_t>(by_conn_.size());
+  heartbeat_factor_ = opts_.HeartbeatFactor(agents, heartbeat_factor_);
 }
 
 void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
@@ -1438,7 +1453,6 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   AgentRecord& a = *it->second;
   a.last_seen = Mono();
   a.last_seen_time = Now();
-  agent_deadlines_.Set(a.id, a.last_seen + opts_.heartbeat_timeout);
   bool frees = false;
   if (msg.has_batch()) {
     // One Dispatch for the whole batch: the slots its results free are
@@ -1447,6 +1461,7 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   } else {
     frees = OnOneAgentMessage(a, msg);
   }
+  ExtendSilenceDeadline(a);
   // Only an ended attempt frees room. Dispatching on every heartbeat made
   // heartbeats cost O(agents) each, O(agents^2) in all (taskgrid-bench W6).
   if (frees) Dispatch();
@@ -1456,7 +1471,18 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
   switch (msg.msg_case()) {
     case v1::AgentMessage::kHeartbeat: {
       v1::SchedulerMessage ack;
-      ack.mutable_heartbeat_ack();
+      v1::HeartbeatAck* h = ack.mutable_heartbeat_ack();
+      if (a.adaptive_heartbeat) {
+        // The interval it says it uses, never longer than any it was told
+        // (an agent cannot stretch its own timeout).
+        const absl::Duration used = FromProto(msg.heartbeat().heartbeat_interval());
+        if (used > absl::ZeroDuration()) {
+          a.agent_interval = std::clamp(used, opts_.heartbeat_interval, a.judged_interval());
+        }
+        a.told_interval = heartbeat_interval();
+        *h->mutable_heartbeat_interval() = ToProto(a.told_interval);
+        *h->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
+      }
       Send(a.conn, std::move(ack));
       break;
     }
@@ -1632,6 +1658,7 @@ void Scheduler::Tick() {
       by_conn_.erase(a.conn);
       a.conn = 0;
       agent_deadlines_.Set(a.id, mono + opts_.reconnect_grace);
+      UpdateHeartbeatFactor();
     } else if (!a.lost) {
       LoseAgent(a, absl::StrCat("agent ", id, " was lost and did not come back within ",
                                 absl::FormatDuration(opts_.reconnect_grace)));

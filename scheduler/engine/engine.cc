@@ -79,6 +79,8 @@ void Engine::Stop() {
 // ---------------------------------------------------------------------------
 
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
+  heartbeat_interval_ns_.store(absl::ToInt64Nanoseconds(sched_.heartbeat_interval()),
+                               std::memory_order_relaxed);
   core::Effects fx = sched_.TakeEffects();
   if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
   // Waiters of tasks that reached a terminal state are answered with the

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,20 @@ namespace taskgrid::service {
 namespace {
 
 using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>;
+
+// Logs the interval agents are told when it changed (as agents come and go).
+void LogHeartbeatInterval(const engine::Engine& engine) {
+  static std::atomic<int64_t> logged_ns{0};
+  const absl::Duration now = engine.heartbeat_interval();
+  const int64_t ns = absl::ToInt64Nanoseconds(now);
+  int64_t prev = logged_ns.load();
+  if (ns == prev || !logged_ns.compare_exchange_strong(prev, ns)) return;
+  // The first value is the configured one: worth no line.
+  if (prev != 0) {
+    spdlog::info("agents are now told to heartbeat every {} (was {})", absl::FormatDuration(now),
+                 absl::FormatDuration(absl::Nanoseconds(prev)));
+  }
+}
 
 // The Engine's handle on one stream. Outlives the reactor: after Detach()
 // every Send is dropped. gRPC allows one write in flight; what is sent
@@ -141,6 +156,7 @@ class AgentStream final : public Reactor {
       agent_id_ = in_.hello().agent_id();
       spdlog::info("agent {} connected from {} with {} slots", agent_id_, peer_,
                    in_.hello().slots());
+      LogHeartbeatInterval(*engine_);
     } else if (in_.has_hello()) {
       outbox_->Finish(
           grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello may be sent once per stream"));
@@ -160,6 +176,7 @@ class AgentStream final : public Reactor {
   void OnDone() override {
     if (hello_seen_) spdlog::info("agent {} disconnected", agent_id_);
     engine_->DetachAgent(conn_);
+    LogHeartbeatInterval(*engine_);
     outbox_->Detach();
     delete this;
   }

@@ -71,6 +71,17 @@ class FakeScheduler final : public v1::AgentService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     stop_on_lost_after_ = d;
   }
+  // Welcome and every HeartbeatAck give this heartbeat_lease (zero: none,
+  // as an older scheduler).
+  void set_lease(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_ = d;
+  }
+  // Every HeartbeatAck tells this interval (zero: none).
+  void set_ack_interval(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ack_interval_ = d;
+  }
 
   // Writes `m` on the live stream; fails the test when there is none.
   void Push(const v1::SchedulerMessage& m) {
@@ -147,9 +158,14 @@ class FakeScheduler final : public v1::AgentService::Service {
             w->set_session_id("s" + std::to_string(session));
             *w->mutable_heartbeat_interval() = ToProto(absl::Milliseconds(100));
             *w->mutable_stop_on_lost_after() = ToProto(stop_on_lost_after_);
+            if (lease_ > absl::ZeroDuration()) *w->mutable_heartbeat_lease() = ToProto(lease_);
             w->set_batches(batches_);
           } else if (m.has_heartbeat() && ack_heartbeats_) {
-            out.emplace_back().mutable_heartbeat_ack();
+            v1::HeartbeatAck* ack = out.emplace_back().mutable_heartbeat_ack();
+            if (ack_interval_ > absl::ZeroDuration()) {
+              *ack->mutable_heartbeat_interval() = ToProto(ack_interval_);
+            }
+            if (lease_ > absl::ZeroDuration()) *ack->mutable_heartbeat_lease() = ToProto(lease_);
           } else if ((m.has_result() || m.has_release()) && ack_results_) {
             v1::ResultAck* ack = out.emplace_back().mutable_result_ack();
             ack->set_task_id(m.has_result() ? m.result().task_id() : m.release().task_id());
@@ -207,6 +223,8 @@ class FakeScheduler final : public v1::AgentService::Service {
   bool batches_ = false;
   int wire_count_ = 0;
   absl::Duration stop_on_lost_after_ = absl::Seconds(1);
+  absl::Duration lease_ = absl::ZeroDuration();
+  absl::Duration ack_interval_ = absl::ZeroDuration();
   int sessions_ = 0;
   int current_ = 0;
   int refused_ = 0;
@@ -495,6 +513,99 @@ TEST(Agent, KeepsRunningWhileHeartbeatsAreAcked) {
   EXPECT_EQ(Find(log, IsResult("long")), -1);
   EXPECT_EQ(agent->running(), 1);
   EXPECT_GE(Count(log, IsHeartbeat()), 10);
+}
+
+// A heartbeat that says it is sent every `interval`.
+Pred IsHeartbeatEvery(absl::Duration interval) {
+  return [interval](const Received& r) {
+    return r.msg.has_heartbeat() && FromProto(r.msg.heartbeat().heartbeat_interval()) == interval;
+  };
+}
+
+TEST(Agent, AdoptsTheIntervalFromHeartbeatAcks) {
+  FakeScheduler fake;  // Welcome says 100 ms
+  fake.set_ack_interval(absl::Milliseconds(400));
+  RunningAgent agent(Options(fake.addr()));
+  const int hello = WaitFind(fake, IsHello(), "hello");
+  ASSERT_GE(hello, 0);
+  EXPECT_TRUE(fake.log()[hello].msg.hello().adaptive_heartbeat());
+  EXPECT_GE(WaitFind(fake, IsHeartbeatEvery(absl::Milliseconds(100)), "first heartbeat"), 0);
+  const int slow = WaitFind(fake, IsHeartbeatEvery(absl::Milliseconds(400)), "slower heartbeat");
+  ASSERT_GE(slow, 0);
+  absl::SleepFor(absl::Milliseconds(1300));
+  Log log = fake.log();
+  int beats = 0;
+  absl::Duration prev = log[slow].at;
+  for (int i = slow + 1; i < static_cast<int>(log.size()); ++i) {
+    if (!log[i].msg.has_heartbeat()) continue;
+    ++beats;
+    EXPECT_GE(log[i].at - prev, absl::Milliseconds(350)) << "heartbeat " << i;
+    prev = log[i].at;
+  }
+  EXPECT_GE(beats, 2);
+  EXPECT_LE(beats, 4);
+
+  // And back to a shorter one.
+  fake.set_ack_interval(absl::Milliseconds(100));
+  int fast = -1;
+  ASSERT_TRUE(fake.WaitFor(
+      [&](const Log& l) {
+        fast = Find(l, IsHeartbeatEvery(absl::Milliseconds(100)), slow + 1);
+        return fast >= 0;
+      },
+      absl::Seconds(2)))
+      << "no heartbeat took the shorter interval";
+  absl::SleepFor(absl::Milliseconds(600));
+  log = fake.log();
+  int after = 0;
+  for (int i = fast + 1; i < static_cast<int>(log.size()); ++i) after += log[i].msg.has_heartbeat();
+  EXPECT_GE(after, 4);
+}
+
+TEST(Agent, LeaseKeepsTasksRunningBetweenSparseAcksThenEnds) {
+  FakeScheduler fake;
+  fake.set_stop_on_lost_after(absl::Milliseconds(300));  // shorter than the interval
+  fake.set_lease(absl::Seconds(2));
+  fake.set_ack_interval(absl::Seconds(1));
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  // Real time is the point: several intervals, far past stop_on_lost_after.
+  absl::SleepFor(absl::Milliseconds(2500));
+  EXPECT_EQ(Find(fake.log(), IsResult("long")), -1);
+  EXPECT_EQ(agent->running(), 1);
+
+  fake.set_ack_heartbeats(false);
+  const absl::Duration silent = Mono();
+  const int result = WaitFind(fake, IsResult("long"), "the self-fenced result");
+  ASSERT_GE(result, 0);
+  const Log log = fake.log();
+  EXPECT_EQ(log[result].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_THAT(log[result].msg.result().result().error(),
+              HasSubstr("stopped: no contact with the scheduler"));
+  // The last answered heartbeat went out at most 1 s before the acks
+  // stopped; the lease is 2 s from it.
+  EXPECT_LT(log[result].at - silent, absl::Seconds(2) + absl::Milliseconds(500));
+  EXPECT_GE(log[result].at - silent, absl::Seconds(1) - absl::Milliseconds(100));
+  EXPECT_EQ(Count(log, IsHello()), 1) << "the stream stayed up";
+}
+
+TEST(Agent, StreamEndCutsTheLease) {
+  FakeScheduler fake;
+  fake.set_stop_on_lost_after(absl::Seconds(1));
+  fake.set_lease(absl::Seconds(30));
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  fake.set_refuse(true);
+  const absl::Duration cut = Mono();
+  fake.EndStream();
+  ASSERT_TRUE(RunningAgent::Eventually(
+      [&] { return agent->running() == 0 && agent->unacked() == 1; }, absl::Seconds(4)))
+      << "the agent kept its task for the lease after its stream ended";
+  EXPECT_LT(Mono() - cut, absl::Seconds(2));
 }
 
 TEST(Agent, SelfFencesWhileDisconnected) {

@@ -35,7 +35,8 @@ EXPECTED = {
            "dispatch_rate_small_table": POSITIVE, "dispatch_rate_large_vs_small": POSITIVE},
     "W6": {"agents_connected": POSITIVE, "connect_seconds": POSITIVE, "agents_held": POSITIVE,
            "scheduler_rss": POSITIVE, "scheduler_peak_rss": POSITIVE, "scheduler_cpu": FINITE,
-           "sim_late_heartbeats": FINITE, "sim_max_heartbeat_delay": FINITE},
+           "sim_late_heartbeats": FINITE, "sim_max_heartbeat_delay": FINITE,
+           "agent_heartbeat_interval": POSITIVE, "heartbeats_per_second": POSITIVE},
 }
 
 

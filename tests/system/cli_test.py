@@ -1240,6 +1240,7 @@ class ClusterTest(CliTestCase):
         self.assertRegex(out, r"(?m)^Agents lost:\s+0$")
         self.assertRegex(out, r"(?m)^Slots used:\s+1 / 5$")
         self.assertRegex(out, r"(?m)^Stale messages:\s+0$")
+        self.assertRegex(out, r"(?m)^Heartbeat every:\s+1s$")
         self.assertRegex(out, r"(?m)^Tasks:$")
         self.assertRegex(out, rf"(?m)^  RUNNING:\s+{want['RUNNING']}$")
         self.ok("cancel", "cl-run")

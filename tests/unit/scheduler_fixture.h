@@ -28,7 +28,8 @@ class SchedulerTest : public ::testing::Test {
     return o;
   }
 
-  SchedulerTest() : sched_(&clock_, Options()) {}
+  SchedulerTest() : SchedulerTest(Options()) {}
+  explicit SchedulerTest(SchedulerOptions o) : sched_(&clock_, std::move(o)) {}
 
   void Check() { ASSERT_TRUE(sched_.CheckInvariants().ok()) << sched_.CheckInvariants(); }
 

@@ -167,6 +167,7 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
       absl::StrCat("--heartbeat_interval=", absl::FormatDuration(opts_.heartbeat_interval)),
       absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(opts_.heartbeat_timeout)),
       absl::StrCat("--reconnect_grace=", absl::FormatDuration(opts_.reconnect_grace)),
+      absl::StrCat("--max_heartbeats_per_second=", opts_.max_heartbeats_per_second),
       absl::StrCat("--log_level=", opts_.scheduler_log_level)};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   const std::string log = absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log");
@@ -297,6 +298,15 @@ absl::StatusOr<v1::ListAgentsResponse> Cluster::ListAgents() {
   return resp;
 }
 
+absl::StatusOr<v1::ClusterStats> Cluster::GetClusterStats() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, kRpcDeadline);
+  v1::ClusterStats resp;
+  const grpc::Status s = cluster_->GetClusterStats(&ctx, v1::GetClusterStatsRequest(), &resp);
+  if (!s.ok()) return RpcError("GetClusterStats", s);
+  return resp;
+}
+
 absl::Status Cluster::WaitAgentsActive(const std::vector<std::string>& ids,
                                        absl::Duration timeout) {
   std::string missing;
@@ -402,9 +412,11 @@ absl::StatusOr<std::vector<v1::Task>> Cluster::ListAll(const std::string& queue,
 
 std::vector<Setting> Cluster::BaseSettings() const {
   if (external()) return {S("scheduler", addr_)};
-  return {S("durability", opts_.durability), D("heartbeat_interval", opts_.heartbeat_interval),
+  return {S("durability", opts_.durability),
+          D("heartbeat_interval", opts_.heartbeat_interval),
           D("heartbeat_timeout", opts_.heartbeat_timeout),
-          D("reconnect_grace", opts_.reconnect_grace)};
+          D("reconnect_grace", opts_.reconnect_grace),
+          {"max_heartbeats_per_second", absl::StrCat(opts_.max_heartbeats_per_second), true}};
 }
 
 }  // namespace taskgrid::bench

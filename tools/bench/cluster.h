@@ -46,6 +46,7 @@ struct BenchOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration reconnect_grace = absl::Seconds(5);
+  double max_heartbeats_per_second = 1000;
   std::string tmp_base = "/tmp";
   bool keep = false;  // keep the temporary directories (data, logs)
   std::string agent_log_level = "warn";
@@ -123,6 +124,7 @@ class Cluster {
   absl::StatusOr<std::vector<v1::Task>> ListAll(const std::string& queue,
                                                 const std::vector<v1::TaskState>& states);
   absl::StatusOr<v1::ListAgentsResponse> ListAgents();
+  absl::StatusOr<v1::ClusterStats> GetClusterStats();
   // Health check answered SERVING.
   absl::Status CheckServing(absl::Duration deadline);
 

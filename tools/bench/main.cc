@@ -49,6 +49,9 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
           "Passed to the scheduler it starts (its default)");
 ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
           "Passed to the scheduler it starts (its default)");
+ABSL_FLAG(double, max_heartbeats_per_second, 1000,
+          "Passed to the scheduler it starts (its default; 0: every agent heartbeats at "
+          "--heartbeat_interval however many there are)");
 ABSL_FLAG(std::string, bin_dir, "",
           "Where taskgrid-scheduler and taskgrid-agent are (default: this binary's directory)");
 ABSL_FLAG(std::string, tmp_dir, "",
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
   o.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   o.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   o.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
+  o.max_heartbeats_per_second = absl::GetFlag(FLAGS_max_heartbeats_per_second);
   std::string bin_dir = absl::GetFlag(FLAGS_bin_dir);
   if (bin_dir.empty()) bin_dir = tb::SelfDir();
   o.scheduler_bin = bin_dir + "/taskgrid-scheduler";

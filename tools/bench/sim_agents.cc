@@ -35,7 +35,7 @@ struct SimStats {
 //   1. Start(): AddHold, Hello queued as the first write, first read, StartCall.
 //   2. Welcome read: the heartbeat interval is known; Heartbeat() from the
 //      heartbeat thread writes one whenever it is due and no write is in
-//      flight.
+//      flight. A HeartbeatAck may change the interval (from the next one on).
 //   3. A failed read or write marks the stream closed; once no write is in
 //      flight the hold is removed and gRPC calls OnDone.
 // Owned by RunSimAgents, which outlives every OnDone (or ends the process).
@@ -50,6 +50,7 @@ class SimStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Sch
     hello->set_agent_id(id_);
     hello->set_slots(slots_);
     hello->set_version("taskgrid-bench-sim");
+    hello->set_adaptive_heartbeat(true);
     stub_->async()->Connect(&ctx_, this);
     AddHold();
     {
@@ -72,11 +73,12 @@ class SimStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Sch
       int64_t prev = stats_->max_late_us.load();
       while (late_us > prev && !stats_->max_late_us.compare_exchange_weak(prev, late_us)) {
       }
+      last_sent_ = now;
       next_due_ = now + interval_;
+      out_.Clear();
+      *out_.mutable_heartbeat()->mutable_heartbeat_interval() = ToProto(interval_);
     }
     stats_->heartbeats.fetch_add(1);
-    out_.Clear();
-    out_.mutable_heartbeat();
     StartWrite(&out_);
   }
 
@@ -100,6 +102,13 @@ class SimStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Sch
         next_due_ = MonoNow() + interval;
       }
       if (first) stats_->welcomed.fetch_add(1);
+    } else if (in_.has_heartbeat_ack()) {
+      const absl::Duration interval = FromProto(in_.heartbeat_ack().heartbeat_interval());
+      std::lock_guard<std::mutex> lock(mu_);
+      if (interval > absl::ZeroDuration() && interval != interval_) {
+        interval_ = interval;
+        next_due_ = last_sent_ + interval;
+      }
     }
     StartRead(&in_);
   }
@@ -160,6 +169,7 @@ class SimStream final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Sch
   bool welcomed_ = false;                       // guarded by mu_
   absl::Duration interval_ = absl::Seconds(1);  // guarded by mu_
   absl::Duration next_due_;                     // guarded by mu_
+  absl::Duration last_sent_;                    // guarded by mu_
 };
 
 }  // namespace
@@ -213,6 +223,11 @@ absl::Status RunSimAgents(const SimAgentOptions& opts) {
     for (; i < wave_end; ++i) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      // As taskgrid-agent sets them (agent/agent.cc), so the scheduler sees
+      // the same pings.
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+      args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       auto channel = grpc::CreateCustomChannel(opts.addr, grpc::InsecureChannelCredentials(), args);
       auto s = std::make_unique<SimStream>(&stats, absl::StrCat(opts.id_prefix, i), opts.slots,
                                            std::move(channel));

@@ -1,9 +1,9 @@
 // Simulated agents for W6: many light AgentService.Connect streams in one
 // process. Each stream says Hello with its own id, then sends a Heartbeat
-// every Welcome.heartbeat_interval and reads (and ignores) whatever the
-// scheduler sends; it never accepts work. A stream that ends is counted as
-// failed and not reopened, so the scheduler's ListAgents shows exactly how
-// many held.
+// every Welcome.heartbeat_interval, adopts each HeartbeatAck's interval
+// (it says adaptive_heartbeat in Hello, as taskgrid-agent does) and reads
+// (and ignores) whatever else the scheduler sends; it never accepts work. A stream that ends is
+// counted as failed and not reopened, so the scheduler's ListAgents shows exactly how many held.
 //
 // Run as `taskgrid-bench --sim_agents=N --addr=HOST:PORT --sim_id_prefix=P`,
 // a child process the W6 workload starts (so the load generator's CPU is

@@ -757,12 +757,21 @@ absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out) {
     if (absl::Status a = c.CheckSchedulerAlive(); !a.ok()) return a;
     auto held = count_active();
     if (!held.ok()) return held.status();
+    // What the scheduler tells agents now (longer than --heartbeat_interval
+    // when the fleet would exceed --max_heartbeats_per_second).
+    auto stats = c.GetClusterStats();
+    if (!stats.ok()) return stats.status();
+    const double interval_s = absl::ToDoubleSeconds(FromProto(stats->heartbeat_interval()));
     absl::SleepFor(absl::Seconds(1.5));  // the sims' next SIMSTATS line
     const SimStatsSum after = ParseSimStats(logs);
     out->push_back(
         {"W6", "agents_connected", static_cast<double>(active), "count", agents, settings});
     out->push_back({"W6", "connect_seconds", connect_s, "s", agents, settings});
     out->push_back({"W6", "agents_held", static_cast<double>(*held), "count", agents, settings});
+    out->push_back({"W6", "agent_heartbeat_interval", interval_s, "s", agents, settings});
+    out->push_back({"W6", "heartbeats_per_second",
+                    static_cast<double>(after.heartbeats - before.heartbeats) / window, "1/s",
+                    std::max<int64_t>(1, after.heartbeats - before.heartbeats), settings});
     if (pid > 0) {
       out->push_back({"W6", "scheduler_rss", rss, "MiB", agents, settings});
       out->push_back({"W6", "scheduler_peak_rss", peak, "MiB", agents, settings});
@@ -776,8 +785,9 @@ absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out) {
                     std::max<int64_t>(1, after.heartbeats), settings});
     spdlog::info(
         "W6: {} of {} agents held; scheduler RSS {:.1f} MiB (peak {:.1f}), CPU {:.1f} % of one "
-        "core; the sims wrote {} heartbeats in the window, {} late (max delay {} ms)",
-        *held, agents, rss, peak, cpu_pct, after.heartbeats - before.heartbeats,
+        "core; agents told to heartbeat every {:.1f} s; the sims wrote {} heartbeats in the "
+        "window, {} late (max delay {} ms)",
+        *held, agents, rss, peak, cpu_pct, interval_s, after.heartbeats - before.heartbeats,
         after.late - before.late, after.max_late_ms);
     c.KillChildren();
     if (*held < agents) {

@@ -347,6 +347,11 @@ std::string FormatClusterStats(const v1::ClusterStats& stats) {
   Field(&out, "Agents lost", absl::StrCat(stats.agents_lost()), kWidth);
   Field(&out, "Slots used", absl::StrCat(stats.slots_used(), " / ", stats.slots_total()), kWidth);
   Field(&out, "Stale messages", absl::StrCat(stats.stale_messages()), kWidth);
+  if (stats.has_heartbeat_interval()) {
+    // Longer than the scheduler's --heartbeat_interval for a large fleet.
+    Field(&out, "Heartbeat every", absl::FormatDuration(FromProto(stats.heartbeat_interval())),
+          kWidth);
+  }
   // Known states in TaskState order, then any other key the scheduler sent.
   std::vector<std::pair<std::string, int64_t>> counts;
   for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
