@@ -7,7 +7,9 @@
 // that order, on one delivery thread, after their batch's commit. Callbacks
 // must not block (they send messages and finish RPCs). The next commit
 // starts while the previous one's callbacks run: writing to SQLite and
-// answering callers overlap.
+// answering callers overlap. When nothing else is queued or being
+// delivered, the writer thread runs the callbacks itself (one hand-off
+// less for a lone caller).
 //
 // Failure: when a commit fails, its callers get the error and the writer is
 // broken from then on: every later Submit gets the same error. The caller

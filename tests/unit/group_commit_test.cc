@@ -6,6 +6,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "scheduler/store/memory_store.h"
@@ -74,6 +75,34 @@ TEST(GroupCommitWriter, MergesQueuedBatchesIntoOneTransaction) {
   auto events = mem.ReadEvents(0, 100);
   ASSERT_EQ(events->size(), 51u);
   EXPECT_EQ((*events)[1].event.task_id, "b0");
+}
+
+TEST(GroupCommitWriter, TheNextCommitDoesNotWaitForTheLastOnesCallers) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  store.Hold();
+  std::promise<void> first_answering;
+  std::promise<void> let_first_return;
+  std::shared_future<void> gate = let_first_return.get_future().share();
+  writer.Submit(EventBatch("first"), [&](const absl::Status&) {
+    first_answering.set_value();
+    gate.wait();  // a slow caller (e.g. a full stream)
+  });
+  store.WaitUntilHolding();
+  std::promise<void> second_done;
+  writer.Submit(EventBatch("second"), [&](const absl::Status&) { second_done.set_value(); });
+  store.Release();
+  first_answering.get_future().wait();
+  // The first commit's caller is still being answered, yet the second batch
+  // commits: its rows are in the store. Only its answer waits, for order.
+  for (int i = 0; i < 1'000'000 && store.applies() < 2; ++i) std::this_thread::yield();
+  EXPECT_EQ(store.applies(), 2);
+  EXPECT_EQ(mem.ReadEvents(0, 10)->size(), 2u);
+  auto second = second_done.get_future();
+  EXPECT_EQ(second.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  let_first_return.set_value();
+  second.wait();
 }
 
 TEST(GroupCommitWriter, AFailedCommitAnswersNoOkAndBreaksTheWriter) {
