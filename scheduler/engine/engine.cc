@@ -5,6 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
 
 namespace taskgrid::engine {
@@ -35,29 +37,60 @@ Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
 Engine::~Engine() { Stop(); }
 
 absl::Status Engine::Start() {
-  auto stored = store_->LoadTasks();
-  if (!stored.ok()) return stored.status();
-  std::vector<core::TaskRecord> records;
-  records.reserve(stored->size());
-  for (const core::StoredTask& st : *stored) {
-    auto rec = core::FromStored(st);
-    if (!rec.ok()) return rec.status();
-    records.push_back(std::move(*rec));
-  }
-  stored->clear();
-  auto range = store_->EventRange();
-  if (!range.ok()) return range.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (started_) return absl::FailedPreconditionError("the engine was started already");
-    const int64_t oldest = range->first > 0 ? range->first : range->second + 1;
-    if (absl::Status s = sched_.Restore(std::move(records), range->second, oldest); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = Restore(); !s.ok()) return s;
     started_ = true;
   }
   ticker_ = std::thread([this] { TickerLoop(); });
   return absl::OkStatus();
+}
+
+namespace {
+
+// The finished attempts of each task, found by task id: runs of the rows
+// LoadAttempts returned (ordered by task id), which must outlive it.
+class AttemptIndex {
+ public:
+  explicit AttemptIndex(const std::vector<core::AttemptRow>& rows) {
+    for (size_t i = 0; i < rows.size();) {
+      size_t end = i + 1;
+      while (end < rows.size() && rows[end].task_id == rows[i].task_id) ++end;
+      runs_.emplace(rows[i].task_id, absl::MakeConstSpan(rows).subspan(i, end - i));
+      i = end;
+    }
+  }
+  absl::Span<const core::AttemptRow> Of(const std::string& task_id) const {
+    if (runs_.empty()) return {};
+    auto it = runs_.find(task_id);
+    return it == runs_.end() ? absl::Span<const core::AttemptRow>() : it->second;
+  }
+
+ private:
+  absl::flat_hash_map<absl::string_view, absl::Span<const core::AttemptRow>> runs_;
+};
+
+}  // namespace
+
+absl::Status Engine::Restore() {
+  if (started_) return absl::FailedPreconditionError("the engine was started already");
+  ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
+  ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
+  ASSIGN_OR_RETURN(const auto range, store_->EventRange());
+  const int64_t oldest = range.first > 0 ? range.first : range.second + 1;
+  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), range.second, oldest));
+  const AttemptIndex index(attempts);
+  std::vector<std::unique_ptr<core::TaskRecord>> records;
+  RETURN_IF_ERROR(store_->ScanTasks([&](std::vector<core::TaskRow>* rows) -> absl::Status {
+    records.reserve(rows->size());
+    for (core::TaskRow& row : *rows) {
+      const absl::Span<const core::AttemptRow> of = index.Of(row.id);
+      ASSIGN_OR_RETURN(std::unique_ptr<core::TaskRecord> rec, core::FromStored(std::move(row), of));
+      records.push_back(std::move(rec));
+    }
+    return sched_.RestoreTasks(&records);
+  }));
+  return sched_.FinishRestore();
 }
 
 void Engine::Stop() {

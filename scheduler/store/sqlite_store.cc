@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -102,6 +101,17 @@ std::string ColumnString(sqlite3_stmt* st, int i) {
   const void* p = sqlite3_column_blob(st, i);
   const int n = sqlite3_column_bytes(st, i);
   return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), n);
+}
+
+// Like ColumnString, into an existing string (keeping its buffer).
+void AssignColumn(sqlite3_stmt* st, int i, std::string* out) {
+  const void* p = sqlite3_column_blob(st, i);
+  const int n = sqlite3_column_bytes(st, i);
+  if (p == nullptr) {
+    out->clear();
+  } else {
+    out->assign(static_cast<const char*>(p), n);
+  }
 }
 
 absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
@@ -342,8 +352,19 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
-  std::vector<core::StoredTask> out;
+absl::StatusOr<int64_t> SqliteStore::CountTasks() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM tasks", -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "counting tasks");
+  }
+  const int rc = sqlite3_step(st);
+  const int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW) return SqlError(db_, "counting tasks");
+  return n;
+}
+
+absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
@@ -352,46 +373,62 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading tasks");
   }
-  absl::flat_hash_map<std::string, size_t> index;
+  std::vector<core::TaskRow> rows(kScanChunkRows);
+  size_t n = 0;
+  absl::Status status;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    core::StoredTask t;
-    core::TaskRow& r = t.row;
-    r.id = ColumnString(st, 0);
+    core::TaskRow& r = rows[n++];
+    r.insert = false;
+    // assign() into rows left by the previous chunk reuses their buffers.
+    AssignColumn(st, 0, &r.id);
     r.seq = sqlite3_column_int64(st, 1);
-    r.queue = ColumnString(st, 2);
+    AssignColumn(st, 2, &r.queue);
     r.state = sqlite3_column_int(st, 3);
     r.attempt = sqlite3_column_int(st, 4);
-    r.agent_id = ColumnString(st, 5);
+    AssignColumn(st, 5, &r.agent_id);
     r.create_us = sqlite3_column_int64(st, 6);
     r.update_us = sqlite3_column_int64(st, 7);
     r.next_run_us = sqlite3_column_int64(st, 8);
     r.dispatch_us = sqlite3_column_int64(st, 9);
     r.start_us = sqlite3_column_int64(st, 10);
-    r.reason = ColumnString(st, 11);
-    r.result = ColumnString(st, 12);
-    r.spec = ColumnString(st, 13);
+    AssignColumn(st, 11, &r.reason);
+    AssignColumn(st, 12, &r.result);
+    AssignColumn(st, 13, &r.spec);
     r.pause_requested = sqlite3_column_int(st, 14) != 0;
-    r.job_id = ColumnString(st, 15);
+    AssignColumn(st, 15, &r.job_id);
     r.attempt_base = sqlite3_column_int(st, 16);
-    index[r.id] = out.size();
-    out.push_back(std::move(t));
+    if (n == kScanChunkRows) {
+      status = sink(&rows);
+      if (!status.ok()) break;
+      rows.resize(kScanChunkRows);  // the sink may have swapped the vector
+      n = 0;
+    }
   }
   sqlite3_finalize(st);
+  if (!status.ok()) return status;
   if (rc != SQLITE_DONE) return SqlError(db_, "loading tasks");
+  if (n > 0) {
+    rows.resize(n);
+    return sink(&rows);
+  }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
+  sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading attempts");
   }
+  std::vector<core::AttemptRow> out;
+  int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    core::AttemptRow a;
+    core::AttemptRow& a = out.emplace_back();
     a.task_id = ColumnString(st, 0);
     a.attempt = sqlite3_column_int(st, 1);
     a.data = ColumnString(st, 2);
-    auto it = index.find(a.task_id);
-    if (it != index.end()) out[it->second].attempts.push_back(std::move(a));
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");

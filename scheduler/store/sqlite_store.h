@@ -38,7 +38,9 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   absl::Status Apply(const core::WriteBatch& batch) override;
-  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
+  absl::StatusOr<int64_t> CountTasks() override;
+  absl::Status ScanTasks(const RowSink& sink) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
 
