@@ -1668,6 +1668,7 @@ absl::Status Scheduler::CheckInvariants() const {
   size_t pending = 0, scheduled = 0;
   for (const auto& [id, tp] : tasks_) {
     const TaskRecord& t = *tp;
+    if (id.data() != t.id().data()) return fail("task ", id, " is not keyed by its own id");
     ++counts[t.queue()][t.state];
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
@@ -1692,7 +1693,7 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " is ", StateName(t.state), " but names agent ", t.agent_id);
     }
     if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
-        !task_deadlines_.Contains(id)) {
+        !task_deadlines_.Contains(t.id())) {
       return fail("DISPATCHED task ", id, " has no ack deadline");
     }
     // Dependencies.

@@ -28,9 +28,12 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/model.h"
@@ -177,7 +180,7 @@ class Scheduler {
 
  private:
   using ReadyKey = std::tuple<int64_t, int64_t, TaskRecord*>;  // -priority, seq
-  using ReadySet = std::set<ReadyKey>;
+  using ReadySet = absl::btree_set<ReadyKey>;
   static constexpr int kNumStates = kNumTaskStates;
 
   // While alive, dependents are not settled as tasks change (a batch of
@@ -288,8 +291,11 @@ class Scheduler {
   SchedulerOptions opts_;
   Effects effects_;
 
-  absl::flat_hash_map<std::string, std::unique_ptr<TaskRecord>> tasks_;
-  std::map<int64_t, TaskRecord*> by_seq_;
+  // Keyed by the record's own spec.id() (never changed once the task is in
+  // the map), so a million tasks do not hold a second copy of every id.
+  absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
+  // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
+  absl::btree_map<int64_t, TaskRecord*> by_seq_;
   int64_t next_seq_ = 1;
   uint64_t id_counter_ = 0;
 
@@ -300,8 +306,8 @@ class Scheduler {
   int defer_settling_ = 0;
   bool settling_ = false;
 
-  absl::flat_hash_map<std::string, ReadySet> ready_;                  // PENDING, by placement class
-  std::set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED
+  absl::flat_hash_map<std::string, ReadySet> ready_;  // PENDING, by placement class
+  absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;   // SCHEDULED
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
 
   absl::flat_hash_map<std::string, std::unique_ptr<AgentRecord>> agents_;
