@@ -1,6 +1,8 @@
 #include "scheduler/engine/engine.h"
 
 #include <future>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -8,6 +10,7 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
+#include "scheduler/engine/bounded_queue.h"
 
 namespace taskgrid::engine {
 
@@ -48,6 +51,10 @@ absl::Status Engine::Start() {
 
 namespace {
 
+// Chunks of rows (Store::kScanChunkRows each) read ahead of the parsing in
+// recovery: enough to ride out a hiccup on either side, a few MiB at most.
+constexpr size_t kRestoreChunksInFlight = 8;
+
 // The finished attempts of each task, found by task id: runs of the rows
 // LoadAttempts returned (ordered by task id), which must outlive it.
 class AttemptIndex {
@@ -80,16 +87,76 @@ absl::Status Engine::Restore() {
   const int64_t oldest = range.first > 0 ? range.first : range.second + 1;
   RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), range.second, oldest));
   const AttemptIndex index(attempts);
-  std::vector<std::unique_ptr<core::TaskRecord>> records;
-  RETURN_IF_ERROR(store_->ScanTasks([&](std::vector<core::TaskRow>* rows) -> absl::Status {
+
+  // Two threads share the work, about half each at 1,000,000 tasks: a
+  // reader thread steps SQLite and files finished records into the
+  // scheduler's indexes; this thread parses the rows into records. The
+  // parsing makes nearly all the allocations, and keeping them on this
+  // thread keeps them in malloc's main arena: a second thread's arena grows
+  // its heap an mprotect() call per page, which made a reader that parsed
+  // a quarter slower. Chunks go round in three queues: rows to parse,
+  // records to file, and parsed rows whose string buffers the reader fills
+  // again. The reader files every record chunk ready each time it has read
+  // one, so records waiting stay within the rows' bound too. An error on
+  // either side stops the other; the reader is always joined.
+  using Rows = std::vector<core::TaskRow>;
+  using Records = std::vector<std::unique_ptr<core::TaskRecord>>;
+  BoundedQueue<Rows> to_parse(kRestoreChunksInFlight);
+  BoundedQueue<Records> to_file(std::numeric_limits<size_t>::max());
+  BoundedQueue<Rows> spare(kRestoreChunksInFlight + 2);
+  absl::Status read_status;  // written by the reader, read after the join
+  std::thread reader([&] {
+    // Only this thread touches sched_ until the join (mu_ is held by the
+    // thread that waits for it).
+    auto file_ready = [&]() -> absl::Status {
+      while (std::optional<Records> records = to_file.TryPop()) {
+        RETURN_IF_ERROR(sched_.RestoreTasks(&*records));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s = store_->ScanTasks([&](Rows* rows) -> absl::Status {
+      Rows next = spare.TryPop().value_or(Rows());
+      std::swap(*rows, next);
+      if (!to_parse.Push(std::move(next))) return absl::CancelledError("recovery stopped");
+      return file_ready();
+    });
+    to_parse.Close();
+    while (s.ok()) {
+      std::optional<Records> records = to_file.Pop();
+      if (!records) break;
+      s = sched_.RestoreTasks(&*records);
+    }
+    if (!s.ok()) {
+      to_parse.Cancel();
+      to_file.Cancel();
+    }
+    read_status = s;
+  });
+  absl::Status parse_status;
+  while (std::optional<Rows> rows = to_parse.Pop()) {
+    Records records;
     records.reserve(rows->size());
     for (core::TaskRow& row : *rows) {
       const absl::Span<const core::AttemptRow> of = index.Of(row.id);
-      ASSIGN_OR_RETURN(std::unique_ptr<core::TaskRecord> rec, core::FromStored(std::move(row), of));
-      records.push_back(std::move(rec));
+      absl::StatusOr<std::unique_ptr<core::TaskRecord>> rec = core::FromStored(std::move(row), of);
+      if (!rec.ok()) {
+        parse_status = rec.status();
+        break;
+      }
+      records.push_back(std::move(*rec));
     }
-    return sched_.RestoreTasks(&records);
-  }));
+    if (!parse_status.ok() || !to_file.Push(std::move(records))) break;
+    spare.TryPush(std::move(*rows));
+  }
+  if (parse_status.ok()) {
+    to_file.Close();
+  } else {
+    to_parse.Cancel();
+    to_file.Cancel();
+  }
+  reader.join();
+  RETURN_IF_ERROR(parse_status);
+  RETURN_IF_ERROR(read_status);
   return sched_.FinishRestore();
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,41 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
 
 enum class Backend { kMemory, kSqlite };
+
+// Reads another store, breaking its scan after `chunks` chunks: either the
+// scan fails there (as a SQLite error would), or that chunk carries a copy
+// of the first task's row (a task stored twice).
+class BrokenScanStore final : public store::Store {
+ public:
+  enum class Fault { kScanError, kDuplicateRow };
+  BrokenScanStore(store::Store* inner, int chunks, Fault fault)
+      : inner_(inner), chunks_(chunks), fault_(fault) {}
+
+  absl::Status Apply(const WriteBatch& batch) override { return inner_->Apply(batch); }
+  absl::StatusOr<int64_t> CountTasks() override { return inner_->CountTasks(); }
+  absl::Status ScanTasks(const RowSink& sink) override {
+    int n = 0;
+    std::optional<TaskRow> first;
+    return inner_->ScanTasks([&](std::vector<TaskRow>* rows) {
+      if (!first) first = rows->front();
+      if (++n == chunks_) {
+        if (fault_ == Fault::kScanError) return absl::InternalError("injected scan error");
+        rows->push_back(*first);
+      }
+      return sink(rows);
+    });
+  }
+  absl::StatusOr<std::vector<AttemptRow>> LoadAttempts() override { return inner_->LoadAttempts(); }
+  absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
+    return inner_->ReadEvents(after, limit);
+  }
+  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override { return inner_->EventRange(); }
+
+ private:
+  store::Store* const inner_;
+  const int chunks_;
+  const Fault fault_;
+};
 
 class RestoreTest : public SchedulerTest, public ::testing::WithParamInterface<Backend> {
  protected:
@@ -127,11 +163,12 @@ class RestoreTest : public SchedulerTest, public ::testing::WithParamInterface<B
     Persist();
   }
 
-  std::unique_ptr<engine::Engine> StartEngine() {
+  // `from`: the store to read (the test's store by default).
+  std::unique_ptr<engine::Engine> StartEngine(store::Store* from = nullptr) {
     engine::EngineOptions opts;
     opts.scheduler = Options();
     opts.tick_interval = absl::Hours(1);  // time is driven by the test
-    auto e = std::make_unique<engine::Engine>(store_, &clock_, opts);
+    auto e = std::make_unique<engine::Engine>(from ? from : store_, &clock_, opts);
     start_status_ = e->Start();
     return e;
   }
@@ -266,6 +303,21 @@ TEST_P(RestoreTest, RestoredAttemptsWaitOutTheirAgentsGraceThenAreRequeued) {
     }
     EXPECT_EQ(got.FindAgent("w1")->used, 0);
   });
+}
+
+TEST_P(RestoreTest, AFailingScanFailsTheStart) {
+  BuildTable();
+  BrokenScanStore broken(store_, 3, BrokenScanStore::Fault::kScanError);
+  auto e = StartEngine(&broken);
+  EXPECT_EQ(start_status_, absl::InternalError("injected scan error"));
+}
+
+TEST_P(RestoreTest, ATaskStoredTwiceFailsTheStart) {
+  BuildTable();
+  BrokenScanStore broken(store_, 3, BrokenScanStore::Fault::kDuplicateRow);
+  auto e = StartEngine(&broken);
+  EXPECT_EQ(start_status_.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(start_status_.message()), HasSubstr("p0 is stored twice"));
 }
 
 TEST_P(RestoreTest, ARowThatDoesNotParseFailsTheStartNamingTheTask) {
