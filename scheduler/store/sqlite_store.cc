@@ -172,11 +172,7 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
 
   db_path_ = opts.data_dir + "/taskgrid.db";
-  // NOMUTEX: each connection is used by one thread at a time already (see
-  // the thread contract), and SQLite's own per-call locking cost a tenth of
-  // reading a large table back (a lock per column read).
-  if (sqlite3_open_v2(db_path_.c_str(), &db_,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+  if (sqlite3_open_v2(db_path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                       nullptr) != SQLITE_OK) {
     return SqlError(db_, absl::StrCat("cannot open ", db_path_));
   }
@@ -190,6 +186,7 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
   if (absl::Status s = Migrate(); !s.ok()) return s;
   if (absl::Status s = Prepare(); !s.ok()) return s;
+  // NOMUTEX: read_mu_ already serializes its use.
   if (sqlite3_open_v2(db_path_.c_str(), &read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "cannot open the read connection");
@@ -370,14 +367,26 @@ absl::StatusOr<int64_t> SqliteStore::CountTasks() {
 }
 
 absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
+  // A read-only connection of its own, used by this call only: opened
+  // without SQLite's mutex, which in serialized mode is taken in every
+  // column read (13 % of reading back 1,000,000 tasks), and safe beside the
+  // writer (WAL readers see the last commit).
+  sqlite3* raw = nullptr;
+  const int open_rc =
+      sqlite3_open_v2(db_path_.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
+  if (open_rc != SQLITE_OK) return SqlError(db.get(), "opening a connection to load tasks");
+  sqlite3_busy_timeout(db.get(), 5000);
+  sqlite3_stmt* raw_st = nullptr;
+  if (sqlite3_prepare_v2(db.get(),
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
                          "pause_requested, job_id, attempt_base FROM tasks ORDER BY seq",
-                         -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading tasks");
+                         -1, &raw_st, nullptr) != SQLITE_OK) {
+    return SqlError(db.get(), "loading tasks");
   }
+  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw_st, sqlite3_finalize);
+  sqlite3_stmt* const st = stmt.get();
   std::vector<core::TaskRow> rows(kScanChunkRows);
   size_t n = 0;
   absl::Status status;
@@ -410,9 +419,8 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
       n = 0;
     }
   }
-  sqlite3_finalize(st);
   if (!status.ok()) return status;
-  if (rc != SQLITE_DONE) return SqlError(db_, "loading tasks");
+  if (rc != SQLITE_DONE) return SqlError(db.get(), "loading tasks");
   if (n > 0) {
     rows.resize(n);
     return sink(&rows);

@@ -9,11 +9,9 @@
 // survive power loss; kNormal survives a process crash but may lose the
 // last transactions on power loss.
 //
-// Thread contract: Apply and the recovery reads share one connection and
-// are called from one thread at a time (recovery before the writer
-// starts), which is why the connections are opened without SQLite's own
-// mutex; ReadEvents and EventRange use a connection of their own, under
-// read_mu_, and may be called from any thread.
+// Thread contract: Apply is called from one thread at a time; ReadEvents
+// uses a connection of its own and may be called from any thread; each
+// ScanTasks call reads on a connection of its own.
 #pragma once
 
 #include <memory>
