@@ -929,6 +929,7 @@ void Scheduler::PersistRow(const TaskRecord& t) {
 }
 
 void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
+  if (!t.spec.has_schedule_timeout()) return;  // most tasks: restore asks for each
   const absl::Duration timeout = FromProto(t.spec.schedule_timeout());
   if (timeout <= absl::ZeroDuration()) return;
   for (const v1::Attempt& a : t.attempts) {
