@@ -71,9 +71,10 @@ AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a) {
   return r;
 }
 
-absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored) {
-  const TaskRow& r = stored.row;
-  TaskRecord t;
+absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
+                                                       absl::Span<const AttemptRow> attempts) {
+  auto owned = std::make_unique<TaskRecord>();
+  TaskRecord& t = *owned;
   if (!t.spec.ParseFromString(r.spec)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored spec does not parse"));
   }
@@ -83,27 +84,26 @@ absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored) {
   t.seq = r.seq;
   t.state = static_cast<v1::TaskState>(r.state);
   t.attempt = r.attempt;
-  t.agent_id = r.agent_id;
+  t.agent_id = std::move(r.agent_id);
   t.create_time = FromUnixMicrosOrZero(r.create_us);
   t.update_time = FromUnixMicrosOrZero(r.update_us);
   t.next_run_time = FromUnixMicrosOrZero(r.next_run_us);
   t.dispatch_time = FromUnixMicrosOrZero(r.dispatch_us);
   t.start_time = FromUnixMicrosOrZero(r.start_us);
-  t.reason = r.reason;
+  t.reason = std::move(r.reason);
   t.pause_requested = r.pause_requested;
   t.attempt_base = r.attempt_base;
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }
-  for (const AttemptRow& a : stored.attempts) {
-    v1::Attempt parsed;
-    if (!parsed.ParseFromString(a.data)) {
+  t.attempts.reserve(attempts.size());
+  for (const AttemptRow& a : attempts) {
+    if (!t.attempts.emplace_back().ParseFromString(a.data)) {
       return absl::DataLossError(
           absl::StrCat("task ", r.id, ": stored attempt ", a.attempt, " does not parse"));
     }
-    t.attempts.push_back(std::move(parsed));
   }
-  return t;
+  return owned;
 }
 
 void ToTaskProto(const TaskRecord& t, v1::Task* out) {

@@ -11,11 +11,13 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -146,7 +148,10 @@ struct StoredTask {
 
 TaskRow ToRow(const TaskRecord& t, bool insert);
 AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a);
-absl::StatusOr<TaskRecord> FromStored(const StoredTask& stored);
+// The record of a stored task: its row (whose strings are moved out) and
+// its finished attempts, oldest first. DataLoss when a blob does not parse.
+absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& row,
+                                                       absl::Span<const AttemptRow> attempts);
 
 // The API view of a record.
 void ToTaskProto(const TaskRecord& t, v1::Task* out);

@@ -36,6 +36,9 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
 }
 
 std::string PlacementClass(const v1::Placement& p) {
+  // Most tasks ask for neither labels nor agents: no map, no joins (a
+  // restart computes this for every stored task).
+  if (p.required_labels().empty() && p.agent_ids().empty()) return absl::StrCat(SlotsOf(p), "||");
   std::map<std::string, std::string> labels(p.required_labels().begin(), p.required_labels().end());
   std::vector<std::string> ids(p.agent_ids().begin(), p.agent_ids().end());
   std::sort(ids.begin(), ids.end());

@@ -329,26 +329,42 @@ absl::Status Scheduler::CheckDependencies(
 
 absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revision,
                                 int64_t oldest_revision) {
-  if (!tasks_.empty()) return absl::FailedPreconditionError("Restore needs an empty scheduler");
+  RETURN_IF_ERROR(BeginRestore(tasks.size(), last_revision, oldest_revision));
+  std::vector<std::unique_ptr<TaskRecord>> owned;
+  owned.reserve(tasks.size());
+  for (TaskRecord& t : tasks) owned.push_back(std::make_unique<TaskRecord>(std::move(t)));
+  RETURN_IF_ERROR(RestoreTasks(&owned));
+  return FinishRestore();
+}
+
+absl::Status Scheduler::BeginRestore(size_t expected_tasks, int64_t last_revision,
+                                     int64_t oldest_revision) {
+  if (!tasks_.empty() || restoring_ != nullptr) {
+    return absl::FailedPreconditionError("Restore needs an empty scheduler");
+  }
+  restoring_ = std::make_unique<Restoring>();
+  tasks_.reserve(expected_tasks);
   last_revision_ = last_revision;
   oldest_revision_ = std::max<int64_t>(oldest_revision, 1);
   // History from before the restart counts as of now for retention.
   if (last_revision > 0) revision_marks_.push_back({last_revision, Now()});
-  const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
-  // The few tasks the passes below need, so a large table is walked once.
-  std::vector<TaskRecord*> with_deps, in_flight;
-  for (TaskRecord& rec : tasks) {
-    auto owned = std::make_unique<TaskRecord>(std::move(rec));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* tasks) {
+  if (restoring_ == nullptr)
+    return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
+  for (std::unique_ptr<TaskRecord>& owned : *tasks) {
     TaskRecord& t = *owned;
     t.placement_class = PlacementClass(t.spec.placement());
     if (!tasks_.emplace(t.id(), std::move(owned)).second) {
       return absl::DataLossError(absl::StrCat("task ", t.id(), " is stored twice"));
     }
-    by_seq_[t.seq] = &t;
+    by_seq_.emplace_hint(by_seq_.end(), t.seq, &t);
     next_seq_ = std::max(next_seq_, t.seq + 1);
     ++counts_[t.queue()][t.state];
-    if (!t.spec.depends_on().empty()) with_deps.push_back(&t);
-    if (IsInFlight(t.state)) in_flight.push_back(&t);
+    if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
+    if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (t.state == v1::TASK_STATE_PENDING) {
       ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
@@ -370,6 +386,16 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
       j->update_time = std::max(j->update_time, t.update_time);
     }
   }
+  tasks->clear();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::FinishRestore() {
+  if (restoring_ == nullptr)
+    return absl::FailedPreconditionError("FinishRestore before BeginRestore");
+  const std::unique_ptr<Restoring> r = std::move(restoring_);
+  std::vector<TaskRecord*>& with_deps = r->with_deps;
+  const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
   // Dependencies may name tasks stored later (a request lists them in any
   // order): link once every task is back, in submit order.
   const auto by_seq = [](const TaskRecord* x, const TaskRecord* y) { return x->seq < y->seq; };
@@ -383,7 +409,7 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
     }
     LinkDependencies(*t);
   }
-  for (TaskRecord* tp : in_flight) {
+  for (TaskRecord* tp : r->in_flight) {
     TaskRecord& t = *tp;
     if (t.agent_id.empty()) {
       return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
@@ -904,6 +930,7 @@ void Scheduler::PersistRow(const TaskRecord& t) {
 }
 
 void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
+  if (!t.spec.has_schedule_timeout()) return;  // most tasks: restore asks for each
   const absl::Duration timeout = FromProto(t.spec.schedule_timeout());
   if (timeout <= absl::ZeroDuration()) return;
   for (const v1::Attempt& a : t.attempts) {
@@ -1682,6 +1709,7 @@ absl::Status Scheduler::CheckInvariants() const {
   size_t pending = 0, scheduled = 0;
   for (const auto& [id, tp] : tasks_) {
     const TaskRecord& t = *tp;
+    if (id.data() != t.id().data()) return fail("task ", id, " is not keyed by its own id");
     ++counts[t.queue()][t.state];
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
@@ -1706,7 +1734,7 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " is ", StateName(t.state), " but names agent ", t.agent_id);
     }
     if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
-        !task_deadlines_.Contains(id)) {
+        !task_deadlines_.Contains(t.id())) {
       return fail("DISPATCHED task ", id, " has no ack deadline");
     }
     // Dependencies.

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/model.h"
@@ -91,8 +92,19 @@ class Scheduler {
   // Start-up: takes the tasks read back from the store. Ready tasks go to
   // the ready queues, scheduled ones to the timer; in-flight ones stay with
   // their agents, each agent getting a fresh reconnect grace window.
-  // `last_revision`: the newest event revision stored.
   // `oldest_revision`, `last_revision`: the event history the store keeps.
+  //
+  // In three calls, so a large table goes in chunk by chunk as it is read:
+  // BeginRestore (`expected_tasks` sizes the indexes), RestoreTasks for
+  // each chunk (records in submit order, with their finished attempts;
+  // derived fields are rebuilt), then FinishRestore, which links
+  // dependencies and chains and hands in-flight tasks to their agents.
+  // After an error the scheduler must be thrown away.
+  absl::Status BeginRestore(size_t expected_tasks, int64_t last_revision = 0,
+                            int64_t oldest_revision = 1);
+  absl::Status RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* tasks);
+  absl::Status FinishRestore();
+  // All three at once.
   absl::Status Restore(std::vector<TaskRecord> tasks, int64_t last_revision = 0,
                        int64_t oldest_revision = 1);
 
@@ -298,7 +310,10 @@ class Scheduler {
   SchedulerOptions opts_;
   Effects effects_;
 
-  absl::flat_hash_map<std::string, std::unique_ptr<TaskRecord>> tasks_;
+  // Keyed by the record's own spec.id() (never changed once the task is in
+  // the map), so a million tasks do not hold a second copy of every id.
+  absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
+  // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
   absl::btree_map<int64_t, TaskRecord*> by_seq_;
   int64_t next_seq_ = 1;
   uint64_t id_counter_ = 0;
@@ -328,6 +343,14 @@ class Scheduler {
   int64_t oldest_revision_ = 1;
   // (revision, time) about once a second: what retention may prune.
   std::deque<std::pair<int64_t, absl::Time>> revision_marks_;
+
+  // Between BeginRestore and FinishRestore: the few tasks FinishRestore
+  // needs, so a large table is walked once.
+  struct Restoring {
+    std::vector<TaskRecord*> with_deps;
+    std::vector<TaskRecord*> in_flight;
+  };
+  std::unique_ptr<Restoring> restoring_;
 };
 
 }  // namespace taskgrid::core

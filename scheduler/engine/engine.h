@@ -134,6 +134,10 @@ class Engine {
   template <typename T>
   void Answer(absl::StatusOr<T> result, Reply<T> done);
   void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
+  // Start's recovery, with mu_ held: reads the store back into sched_, a
+  // chunk of rows at a time, on this thread and a reader thread (joined
+  // before it returns).
+  absl::Status Restore();
   void TickerLoop();
   // Offers committed events (through revision `last`) to every watch
   // (writer thread, commit order).

@@ -1,6 +1,7 @@
 #include "scheduler/store/memory_store.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 
@@ -41,21 +42,35 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::LoadTasks() {
+absl::StatusOr<int64_t> MemoryStore::CountTasks() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<core::StoredTask> out;
-  for (const auto& [id, row] : tasks_) {
-    core::StoredTask t;
-    t.row = row;
-    for (auto it = attempts_.lower_bound({id, INT32_MIN});
-         it != attempts_.end() && it->first.first == id; ++it) {
-      t.attempts.push_back(it->second);
-    }
-    out.push_back(std::move(t));
+  return static_cast<int64_t>(tasks_.size());
+}
+
+absl::Status MemoryStore::ScanTasks(const RowSink& sink) {
+  std::vector<core::TaskRow> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, row] : tasks_) all.push_back(row);
   }
-  std::sort(out.begin(), out.end(), [](const core::StoredTask& a, const core::StoredTask& b) {
-    return a.row.seq < b.row.seq;
-  });
+  std::sort(all.begin(), all.end(),
+            [](const core::TaskRow& a, const core::TaskRow& b) { return a.seq < b.seq; });
+  // In chunks, as SqliteStore hands them over.
+  std::vector<core::TaskRow> chunk;
+  for (size_t i = 0; i < all.size(); i += kScanChunkRows) {
+    const size_t end = std::min(all.size(), i + kScanChunkRows);
+    chunk.assign(std::make_move_iterator(all.begin() + i),
+                 std::make_move_iterator(all.begin() + end));
+    for (core::TaskRow& r : chunk) r.insert = false;
+    if (absl::Status s = sink(&chunk); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::AttemptRow> out;
+  for (const auto& [key, a] : attempts_) out.push_back(a);
   return out;
 }
 

@@ -13,7 +13,9 @@ namespace taskgrid::store {
 class MemoryStore final : public Store {
  public:
   absl::Status Apply(const core::WriteBatch& batch) override;
-  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
+  absl::StatusOr<int64_t> CountTasks() override;
+  absl::Status ScanTasks(const RowSink& sink) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
 

@@ -156,6 +156,17 @@ std::string ColumnString(sqlite3_stmt* st, int i) {
   return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), n);
 }
 
+// Like ColumnString, into an existing string (keeping its buffer).
+void AssignColumn(sqlite3_stmt* st, int i, std::string* out) {
+  const void* p = sqlite3_column_blob(st, i);
+  const int n = sqlite3_column_bytes(st, i);
+  if (p == nullptr) {
+    out->clear();
+  } else {
+    out->assign(static_cast<const char*>(p), n);
+  }
+}
+
 absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
   const int rc = sqlite3_step(st);
   sqlite3_reset(st);
@@ -228,7 +239,9 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
   if (absl::Status s = Migrate(); !s.ok()) return s;
   if (absl::Status s = Prepare(); !s.ok()) return s;
-  if (sqlite3_open_v2(db_path_.c_str(), &read_db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  // NOMUTEX: read_mu_ already serializes its use.
+  if (sqlite3_open_v2(db_path_.c_str(), &read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "cannot open the read connection");
   }
   sqlite3_busy_timeout(read_db_, 5000);
@@ -406,56 +419,94 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::LoadTasks() {
-  std::vector<core::StoredTask> out;
+absl::StatusOr<int64_t> SqliteStore::CountTasks() {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
+  if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM tasks", -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "counting tasks");
+  }
+  const int rc = sqlite3_step(st);
+  const int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW) return SqlError(db_, "counting tasks");
+  return n;
+}
+
+absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
+  // A read-only connection of its own, used by this call only: opened
+  // without SQLite's mutex, which in serialized mode is taken in every
+  // column read (13 % of reading back 1,000,000 tasks), and safe beside the
+  // writer (WAL readers see the last commit).
+  sqlite3* raw = nullptr;
+  const int open_rc =
+      sqlite3_open_v2(db_path_.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
+  if (open_rc != SQLITE_OK) return SqlError(db.get(), "opening a connection to load tasks");
+  sqlite3_busy_timeout(db.get(), 5000);
+  sqlite3_stmt* raw_st = nullptr;
+  if (sqlite3_prepare_v2(db.get(),
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
                          "pause_requested, job_id, attempt_base FROM tasks ORDER BY seq",
-                         -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading tasks");
+                         -1, &raw_st, nullptr) != SQLITE_OK) {
+    return SqlError(db.get(), "loading tasks");
   }
-  absl::flat_hash_map<std::string, size_t> index;
+  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw_st, sqlite3_finalize);
+  sqlite3_stmt* const st = stmt.get();
+  std::vector<core::TaskRow> rows(kScanChunkRows);
+  size_t n = 0;
+  absl::Status status;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    core::StoredTask t;
-    core::TaskRow& r = t.row;
-    r.id = ColumnString(st, 0);
+    core::TaskRow& r = rows[n++];
+    r.insert = false;
+    // assign() into rows left by the previous chunk reuses their buffers.
+    AssignColumn(st, 0, &r.id);
     r.seq = sqlite3_column_int64(st, 1);
-    r.queue = ColumnString(st, 2);
+    AssignColumn(st, 2, &r.queue);
     r.state = sqlite3_column_int(st, 3);
     r.attempt = sqlite3_column_int(st, 4);
-    r.agent_id = ColumnString(st, 5);
+    AssignColumn(st, 5, &r.agent_id);
     r.create_us = sqlite3_column_int64(st, 6);
     r.update_us = sqlite3_column_int64(st, 7);
     r.next_run_us = sqlite3_column_int64(st, 8);
     r.dispatch_us = sqlite3_column_int64(st, 9);
     r.start_us = sqlite3_column_int64(st, 10);
-    r.reason = ColumnString(st, 11);
-    r.result = ColumnString(st, 12);
-    r.spec = ColumnString(st, 13);
+    AssignColumn(st, 11, &r.reason);
+    AssignColumn(st, 12, &r.result);
+    AssignColumn(st, 13, &r.spec);
     r.pause_requested = sqlite3_column_int(st, 14) != 0;
-    r.job_id = ColumnString(st, 15);
+    AssignColumn(st, 15, &r.job_id);
     r.attempt_base = sqlite3_column_int(st, 16);
-    index[r.id] = out.size();
-    out.push_back(std::move(t));
+    if (n == kScanChunkRows) {
+      status = sink(&rows);
+      if (!status.ok()) break;
+      rows.resize(kScanChunkRows);  // the sink may have swapped the vector
+      n = 0;
+    }
   }
-  sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) return SqlError(db_, "loading tasks");
+  if (!status.ok()) return status;
+  if (rc != SQLITE_DONE) return SqlError(db.get(), "loading tasks");
+  if (n > 0) {
+    rows.resize(n);
+    return sink(&rows);
+  }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
+  sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
                          -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading attempts");
   }
+  std::vector<core::AttemptRow> out;
+  int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    core::AttemptRow a;
+    core::AttemptRow& a = out.emplace_back();
     a.task_id = ColumnString(st, 0);
     a.attempt = sqlite3_column_int(st, 1);
     a.data = ColumnString(st, 2);
-    auto it = index.find(a.task_id);
-    if (it != index.end()) out[it->second].attempts.push_back(std::move(a));
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");

@@ -10,7 +10,8 @@
 // last transactions on power loss.
 //
 // Thread contract: Apply is called from one thread at a time; ReadEvents
-// uses a connection of its own and may be called from any thread.
+// uses a connection of its own and may be called from any thread; each
+// ScanTasks call reads on a connection of its own.
 #pragma once
 
 #include <memory>
@@ -38,7 +39,9 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   absl::Status Apply(const core::WriteBatch& batch) override;
-  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override;
+  absl::StatusOr<int64_t> CountTasks() override;
+  absl::Status ScanTasks(const RowSink& sink) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
 

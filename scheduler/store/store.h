@@ -6,11 +6,13 @@
 // the shared conformance suite in tests/unit/store_conformance_test.cc.
 //
 // Thread contract: Apply is called by one writer thread at a time (the
-// GroupCommitWriter); LoadTasks only before that writer starts; ReadEvents
-// may be called from any thread.
+// GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
+// LoadAttempts, LoadTasks) only before that writer starts, from one thread
+// at a time; ReadEvents may be called from any thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -33,8 +35,27 @@ class Store {
   // only once the transaction is as durable as the store promises.
   virtual absl::Status Apply(const core::WriteBatch& batch) = 0;
 
-  // Every task with its finished attempts, in submit (seq) order.
-  virtual absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() = 0;
+  // --- Recovery. A large table is read once, in chunks, without holding
+  // it whole: ScanTasks hands over rows as they are read. ---
+
+  // How many tasks are stored (to size the in-memory indexes).
+  virtual absl::StatusOr<int64_t> CountTasks() = 0;
+
+  // Every task row in submit (seq) order, in chunks of at most
+  // kScanChunkRows, each handed to `sink` as soon as it is read. The sink
+  // may move the rows' strings out or swap the vector for another one; what
+  // it leaves is cleared and refilled, so strings it leaves keep their
+  // capacity. An error from the sink ends the scan and is returned.
+  static constexpr size_t kScanChunkRows = 1024;
+  using RowSink = std::function<absl::Status(std::vector<core::TaskRow>* rows)>;
+  virtual absl::Status ScanTasks(const RowSink& sink) = 0;
+
+  // Every finished attempt, by task id and then attempt number.
+  virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
+
+  // Every task with its finished attempts, in submit (seq) order: the whole
+  // table at once, for tests and tools (recovery uses the calls above).
+  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks();
 
   // Up to `limit` events with revision > after, oldest first.
   virtual absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) = 0;

@@ -55,7 +55,11 @@ class FaultyStore final : public store::Store {
     }
     return inner_->Apply(batch);
   }
-  absl::StatusOr<std::vector<core::StoredTask>> LoadTasks() override { return inner_->LoadTasks(); }
+  absl::StatusOr<int64_t> CountTasks() override { return inner_->CountTasks(); }
+  absl::Status ScanTasks(const RowSink& sink) override { return inner_->ScanTasks(sink); }
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override {
+    return inner_->LoadAttempts();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     return inner_->ReadEvents(after, limit);
   }

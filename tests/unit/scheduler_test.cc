@@ -990,5 +990,28 @@ TEST(SchedulerOptions, AgentsStopInsideTheGraceButAfterSeveralHeartbeats) {
   }
 }
 
+TEST(PlacementClass, IsTheSameForTheSameRequirementsInAnyOrder) {
+  v1::Placement none;
+  EXPECT_EQ(PlacementClass(none), "1||");
+  v1::Placement one;
+  one.set_slots(1);
+  EXPECT_EQ(PlacementClass(one), PlacementClass(none));  // 0 slots means 1
+  v1::Placement two;
+  two.set_slots(2);
+  EXPECT_NE(PlacementClass(two), PlacementClass(none));
+  v1::Placement a, b;
+  (*a.mutable_required_labels())["x"] = "1";
+  (*a.mutable_required_labels())["y"] = "2";
+  a.add_agent_ids("w2");
+  a.add_agent_ids("w1");
+  (*b.mutable_required_labels())["y"] = "2";
+  (*b.mutable_required_labels())["x"] = "1";
+  b.add_agent_ids("w1");
+  b.add_agent_ids("w2");
+  EXPECT_EQ(PlacementClass(a), PlacementClass(b));
+  EXPECT_EQ(PlacementClass(a), "1|x=1,y=2|w1,w2");
+  EXPECT_NE(PlacementClass(a), PlacementClass(none));
+}
+
 }  // namespace
 }  // namespace taskgrid::core

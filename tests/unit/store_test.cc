@@ -159,6 +159,76 @@ TYPED_TEST(StoreConformance, LoadsInSeqOrderWithAttempts) {
   EXPECT_EQ((*tasks)[1].attempts[1].data, "second");
 }
 
+TYPED_TEST(StoreConformance, ScansInSeqOrderInBoundedChunks) {
+  // Ids in another order than seq, and rows inserted out of seq order, over
+  // more than two chunks.
+  const int n = 2 * static_cast<int>(Store::kScanChunkRows) + 7;
+  core::WriteBatch b;
+  for (int i = n; i >= 1; --i) {
+    core::TaskRow r = Row("t" + std::to_string(i * 7919 % 10007), i);
+    r.reason = std::string(static_cast<size_t>(i % 40), 'r');  // some longer than SSO
+    b.tasks.push_back(r);
+  }
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  EXPECT_EQ(*this->store()->CountTasks(), n);
+
+  std::vector<core::TaskRow> seen;
+  std::vector<size_t> chunks;
+  std::vector<core::TaskRow> spare;
+  ASSERT_TRUE(this->store()
+                  ->ScanTasks([&](std::vector<core::TaskRow>* rows) {
+                    chunks.push_back(rows->size());
+                    // Take some rows whole (the store refills a swapped-in
+                    // vector) and move the strings out of others.
+                    if (chunks.size() % 2 == 1) {
+                      for (core::TaskRow& r : *rows) seen.push_back(std::move(r));
+                    } else {
+                      std::swap(*rows, spare);
+                      for (core::TaskRow& r : spare) seen.push_back(r);
+                    }
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int seq = i + 1;
+    EXPECT_EQ(seen[i].seq, seq);
+    EXPECT_EQ(seen[i].id, "t" + std::to_string(seq * 7919 % 10007));
+    EXPECT_EQ(seen[i].reason, std::string(static_cast<size_t>(seq % 40), 'r'));
+    EXPECT_EQ(seen[i].spec, Row(seen[i].id, seq).spec);
+    EXPECT_FALSE(seen[i].insert);
+  }
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0], Store::kScanChunkRows);
+  EXPECT_EQ(chunks[2], 7u);
+
+  // An error from the sink ends the scan and is what the scan returns.
+  int calls = 0;
+  absl::Status s = this->store()->ScanTasks([&](std::vector<core::TaskRow>*) {
+    return ++calls == 2 ? absl::CancelledError("enough") : absl::OkStatus();
+  });
+  EXPECT_EQ(s, absl::CancelledError("enough"));
+  EXPECT_EQ(calls, 2);
+}
+
+TYPED_TEST(StoreConformance, LoadsAttemptsByTaskAndNumber) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("b", 1));
+  b.tasks.push_back(Row("a", 2));
+  b.attempts.push_back({"b", 2, "b2"});
+  b.attempts.push_back({"a", 1, "a1"});
+  b.attempts.push_back({"b", 1, "b1"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  auto attempts = this->store()->LoadAttempts();
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), 3u);
+  EXPECT_EQ((*attempts)[0].data, "a1");
+  EXPECT_EQ((*attempts)[1].data, "b1");
+  EXPECT_EQ((*attempts)[2].data, "b2");
+  EXPECT_EQ((*attempts)[2].task_id, "b");
+  EXPECT_EQ((*attempts)[2].attempt, 2);
+}
+
 TYPED_TEST(StoreConformance, ClearAttemptsRemovesHistory) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t", 1));
