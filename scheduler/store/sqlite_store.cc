@@ -239,6 +239,7 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
   if (absl::Status s = Migrate(); !s.ok()) return s;
   if (absl::Status s = Prepare(); !s.ok()) return s;
+  if (absl::Status s = StartCheckpointer(opts.durability); !s.ok()) return s;
   // NOMUTEX: read_mu_ already serializes its use.
   if (sqlite3_open_v2(db_path_.c_str(), &read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
@@ -314,7 +315,69 @@ absl::Status SqliteStore::Prepare() {
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::StartCheckpointer(Durability durability) {
+  if (sqlite3_open_v2(db_path_.c_str(), &ckpt_db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    return SqlError(ckpt_db_, "cannot open the checkpoint connection");
+  }
+  sqlite3_busy_timeout(ckpt_db_, 5000);
+  // Its own syncs (the database file after copying pages back) follow the
+  // same durability as the commits.
+  if (absl::Status s =
+          Exec(ckpt_db_, durability == Durability::kFull ? "PRAGMA synchronous=FULL"
+                                                         : "PRAGMA synchronous=NORMAL");
+      !s.ok()) {
+    return s;
+  }
+  // Replaces SQLite's automatic checkpoint, which ran inside the commit
+  // that crossed 1,000 WAL pages: copying pages back and syncing the
+  // database file then held up every caller of that commit.
+  sqlite3_wal_hook(db_, &SqliteStore::WalHook, this);
+  ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
+  return absl::OkStatus();
+}
+
+int SqliteStore::WalHook(void* self, sqlite3* db, const char* /*name*/, int pages) {
+  auto* store = static_cast<SqliteStore*>(self);
+  if (pages >= kWalForcePages) {
+    // The checkpointer fell far behind (or readers kept it from finishing):
+    // bound the WAL here, as SQLite's own automatic checkpoint would.
+    sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  } else if (pages >= kWalCheckpointPages) {
+    std::lock_guard<std::mutex> lock(store->ckpt_mu_);
+    store->ckpt_wanted_ = true;
+    store->ckpt_cv_.notify_one();
+  }
+  return SQLITE_OK;
+}
+
+void SqliteStore::CheckpointLoop() {
+  std::unique_lock<std::mutex> lock(ckpt_mu_);
+  for (;;) {
+    ckpt_cv_.wait(lock, [this] { return ckpt_stop_ || ckpt_wanted_; });
+    if (ckpt_stop_) return;
+    ckpt_wanted_ = false;
+    lock.unlock();
+    // PASSIVE: copies what no reader still needs, never waits for or blocks
+    // the writer; the writer restarts the WAL from the top once it is all
+    // copied back.
+    if (sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr) ==
+        SQLITE_OK) {
+      ++ckpt_done_;
+    }
+    lock.lock();
+  }
+}
+
 SqliteStore::~SqliteStore() {
+  if (ckpt_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(ckpt_mu_);
+      ckpt_stop_ = true;
+      ckpt_cv_.notify_one();
+    }
+    ckpt_thread_.join();
+  }
+  if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
   for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
                            insert_event_, prune_events_}) {
     sqlite3_finalize(st);

@@ -14,9 +14,12 @@
 // ScanTasks call reads on a connection of its own.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "scheduler/store/store.h"
@@ -48,6 +51,8 @@ class SqliteStore final : public Store {
   // The schema version this code writes.
   static int LatestSchemaVersion();
   int schema_version() const { return schema_version_; }
+  // Checkpoints the background thread has finished (for tests).
+  int64_t background_checkpoints() const { return ckpt_done_.load(); }
   const std::string& db_path() const { return db_path_; }
 
  private:
@@ -67,6 +72,22 @@ class SqliteStore final : public Store {
   sqlite3_stmt* clear_attempts_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
+
+  // Checkpoints run on a thread and connection of their own, asked for by
+  // the writer connection's WAL hook once the WAL holds
+  // kWalCheckpointPages; past kWalForcePages the writer checkpoints itself.
+  static constexpr int kWalCheckpointPages = 1000;
+  static constexpr int kWalForcePages = 100'000;
+  absl::Status StartCheckpointer(Durability durability);
+  static int WalHook(void* self, sqlite3* db, const char* name, int pages);
+  void CheckpointLoop();
+  sqlite3* ckpt_db_ = nullptr;  // the checkpoint thread's only
+  std::mutex ckpt_mu_;
+  std::condition_variable ckpt_cv_;
+  bool ckpt_wanted_ = false;  // guarded by ckpt_mu_
+  bool ckpt_stop_ = false;    // guarded by ckpt_mu_
+  std::thread ckpt_thread_;
+  std::atomic<int64_t> ckpt_done_{0};
 
   std::mutex read_mu_;
   sqlite3* read_db_ = nullptr;  // guarded by read_mu_
