@@ -36,6 +36,9 @@ struct Sizes {
   int w4_sleep_seconds = 30;
   int64_t w5_table = 1000000;
   int64_t w5_drain = 10000;  // drained after restart; also the small table's size
+  // Drains of w5_drain tasks per table after the restart; the median rate
+  // counts (one drain lasts a quarter second and scatters by +-15 %).
+  int w5_drain_rounds = 3;
   double w5_succeeded_fraction = 0.02;
   double w5_cancelled_fraction = 0.01;
   std::vector<int64_t> w6_agents = {2000, 10000};
