@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -388,7 +389,6 @@ bool Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
     }
     if (stream_ != nullptr) stream_->Write(next);
   }
-  return true;
 }
 
 void Agent::Handle(const v1::SchedulerMessage& msg) {
@@ -407,9 +407,7 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
             std::max(FromProto(msg.welcome().stop_on_lost_after()), absl::ZeroDuration());
         lease_ = std::max(FromProto(msg.welcome().heartbeat_lease()), absl::ZeroDuration());
         // It answers the Hello.
-        const absl::Duration sent = unanswered_.empty() ? Now() : unanswered_.front();
-        if (!unanswered_.empty()) unanswered_.pop_front();
-        lease_until_ = sent + lease_;
+        lease_until_ = TakeUnansweredLocked().value_or(Now()) + lease_;
         welcome_max_output_bytes_ = msg.welcome().max_output_bytes();
         draining = draining_;
         cv_.notify_all();
@@ -460,16 +458,21 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
   }
 }
 
+std::optional<absl::Duration> Agent::TakeUnansweredLocked() {
+  if (unanswered_.empty()) return std::nullopt;
+  const absl::Duration sent = unanswered_.front();
+  unanswered_.pop_front();
+  return sent;
+}
+
 void Agent::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
   std::lock_guard<std::mutex> lock(mu_);
   // Acks come in the order of the heartbeats: this one answers the oldest
   // unanswered. (None: an ack nothing asked for, which extends nothing.)
-  if (!unanswered_.empty()) {
-    const absl::Duration sent = unanswered_.front();
-    unanswered_.pop_front();
+  if (const std::optional<absl::Duration> sent = TakeUnansweredLocked()) {
     const absl::Duration lease = FromProto(ack.heartbeat_lease());
     if (lease > absl::ZeroDuration()) lease_ = lease;
-    if (lease_ > absl::ZeroDuration()) lease_until_ = std::max(lease_until_, sent + lease_);
+    if (lease_ > absl::ZeroDuration()) lease_until_ = std::max(lease_until_, *sent + lease_);
   }
   const absl::Duration interval = FromProto(ack.heartbeat_interval());
   if (interval > absl::ZeroDuration() && interval != heartbeat_interval_) {

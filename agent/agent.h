@@ -64,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -163,6 +164,9 @@ class Agent {
   void OnCancel(const v1::Cancel& c);
   // Takes the interval and extends the lease (see 7 and 7a above).
   void OnHeartbeatAck(const v1::HeartbeatAck& ack);
+  // When the oldest unanswered Hello or Heartbeat was sent (it is answered
+  // now: acks come in order), or nothing if none is. Needs mu_.
+  std::optional<absl::Duration> TakeUnansweredLocked();
   // Runs `run`, reports it, then each chain link that follows it. With a
   // `sink` (a run inline on the stream's reader, for instant tasks) its
   // messages are appended there for the caller to write, and a link that

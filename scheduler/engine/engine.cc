@@ -179,8 +179,6 @@ void Engine::Stop() {
 // ---------------------------------------------------------------------------
 
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
-  heartbeat_interval_ns_.store(absl::ToInt64Nanoseconds(sched_.heartbeat_interval()),
-                               std::memory_order_relaxed);
   core::Effects fx = sched_.TakeEffects();
   if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
   // Waiters of tasks that reached a terminal state are answered with the
@@ -608,6 +606,11 @@ void Engine::AgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     }
   }
   CommitLocked(nullptr);
+}
+
+absl::Duration Engine::heartbeat_interval() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sched_.heartbeat_interval();
 }
 
 void Engine::DetachAgent(uint64_t conn) {

@@ -110,10 +110,8 @@ class Engine {
   // The stream ended.
   void DetachAgent(uint64_t conn);
   // The heartbeat interval adaptive agents are told now (it grows with the
-  // fleet); zero before the first agent. Any thread, takes no lock.
-  absl::Duration heartbeat_interval() const {
-    return absl::Nanoseconds(heartbeat_interval_ns_.load(std::memory_order_relaxed));
-  }
+  // fleet).
+  absl::Duration heartbeat_interval();
   // The server is stopping: ends every agent stream with `why` (agents
   // reconnect to the next scheduler and keep their tasks within the grace)
   // and answers every WaitTask in progress with it, so no RPC is left open.
@@ -158,9 +156,6 @@ class Engine {
   bool started_ = false;    // guarded by mu_
   bool stopped_ = false;    // guarded by mu_
   uint64_t next_conn_ = 1;  // guarded by mu_
-  // Scheduler::heartbeat_interval() as of the last operation that
-  // committed (the only kind that changes it), for readers without mu_.
-  std::atomic<int64_t> heartbeat_interval_ns_{0};
   std::once_flag fatal_once_;
 
   std::mutex channels_mu_;

@@ -16,9 +16,9 @@ namespace {
 
 using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>;
 
-// Logs the interval agents are told when it changed (as agents come and go).
-void LogHeartbeatInterval(const engine::Engine& engine) {
-  static std::atomic<int64_t> logged_ns{0};
+// Logs the interval agents are told when it changed (as agents come and
+// go); `logged_ns` is the last one logged, shared by the service's streams.
+void LogHeartbeatInterval(engine::Engine& engine, std::atomic<int64_t>& logged_ns) {
   const absl::Duration now = engine.heartbeat_interval();
   const int64_t ns = absl::ToInt64Nanoseconds(now);
   int64_t prev = logged_ns.load();
@@ -128,8 +128,11 @@ absl::Status CheckBatch(const v1::AgentBatch& batch) {
 
 class AgentStream final : public Reactor {
  public:
-  AgentStream(engine::Engine* engine, std::string peer)
-      : engine_(engine), peer_(std::move(peer)), outbox_(std::make_shared<Outbox>(this)) {
+  AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns, std::string peer)
+      : engine_(engine),
+        logged_interval_ns_(logged_interval_ns),
+        peer_(std::move(peer)),
+        outbox_(std::make_shared<Outbox>(this)) {
     conn_ = engine_->AttachAgent(outbox_);
     StartRead(&in_);
   }
@@ -156,7 +159,7 @@ class AgentStream final : public Reactor {
       agent_id_ = in_.hello().agent_id();
       spdlog::info("agent {} connected from {} with {} slots", agent_id_, peer_,
                    in_.hello().slots());
-      LogHeartbeatInterval(*engine_);
+      LogHeartbeatInterval(*engine_, *logged_interval_ns_);
     } else if (in_.has_hello()) {
       outbox_->Finish(
           grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello may be sent once per stream"));
@@ -176,13 +179,14 @@ class AgentStream final : public Reactor {
   void OnDone() override {
     if (hello_seen_) spdlog::info("agent {} disconnected", agent_id_);
     engine_->DetachAgent(conn_);
-    LogHeartbeatInterval(*engine_);
+    LogHeartbeatInterval(*engine_, *logged_interval_ns_);
     outbox_->Detach();
     delete this;
   }
 
  private:
   engine::Engine* const engine_;
+  std::atomic<int64_t>* const logged_interval_ns_;
   const std::string peer_;
   std::shared_ptr<Outbox> outbox_;
   uint64_t conn_ = 0;
@@ -194,7 +198,7 @@ class AgentStream final : public Reactor {
 }  // namespace
 
 Reactor* AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
-  return new AgentStream(engine_, ctx->peer());
+  return new AgentStream(engine_, &logged_interval_ns_, ctx->peer());
 }
 
 }  // namespace taskgrid::service

@@ -13,6 +13,8 @@
 //      grace), cut the Outbox loose, delete the reactor.
 #pragma once
 
+#include <atomic>
+
 #include "scheduler/engine/engine.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
@@ -27,6 +29,8 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
 
  private:
   engine::Engine* const engine_;
+  // The heartbeat interval last logged (0: none yet).
+  std::atomic<int64_t> logged_interval_ns_{0};
 };
 
 }  // namespace taskgrid::service

@@ -3,7 +3,7 @@
 // back at start-up (recovery) and appends to in WriteBatch transactions.
 //
 // Implementations: SqliteStore (production), MemoryStore (tests). Both pass
-// the shared conformance suite in tests/unit/store_conformance_test.cc.
+// the shared conformance suite in tests/unit/store_test.cc.
 //
 // Thread contract: Apply is called by one writer thread at a time (the
 // GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
