@@ -842,6 +842,8 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
                          const std::vector<const AgentRecord*>* agents) const {
   ToTaskProto(t, out);
   out->set_max_attempts(MaxAttempts(t));
+  out->set_attempts_used(AttemptsUsed(t));
+  out->set_pause_requested(t.pause_requested);
   if (t.state == v1::TASK_STATE_PENDING) {
     // Placeable tasks keep their stored reason (e.g. why the last attempt
     // failed); the others say what no agent offers.
