@@ -43,8 +43,8 @@ struct TaskRecord {
   bool pause_requested = false;
   v1::TaskResult result;              // of the last finished attempt
   std::vector<v1::Attempt> attempts;  // finished attempts, oldest first
-  // Attempts numbered up to this one were made before a RetryJob and no
-  // longer count against max_attempts.
+  // Attempts numbered up to this one were made before a reset or a
+  // RetryJob and no longer count against max_attempts.
   int32_t attempt_base = 0;
 
   // --- Derived: rebuilt by Scheduler::Restore, never stored. ---
@@ -61,6 +61,11 @@ struct TaskRecord {
   // it to succeed: no slot, no ack deadline yet. And the reverse link.
   TaskRecord* chained_after = nullptr;
   TaskRecord* chain_next = nullptr;
+  // A waiting chain link its agent listed as started in a Hello: the
+  // predecessor succeeded there and its result is on the way, and the
+  // link's own Accept may have been lost with a scheduler that died. It is
+  // taken as accepted the moment it stops waiting.
+  bool link_started = false;
 
   const std::string& id() const { return spec.id(); }
   const std::string& queue() const { return spec.queue(); }

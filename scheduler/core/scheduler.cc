@@ -432,10 +432,21 @@ absl::Status Scheduler::FinishRestore() {
     }
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
-    if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr) {
-      // Its agent's Hello settles it; should the agent come back without
-      // ever accepting it, the ack timeout still applies.
-      task_deadlines_.Set(t.id(), grace_end + AckTimeout(t));
+    if (t.chained_after == nullptr) {
+      if (t.start_time == absl::InfinitePast()) {
+        // Not accepted yet (DISPATCHED, or cancelled before it was): its
+        // agent's Hello settles it; should the agent come back without
+        // ever accepting it, the ack timeout still applies.
+        task_deadlines_.Set(t.id(), grace_end + AckTimeout(t));
+      } else if (const absl::Duration timeout = FromProto(t.spec.attempt_timeout());
+                 timeout > absl::ZeroDuration()) {
+        // Started: what is left of its attempt timeout, counted from the
+        // stored start time, but never ending before its agent had the
+        // grace to come back with a result it may hold.
+        const absl::Duration left = std::max(t.start_time + timeout - Now(), absl::ZeroDuration());
+        task_deadlines_.Set(t.id(),
+                            std::max(grace_end, Mono() + left) + opts_.attempt_timeout_slack);
+      }
     }
     a->slots = std::max(a->slots, a->used);
   }
@@ -547,6 +558,17 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     }
   }
 
+  // Ids for the tasks that gave none: never one an existing task or another
+  // task of this request holds (a client may give an id of the generated
+  // form; two records under one key would leave the indexes pointing at a
+  // freed one).
+  for (size_t i : fresh) {
+    if (!specs[i].id().empty()) continue;
+    std::string id = NewTaskId();
+    while (seen.contains(id)) id = NewTaskId();
+    specs[i].set_id(std::move(id));
+  }
+
   const absl::Time now = Now();
   JobRecord* job = nullptr;
   if (job_id != nullptr) {
@@ -567,13 +589,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     auto owned = std::make_unique<TaskRecord>();
     TaskRecord& t = *owned;
     t.spec = std::move(specs[i]);
-    if (t.spec.id().empty()) t.spec.set_id(NewTaskId());
     t.seq = next_seq_++;
     t.create_time = now;
     t.placement_class = PlacementClass(t.spec.placement());
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
-    tasks_.emplace(t.id(), std::move(owned));
+    const bool inserted = tasks_.try_emplace(t.id(), std::move(owned)).second;
+    TASKGRID_CHECK(inserted, absl::StrCat("task ", t.id(), " was created twice"));
     by_seq_[t.seq] = &t;
     created.push_back(&t);
     out[i] = &t;
@@ -669,8 +691,11 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                      "; only SUCCEEDED, FAILED or CANCELLED tasks can be reset"));
   }
-  t->attempt = 0;
-  t->attempt_base = 0;
+  // Like new: a fresh budget of attempts and no history. The attempt
+  // counter keeps rising, though: (task, attempt) fences agent messages,
+  // and an attempt from before the reset may still be out there (an agent
+  // frozen past its lease) with a result that must not end the new run.
+  t->attempt_base = t->attempt;
   t->attempts.clear();
   t->result.Clear();
   t->next_run_time = absl::InfinitePast();
@@ -1044,7 +1069,7 @@ absl::Duration Scheduler::Backoff(const TaskRecord& t) {
   if (!r.has_max_backoff()) max = opts_.default_max_backoff;
   const double mult = r.multiplier() > 0 ? r.multiplier() : opts_.default_backoff_multiplier;
   // attempt 1 failed -> initial; attempt 2 failed -> initial * mult; ...
-  const double factor = std::pow(mult, std::max(0, t.attempt - 1));
+  const double factor = std::pow(mult, std::max(0, t.attempt - t.attempt_base - 1));
   absl::Duration d = std::min(std::isfinite(factor) ? initial * factor : max, max);
   const double u =
       opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
@@ -1217,6 +1242,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
     // on it is an ordinary dispatched attempt.
     ait->second->used += SlotsOf(next->spec.placement());
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
+    if (next->link_started) ImpliedAccept(*ait->second, *next);
     return;
   }
   // t did not succeed: the links after it will not start (the agent drops
@@ -1259,6 +1285,7 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
   a.tasks.erase(t.id());
   task_deadlines_.Remove(t.id());
 
+  t.link_started = false;
   const bool pausing = t.pause_requested;
   t.pause_requested = false;
   // A pause that stopped the attempt interrupts it, like a drain's release.
@@ -1421,11 +1448,14 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
       // Cancels and pauses are durable: said again until the agent confirms.
       if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested) SendCancel(t);
       // Listed as started: its Accept may have been lost with the old stream.
-      if (started && t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr) {
-        v1::Accept implied;
-        implied.set_task_id(t.id());
-        implied.set_attempt(t.attempt);
-        OnAccept(a, implied);
+      if (started && t.state == v1::TASK_STATE_DISPATCHED) {
+        if (t.chained_after == nullptr) {
+          ImpliedAccept(a, t);
+        } else {
+          // A link cannot start before its predecessor succeeded: that
+          // Result is on its way (resent), and the link runs already.
+          t.link_started = true;
+        }
       }
       continue;
     }
@@ -1562,6 +1592,13 @@ void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {
   if (t->pause_requested) SendCancel(*t);
 }
 
+void Scheduler::ImpliedAccept(AgentRecord& a, const TaskRecord& t) {
+  v1::Accept implied;
+  implied.set_task_id(t.id());
+  implied.set_attempt(t.attempt);
+  OnAccept(a, implied);
+}
+
 void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
   v1::SchedulerMessage ack;
   ack.mutable_result_ack()->set_task_id(m.task_id());
@@ -1596,13 +1633,8 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
   TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
   if (t != nullptr && t->chained_after != nullptr) t = nullptr;  // out of order: not started here
   if (t != nullptr) {
-    if (t->state == v1::TASK_STATE_DISPATCHED) {
-      // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
-      v1::Accept implied;
-      implied.set_task_id(m.task_id());
-      implied.set_attempt(m.attempt());
-      OnAccept(a, implied);
-    }
+    // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
+    if (t->state == v1::TASK_STATE_DISPATCHED) ImpliedAccept(a, *t);
     v1::TaskResult r = m.result();
     if (r.outcome() == v1::OUTCOME_UNSPECIFIED || r.outcome() == v1::OUTCOME_LOST) {
       r.set_outcome(v1::OUTCOME_FAILED);
@@ -1651,7 +1683,7 @@ void Scheduler::Tick() {
   while (!scheduled_.empty() && std::get<0>(*scheduled_.begin()) <= now) {
     TaskRecord& t = *std::get<2>(*scheduled_.begin());
     Transition(t, v1::TASK_STATE_PENDING,
-               t.attempt > 0 ? "retry backoff over" : "not_before reached");
+               t.attempt > t.attempt_base ? "retry backoff over" : "not_before reached");
   }
   for (const std::string& id : start_deadlines_.PopExpired(now - absl::UnixEpoch())) {
     TaskRecord* t = Mutable(id);
@@ -1665,7 +1697,7 @@ void Scheduler::Tick() {
     TaskRecord* t = Mutable(id);
     if (t == nullptr || !IsInFlight(t->state)) continue;
     SendCancel(*t);  // in case the agent does hold it
-    if (t->state == v1::TASK_STATE_DISPATCHED) {
+    if (t->start_time == absl::InfinitePast()) {  // never accepted
       FinishAttempt(*t, LostResult(absl::StrCat("agent ", t->agent_id, " did not accept it within ",
                                                 absl::FormatDuration(AckTimeout(*t)))));
     } else {

@@ -292,6 +292,9 @@ class Scheduler {
   void OnReject(AgentRecord& a, const v1::Reject& m);
   void OnResult(AgentRecord& a, const v1::Result& m);
   void OnRelease(AgentRecord& a, const v1::Release& m);
+  // An Accept the agent's other messages imply (a Result, or a Hello
+  // listing the attempt as started).
+  void ImpliedAccept(AgentRecord& a, const TaskRecord& t);
   void SendDrain(const AgentRecord& a);
 
   // Attempts that count against max_attempts (interrupted ones do not).

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,31 @@ class SchedulerTest : public ::testing::Test {
       if (o.conn == conn && o.msg.has_cancel()) ids.push_back(o.msg.cancel().task_id());
     }
     return ids;
+  }
+
+  // A task as the store keeps it: derived fields cleared.
+  static TaskRecord Stored(const TaskRecord& t) {
+    TaskRecord copy = t;
+    copy.deps.clear();
+    copy.dependents.clear();
+    copy.deps_unsucceeded = copy.deps_unfinished = 0;
+    copy.chained_after = copy.chain_next = nullptr;
+    copy.job = nullptr;
+    copy.placement_class.clear();
+    return copy;
+  }
+
+  // A second scheduler restored from everything sched_ holds, as a restart
+  // of the process would read it back (the agents not yet reconnected).
+  std::unique_ptr<Scheduler> Restarted(SchedulerOptions o = Options()) {
+    ListFilter all;
+    all.page_size = static_cast<int>(sched_.task_count()) + 1;
+    std::vector<TaskRecord> records;
+    for (const TaskRecord* t : sched_.List(all).tasks) records.push_back(Stored(*t));
+    auto restored = std::make_unique<Scheduler>(&clock_, std::move(o));
+    EXPECT_TRUE(restored->Restore(std::move(records), sched_.last_revision()).ok());
+    EXPECT_TRUE(restored->CheckInvariants().ok()) << restored->CheckInvariants();
+    return restored;
   }
 
   v1::TaskState State(const std::string& id) {

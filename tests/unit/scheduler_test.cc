@@ -521,7 +521,7 @@ TEST_F(SchedulerTest, PausedScheduledTaskResumesIntoScheduled) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
 }
 
-TEST_F(SchedulerTest, RetryKeepsTheCounterAndResetClearsIt) {
+TEST_F(SchedulerTest, RetryKeepsTheCounterAndResetGivesAFreshBudget) {
   v1::TaskSpec s = Spec("t");
   s.set_max_attempts(2);
   s.mutable_retry()->mutable_initial_backoff();
@@ -540,7 +540,10 @@ TEST_F(SchedulerTest, RetryKeepsTheCounterAndResetClearsIt) {
   Check();
   Effects fx = Take();
   EXPECT_THAT(fx.batch.clear_attempts, ElementsAre("t"));
-  EXPECT_EQ(Task("t").attempt, 1);  // reset to 0, then dispatched again
+  // Dispatched again with a fresh budget and no history; its number goes
+  // on from the last one (attempt numbers fence agent messages).
+  EXPECT_EQ(Task("t").attempt, 3);
+  EXPECT_EQ(Task("t").attempt_base, 2);
   EXPECT_TRUE(Task("t").attempts.empty());
   EXPECT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
 }
