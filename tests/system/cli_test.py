@@ -812,14 +812,17 @@ class WithAgentTest(CliTestCase):
 
         out = self.ok("reset", "f1")
         self.assertRegex(out, r"^f1 (PENDING|DISPATCHED)\n$")
-        # It runs again: a new attempt 1, finished after the first one.
+        # It runs again with a fresh budget: the attempt number goes on (a
+        # number never repeats for a task, so the old run's result cannot
+        # land on the new one), the budget used starts over.
         def ran_again():
             task = self.ok_json("get", "f1")
             return (task["state"] == "TASK_STATE_FAILED" and len(task["attempts"]) == 1 and
                     task["attempts"][0]["finish_time"] != first["attempts"][0]["finish_time"] and
                     task)
         task = harness.wait_until(ran_again, timeout=WAIT, interval=0.1, what="f1 to fail again")
-        self.assertEqual(task["attempt"], 1)
+        self.assertEqual(task["attempt"], 2)
+        self.assertEqual(task["attempts_used"], 1)
 
     def test_cancel_running(self):
         self.ok("submit", "--id=long", f"--queue={self.queue}", "--builtin=sleep", "--", "60")
