@@ -95,7 +95,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                  absl::StrCat("task ", t.id(), ": ", StateName(from), " -> ", StateName(to)));
   auto& counts = counts_[t.queue()];
   if (from == v1::TASK_STATE_PENDING) {
-    ready_[t.placement_class].erase({-int64_t{t.spec.priority()}, t.seq, &t});
+    RemoveReady(t);
   } else if (from == v1::TASK_STATE_SCHEDULED) {
     scheduled_.erase({t.next_run_time, t.seq, &t});
   }
@@ -110,7 +110,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
     t.job->update_time = t.update_time;
   }
   if (to == v1::TASK_STATE_PENDING) {
-    ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
+    AddReady(t);
   } else if (to == v1::TASK_STATE_SCHEDULED) {
     scheduled_.insert({t.next_run_time, t.seq, &t});
   }
@@ -367,7 +367,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (t.state == v1::TASK_STATE_PENDING) {
-      ready_[t.placement_class].insert({-int64_t{t.spec.priority()}, t.seq, &t});
+      AddReady(t);
     } else if (t.state == v1::TASK_STATE_SCHEDULED) {
       scheduled_.insert({t.next_run_time, t.seq, &t});
     }
@@ -1131,12 +1131,56 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
   return true;
 }
 
-void Scheduler::Dispatch() {
-  // Called on every tick: nothing ready must cost nothing, however many
-  // agents there are.
-  if (std::all_of(ready_.begin(), ready_.end(), [](const auto& e) { return e.second.empty(); })) {
+void Scheduler::AddReady(TaskRecord& t) {
+  std::unique_ptr<ReadyClass>& slot = ready_[t.placement_class];
+  if (slot == nullptr) {
+    slot = std::make_unique<ReadyClass>();
+    slot->key = t.placement_class;
+    slot->placement = t.spec.placement();
+  }
+  ReadyClass& c = *slot;
+  const ReadyKey key = ReadyKeyOf(t);
+  const bool new_head = c.tasks.empty() || key < *c.tasks.begin();
+  if (new_head && c.where == ReadyClass::Where::kHeads) {
+    if (!c.tasks.empty()) heads_.erase({*c.tasks.begin(), &c});
+    heads_.insert({key, &c});
+  }
+  c.tasks.insert(key);
+}
+
+void Scheduler::RemoveReady(const TaskRecord& t) {
+  auto it = ready_.find(t.placement_class);
+  TASKGRID_CHECK(it != ready_.end(), absl::StrCat("PENDING task ", t.id(), " has no ready class"));
+  ReadyClass& c = *it->second;
+  const ReadyKey key = ReadyKeyOf(t);
+  const bool was_head = *c.tasks.begin() == key;
+  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.erase({key, &c});
+  c.tasks.erase(key);
+  if (c.tasks.empty()) {
+    parked_.erase(&c);
+    ready_.erase(it);
     return;
   }
+  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.insert({*c.tasks.begin(), &c});
+}
+
+bool Scheduler::AnyAgentCouldTake(const v1::Placement& p) const {
+  auto could = [&](const AgentRecord& a) { return a.takes_work() && Matches(p, a); };
+  if (!p.agent_ids().empty()) {
+    // Pinned: only the named agents need looking at.
+    return std::any_of(p.agent_ids().begin(), p.agent_ids().end(), [&](const std::string& id) {
+      auto it = agents_.find(id);
+      return it != agents_.end() && could(*it->second);
+    });
+  }
+  return std::any_of(agents_.begin(), agents_.end(),
+                     [&](const auto& e) { return could(*e.second); });
+}
+
+void Scheduler::Dispatch() {
+  // Called on every tick: nothing ready (or only classes no agent could
+  // take) must cost nothing, however many agents there are.
+  if (heads_.empty()) return;
   std::vector<AgentRecord*> agents;
   for (auto& [id, a] : agents_) {
     if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
@@ -1146,24 +1190,23 @@ void Scheduler::Dispatch() {
   // split between two).
   constexpr size_t kAssignBytes = 4 << 20;
   absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>> assigns;
-  absl::flat_hash_set<std::string> unplaceable;  // classes no agent has room for now
+  std::vector<std::string> aside;  // classes no agent has room for now
   const absl::Duration mono = Mono();
   const absl::Time now = Now();
-  for (;;) {
-    ReadySet* best = nullptr;
-    const std::string* best_class = nullptr;
-    for (auto& [cls, set] : ready_) {
-      if (set.empty() || unplaceable.contains(cls)) continue;
-      if (best == nullptr || *set.begin() < *best->begin()) {
-        best = &set;
-        best_class = &cls;
-      }
-    }
-    if (best == nullptr) break;
-    TaskRecord& t = *std::get<2>(*best->begin());
-    AgentRecord* a = Pick(t.spec.placement(), agents);
+  while (!heads_.empty()) {
+    auto [key, cls] = *heads_.begin();
+    TaskRecord& t = *std::get<2>(key);
+    ++placement_attempts_;
+    AgentRecord* a = Pick(cls->placement, agents);
     if (a == nullptr) {
-      unplaceable.insert(*best_class);
+      heads_.erase(heads_.begin());
+      if (AnyAgentCouldTake(cls->placement)) {
+        cls->where = ReadyClass::Where::kAside;
+        aside.push_back(cls->key);
+      } else {
+        cls->where = ReadyClass::Where::kParked;
+        parked_.insert(cls);
+      }
       continue;
     }
     v1::Assignment head;
@@ -1212,6 +1255,13 @@ void Scheduler::Dispatch() {
       *msgs.back().first.add_tasks() = std::move(link);
       cur = d;
     }
+  }
+  for (const std::string& k : aside) {
+    auto it = ready_.find(k);  // emptied meanwhile: gone
+    if (it == ready_.end() || it->second->where != ReadyClass::Where::kAside) continue;
+    ReadyClass& c = *it->second;
+    c.where = ReadyClass::Where::kHeads;
+    heads_.insert({*c.tasks.begin(), &c});
   }
   for (auto& [a, msgs] : assigns) {
     for (auto& [assign, bytes] : msgs) {
@@ -1470,6 +1520,19 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     msg.mutable_cancel()->set_attempt(attempt);
     Send(conn, std::move(msg));
   }
+  // Classes no agent could take until now: this one may.
+  if (a.takes_work()) {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      ReadyClass& c = **it;
+      if (!Matches(c.placement, a)) {
+        ++it;
+        continue;
+      }
+      c.where = ReadyClass::Where::kHeads;
+      heads_.insert({*c.tasks.begin(), &c});
+      parked_.erase(it++);
+    }
+  }
   Dispatch();
   return absl::OkStatus();
 }
@@ -1696,7 +1759,7 @@ void Scheduler::Tick() {
   for (const std::string& id : task_deadlines_.PopExpired(mono)) {
     TaskRecord* t = Mutable(id);
     if (t == nullptr || !IsInFlight(t->state)) continue;
-    SendCancel(*t);  // in case the agent does hold it
+    SendCancel(*t);                               // in case the agent does hold it
     if (t->start_time == absl::InfinitePast()) {  // never accepted
       FinishAttempt(*t, LostResult(absl::StrCat("agent ", t->agent_id, " did not accept it within ",
                                                 absl::FormatDuration(AckTimeout(*t)))));
@@ -1748,8 +1811,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
       auto it = ready_.find(t.placement_class);
-      if (it == ready_.end() || it->second.count({-int64_t{t.spec.priority()}, t.seq,
-                                                  const_cast<TaskRecord*>(&t)}) == 0) {
+      if (it == ready_.end() || !it->second->tasks.contains(ReadyKeyOf(t))) {
         return fail("PENDING task ", id, " is not in its ready queue");
       }
     }
@@ -1815,7 +1877,32 @@ absl::Status Scheduler::CheckInvariants() const {
     }
   }
   size_t in_ready = 0;
-  for (const auto& [cls, set] : ready_) in_ready += set.size();
+  size_t in_heads = 0, parked = 0;
+  for (const auto& [key, c] : ready_) {
+    if (c->tasks.empty()) return fail("ready class ", key, " is empty but kept");
+    if (c->key != key) return fail("ready class ", key, " is keyed as ", c->key);
+    in_ready += c->tasks.size();
+    switch (c->where) {
+      case ReadyClass::Where::kHeads:
+        ++in_heads;
+        if (!heads_.contains({*c->tasks.begin(), c.get()})) {
+          return fail("ready class ", key, " is not in the heads by its first task");
+        }
+        break;
+      case ReadyClass::Where::kAside:
+        return fail("ready class ", key, " was left aside after a dispatch");
+      case ReadyClass::Where::kParked:
+        ++parked;
+        if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
+        if (AnyAgentCouldTake(c->placement)) {
+          return fail("parked class ", key, " could be taken by a connected agent");
+        }
+        break;
+    }
+  }
+  if (heads_.size() != in_heads)
+    return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
+  if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
   if (scheduled_.size() != scheduled) return fail("timer holds ", scheduled_.size(), " tasks");
   for (const auto& [queue, arr] : counts_) {

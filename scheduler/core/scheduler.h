@@ -178,6 +178,14 @@ class Scheduler {
   // The oldest event revision still kept (history before it was pruned).
   int64_t oldest_revision() const { return oldest_revision_; }
   size_t task_count() const { return tasks_.size(); }
+  // Placement classes holding PENDING tasks.
+  size_t ready_classes() const { return ready_.size(); }
+  // Of those, the ones set aside because no connected agent could ever
+  // take them (an agent that can connects, and they are looked at again).
+  size_t parked_classes() const { return parked_.size(); }
+  // Times Dispatch has looked for an agent for the head of a class: what
+  // dispatching costs, whatever the clock says.
+  int64_t placement_attempts() const { return placement_attempts_; }
   // Checks the cross-structure invariants (each in-flight task held by a
   // known agent, queues hold exactly their states, slot and state counts).
   absl::Status CheckInvariants() const;
@@ -187,6 +195,21 @@ class Scheduler {
   // B-trees: a million pending tasks take a third of the memory of
   // std::set nodes, and submit-order inserts are cheap.
   using ReadySet = absl::btree_set<ReadyKey>;
+  // The PENDING tasks of one placement class (one placement, as
+  // PlacementClass spells it), erased when the last one leaves.
+  struct ReadyClass {
+    std::string key;
+    v1::Placement placement;
+    ReadySet tasks;
+    // kHeads: its head is in heads_, Dispatch looks at it. kAside: no agent
+    // has room for it in this Dispatch (back in heads_ when it ends).
+    // kParked: no connected agent could take it; in parked_ until one
+    // that can connects.
+    enum class Where { kHeads, kAside, kParked } where = Where::kHeads;
+  };
+  static ReadyKey ReadyKeyOf(const TaskRecord& t) {
+    return {-int64_t{t.spec.priority()}, t.seq, const_cast<TaskRecord*>(&t)};
+  }
   static constexpr int kNumStates = kNumTaskStates;
 
   // While alive, dependents are not settled as tasks change (a batch of
@@ -252,6 +275,12 @@ class Scheduler {
   std::string BlockedReason(const TaskRecord& t) const;
 
   void Dispatch();
+  // The ready-queue doors, shared by Transition and restore.
+  void AddReady(TaskRecord& t);
+  void RemoveReady(const TaskRecord& t);
+  // Whether any connected agent that takes work could ever run `p` (free
+  // slots aside).
+  bool AnyAgentCouldTake(const v1::Placement& p) const;
   // Ends the live attempt with `result` and moves the task on (retry, done,
   // paused, re-queued). `interrupted`: ended by a pause or a drain, so it
   // does not count against max_attempts.
@@ -328,7 +357,12 @@ class Scheduler {
   int defer_settling_ = 0;
   bool settling_ = false;
 
-  absl::flat_hash_map<std::string, ReadySet> ready_;  // PENDING, by placement class
+  // PENDING tasks by placement class; heads_ orders the classes Dispatch
+  // looks at by their first task, so each pick is O(log classes) and
+  // classes no agent can take cost nothing until one connects.
+  absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
+  absl::btree_set<std::pair<ReadyKey, ReadyClass*>> heads_;
+  absl::flat_hash_set<ReadyClass*> parked_;
   absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;   // SCHEDULED
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
 
@@ -342,6 +376,7 @@ class Scheduler {
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
+  int64_t placement_attempts_ = 0;
   int64_t last_revision_ = 0;
   int64_t oldest_revision_ = 1;
   // (revision, time) about once a second: what retention may prune.
