@@ -1,6 +1,6 @@
 // Time for everything that schedules: core and lease logic read a Clock and
 // never the system directly, so tests drive time with FakeClock and never
-// sleep (DESIGN.md invariant 6).
+// sleep (invariant 6 in docs/architecture.md).
 //
 // Two readings: Now() is wall time, for what is stored and shown (create
 // times, not_before, retry times). Monotonic() never goes back, for in-memory

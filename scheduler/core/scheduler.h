@@ -5,7 +5,7 @@
 // Effects: the rows to commit (one transaction) and the messages to send to
 // agents. The caller (service/Engine) commits the rows and only then sends
 // the messages and answers its client, so nothing leaves the process before
-// it is durable (DESIGN.md invariant 1). Should a commit fail, memory is
+// it is durable (invariant 1 in docs/architecture.md). Should a commit fail, memory is
 // ahead of disk and the process must stop; restart recovers from disk.
 //
 // Every state change goes through Transition(), which checks the table of

@@ -1,4 +1,4 @@
-// Validation of client input (DESIGN.md invariant 7): every error is
+// Validation of client input (invariant 7 in docs/architecture.md): every error is
 // INVALID_ARGUMENT naming the field, e.g. "tasks[2].steps[0].exec.argv is
 // empty". Pure functions; nothing here changes state.
 #pragma once

@@ -1,6 +1,6 @@
 // GroupCommitWriter: one thread that commits many callers' WriteBatches in
 // one store transaction and answers each caller only after that transaction
-// committed (DESIGN.md invariant 1). Throughput grows with the batch; the
+// committed (invariant 1 in docs/architecture.md). Throughput grows with the batch; the
 // latency a caller sees is about one commit.
 //
 // Order: batches commit in the order Submit was called, and callbacks run in

@@ -1,4 +1,4 @@
-"""taskgrid-bench (issue 6): every workload runs in --smoke size and reports
+"""taskgrid-bench: every workload runs in --smoke size and reports
 sane figures; nothing it started outlives it, also after SIGINT.
 
 No timing thresholds are asserted: this machine is shared and small. The

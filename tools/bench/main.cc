@@ -1,4 +1,4 @@
-// taskgrid-bench: the load generator of issue 6. Runs the workloads W1-W6
+// taskgrid-bench: the load generator. Runs the workloads W1-W6
 // against a scheduler it starts (or --addr) with real taskgrid-agent
 // processes, and prints one figure per line: a table, and with --json one
 // JSON object per figure on stdout (the table then goes to stderr).
@@ -154,7 +154,7 @@ int RunSim() {
 
 int main(int argc, char** argv) {
   taskgrid::SetUsage(
-      "The Taskgrid load generator (issue 6): measures submit throughput (W1), dispatch "
+      "The Taskgrid load generator: measures submit throughput (W1), dispatch "
       "throughput (W2), latency (W3), recovery from a killed agent (W4), restart with a large "
       "table (W5) and many connected agents (W6).\n\n"
       "  taskgrid-bench                      # every workload, full size (about 5 minutes)\n"

@@ -1,4 +1,4 @@
-// The six workloads of taskgrid-bench (issue 6). Each starts what it needs
+// The six workloads of taskgrid-bench. Each starts what it needs
 // (a scheduler of its own unless --addr, real taskgrid-agent processes,
 // simulated agents), measures, appends its Figures, and stops everything it
 // started before returning, on success and on error alike.
