@@ -139,6 +139,10 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckDuration(spec.schedule_timeout(), FieldPath(f, "schedule_timeout"));
+      !s.ok()) {
+    return s;
+  }
   const v1::Placement& p = spec.placement();
   if (p.slots() < 0 || p.slots() > 1024) {
     return Invalid(FieldPath(f, "placement.slots"), "must be in [0, 1024] (0 means 1)");

@@ -40,6 +40,30 @@ TEST(Validate, IdCharsetAndLength) {
   EXPECT_THAT(Error(s), HasSubstr("the limit is 128"));
   s.set_id(std::string(kMaxIdLength, 'a'));
   EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+  // Dot names stand for directories: an id (or a queue) never may be one.
+  for (const char* dots : {".", ".."}) {
+    s = Good();
+    s.set_id(dots);
+    EXPECT_THAT(Error(s), HasSubstr("tasks[0].id \"" + std::string(dots) + "\" is not a name"));
+    s = Good();
+    s.set_queue(dots);
+    EXPECT_THAT(Error(s), HasSubstr("tasks[0].queue"));
+  }
+  s.set_queue("...");
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, ScheduleTimeoutIsADurationLikeTheOthers) {
+  v1::TaskSpec s = Good();
+  s.mutable_schedule_timeout()->set_seconds(-1);
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].schedule_timeout is negative"));
+  s.mutable_schedule_timeout()->set_seconds(20LL * 365 * 24 * 3600);
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].schedule_timeout is longer than 10 years"));
+  s.mutable_schedule_timeout()->set_seconds(1);
+  s.mutable_schedule_timeout()->set_nanos(-5);
+  EXPECT_THAT(Error(s), HasSubstr("schedule_timeout is negative"));
+  s.mutable_schedule_timeout()->set_nanos(0);
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
 }
 
 TEST(Validate, StepsMustBeThereAndWellFormed) {
