@@ -206,6 +206,8 @@ v1::TaskResult TaskRun::Run() {
   result.set_outcome(end.outcome);
   result.set_exit_code(end.exit_code);
   result.set_step(std::max(0, std::min(index, n - 1)));
+  result.set_stdout_cut_bytes(out.cut());
+  result.set_stderr_cut_bytes(err.cut());
   result.set_stdout_tail(out.Take());
   result.set_stderr_tail(err.Take());
   result.set_error(end.error);

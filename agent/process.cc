@@ -253,6 +253,7 @@ bool HasEnded(pid_t pid) {
 OutputTail::OutputTail(int64_t cap) : cap_(cap > 0 ? static_cast<size_t>(cap) : 0) {}
 
 void OutputTail::Append(const char* data, size_t n) {
+  appended_ += n;
   if (cap_ == 0 || n == 0) return;
   if (n >= cap_) {
     buf_.assign(data + (n - cap_), data + n);
@@ -273,6 +274,7 @@ std::string OutputTail::Take() {
   const size_t keep = std::min(cap_, buf_.size());
   std::string out(buf_.end() - keep, buf_.end());
   buf_.clear();
+  appended_ = 0;
   return out;
 }
 

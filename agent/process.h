@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -27,9 +28,12 @@ class OutputTail {
   void Append(absl::string_view s) { Append(s.data(), s.size()); }
   // The last `cap` bytes; leaves the tail empty.
   std::string Take();
+  // Bytes appended that Take() will not return.
+  int64_t cut() const { return static_cast<int64_t>(appended_ - std::min(cap_, buf_.size())); }
 
  private:
   size_t cap_;
+  uint64_t appended_ = 0;
   std::string buf_;
 };
 

@@ -29,6 +29,24 @@ namespace {
     }                                                                             \
   } while (0)
 
+// The most of an agent's free-text reason (reject, release) kept.
+constexpr int64_t kMaxReasonBytes = 1024;
+
+// Text an agent sent, at most `max` bytes: a longer one keeps its start
+// and says how much went.
+std::string Bounded(absl::string_view text, int64_t max) {
+  if (static_cast<int64_t>(text.size()) <= max) return std::string(text);
+  return absl::StrCat(text.substr(0, max), "... (", text.size() - max, " bytes cut)");
+}
+
+// The tail of an output stream, at most `max` bytes; returns how many went.
+int64_t CutTail(std::string* tail, int64_t max) {
+  if (static_cast<int64_t>(tail->size()) <= max) return 0;
+  const int64_t cut = static_cast<int64_t>(tail->size()) - max;
+  tail->erase(0, cut);
+  return cut;
+}
+
 v1::TaskResult LostResult(std::string error) {
   v1::TaskResult r;
   r.set_outcome(v1::OUTCOME_LOST);
@@ -1673,7 +1691,7 @@ void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
     v1::TaskResult r;
     r.set_outcome(v1::OUTCOME_CANCELLED);
     r.set_exit_code(-1);
-    r.set_error(absl::StrCat("released by the agent: ", m.reason()));
+    r.set_error(absl::StrCat("released by the agent: ", Bounded(m.reason(), kMaxReasonBytes)));
     FinishAttempt(*t, std::move(r), /*interrupted=*/true);
     ack.mutable_result_ack()->set_accepted(true);
   }
@@ -1686,7 +1704,8 @@ void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
     ++stale_messages_;
     return;
   }
-  FinishAttempt(*t, LostResult(absl::StrCat("rejected by the agent: ", m.reason())));
+  FinishAttempt(*t, LostResult(absl::StrCat("rejected by the agent: ",
+                                            Bounded(m.reason(), kMaxReasonBytes))));
 }
 
 void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
@@ -1699,6 +1718,11 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
     // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
     if (t->state == v1::TASK_STATE_DISPATCHED) ImpliedAccept(a, *t);
     v1::TaskResult r = m.result();
+    // Whatever the agent was told, what is stored stays readable.
+    const int64_t max = opts_.max_output_bytes;
+    r.set_stdout_cut_bytes(r.stdout_cut_bytes() + CutTail(r.mutable_stdout_tail(), max));
+    r.set_stderr_cut_bytes(r.stderr_cut_bytes() + CutTail(r.mutable_stderr_tail(), max));
+    if (static_cast<int64_t>(r.error().size()) > max) r.set_error(Bounded(r.error(), max));
     if (r.outcome() == v1::OUTCOME_UNSPECIFIED || r.outcome() == v1::OUTCOME_LOST) {
       r.set_outcome(v1::OUTCOME_FAILED);
     }

@@ -400,6 +400,8 @@ TEST(TaskRun, KeepsOnlyTheLastOutputBytesOverAllSteps) {
   EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
   EXPECT_EQ(r.stdout_tail(), "llo\nworld\n");
   EXPECT_EQ(r.stderr_tail(), "e1\ne2\n");
+  EXPECT_EQ(r.stdout_cut_bytes(), 2) << "\"he\" of hello went";
+  EXPECT_EQ(r.stderr_cut_bytes(), 0);
 }
 
 TEST(TaskRun, HugeOutputUsesBoundedMemory) {

@@ -453,6 +453,7 @@ TEST(Scheduler, TheSchedulersOutputCapBoundsWhatAgentsKeep) {
   v1::Task t = c.WaitFor("chatty", v1::TASK_STATE_SUCCEEDED);
   EXPECT_LE(t.result().stdout_tail().size(), 10u);
   EXPECT_EQ(t.result().stdout_tail(), "bcdefghij\n") << "the last 10 bytes";
+  EXPECT_EQ(t.result().stdout_cut_bytes(), 11) << "0123456789a";
 }
 
 }  // namespace

@@ -771,6 +771,19 @@ class WithAgentTest(CliTestCase):
     def setUpClass(cls):
         cls.start_cluster(agents=["a1"])
 
+    def test_get_says_when_output_was_cut(self):
+        # 70,000 bytes on stdout: the agent keeps the last 64 KiB and says
+        # how many went before them.
+        self.ok("submit", "--id=chatty", f"--queue={self.queue}", "--", "/bin/sh", "-c",
+                "head -c 70000 /dev/zero | tr '\\0' x; echo end")
+        task = self.cluster.wait_state("chatty", "SUCCEEDED", timeout=WAIT)
+        tail = base64.b64decode(task["result"]["stdout_tail"])
+        self.assertEqual((len(tail), tail[-4:]), (65536, b"end\n"))
+        self.assertEqual(int(task["result"]["stdout_cut_bytes"]), 70004 - 65536)
+        out = self.ok("get", "chatty")
+        self.assertRegex(out, r"(?m)^\s+Stdout \(truncated: 4468 earlier bytes cut\):$")
+        self.assertRegex(out, r"(?m)^\s+Stderr:\s+\(empty\)$")
+
     def test_get_succeeded_task(self):
         self.ok("submit", "--id=ok1", f"--queue={self.queue}", "--", "/bin/echo", "hi")
         self.cluster.wait_state("ok1", "SUCCEEDED", timeout=WAIT)

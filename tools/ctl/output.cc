@@ -94,6 +94,12 @@ void Output(std::string* out, absl::string_view label, const std::string& text) 
   if (absl::EndsWith(text, "\n")) out->resize(out->size() - 5);  // the split's empty last line
 }
 
+// "Stdout", or "Stdout (truncated: 123 earlier bytes cut)".
+std::string CutLabel(absl::string_view label, int64_t cut) {
+  if (cut <= 0) return std::string(label);
+  return absl::StrCat(label, " (truncated: ", cut, " earlier bytes cut)");
+}
+
 bool HasExitCode(v1::Outcome o) {
   return o == v1::OUTCOME_SUCCEEDED || o == v1::OUTCOME_FAILED || o == v1::OUTCOME_TIMED_OUT ||
          o == v1::OUTCOME_CANCELLED;
@@ -277,8 +283,8 @@ std::string FormatTaskDetail(const v1::Task& t) {
     Field(&body, "Exit code", HasExitCode(r.outcome()) ? absl::StrCat(r.exit_code()) : "-", 11);
     if (spec.steps_size() > 1) Field(&body, "Step", absl::StrCat(r.step()), 11);
     Field(&body, "Error", OrDash(OneLine(r.error())), 11);
-    Output(&body, "Stdout", r.stdout_tail());
-    Output(&body, "Stderr", r.stderr_tail());
+    Output(&body, CutLabel("Stdout", r.stdout_cut_bytes()), r.stdout_tail());
+    Output(&body, CutLabel("Stderr", r.stderr_cut_bytes()), r.stderr_tail());
     // Indent the result block by two spaces.
     for (absl::string_view line : absl::StrSplit(body, '\n', absl::SkipEmpty())) {
       absl::StrAppend(&out, "  ", line, "\n");
