@@ -10,6 +10,8 @@ namespace taskgrid {
 
 inline constexpr size_t kMaxIdLength = 128;
 inline constexpr size_t kMaxQueueNameLength = 64;
+// A label's value (an agent's labels, a placement's required ones).
+inline constexpr size_t kMaxLabelValueBytes = 256;
 inline constexpr char kDefaultQueue[] = "default";
 
 // True for 1..max_len characters of [A-Za-z0-9._:-].

@@ -35,6 +35,8 @@ ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
 ABSL_FLAG(int32_t, max_job_tasks, 10'000, "Most tasks in one job (SubmitJob)");
 ABSL_FLAG(int32_t, max_chain_length, 100,
           "Most tasks of a dependency chain pushed to one agent in one Assign");
+ABSL_FLAG(int32_t, max_agent_slots, 1024,
+          "Most slots one agent may announce; an agent asking for more is refused");
 ABSL_FLAG(int64_t, default_queue_max_length, 0,
           "Most non-terminal tasks a queue may hold (0: no limit), unless --queue_max_length "
           "names the queue");
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   so.max_payload_bytes = absl::GetFlag(FLAGS_max_payload_bytes);
   so.max_job_tasks = absl::GetFlag(FLAGS_max_job_tasks);
   so.max_chain_length = absl::GetFlag(FLAGS_max_chain_length);
+  so.max_agent_slots = absl::GetFlag(FLAGS_max_agent_slots);
   so.default_queue_max_length = absl::GetFlag(FLAGS_default_queue_max_length);
   so.default_max_attempts = absl::GetFlag(FLAGS_default_max_attempts);
   so.default_ack_timeout = absl::GetFlag(FLAGS_default_ack_timeout);
@@ -133,8 +136,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
-  if (so.max_job_tasks < 1 || so.max_chain_length < 1) {
-    spdlog::error("--max_job_tasks and --max_chain_length must be at least 1");
+  if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1) {
+    spdlog::error("--max_job_tasks, --max_chain_length and --max_agent_slots must be at least 1");
     return 2;
   }
   if (so.heartbeat_interval <= absl::ZeroDuration() ||

@@ -24,6 +24,8 @@ struct SchedulerOptions {
   // Jobs. At most this many tasks of a chain go to one agent in one Assign
   // (the rest follow as the chain proceeds).
   int max_chain_length = 100;
+  // The most slots one agent may announce (--max_agent_slots).
+  int32_t max_agent_slots = 1024;
   // Outputs of a task's dependencies sent with it (all together); a task
   // whose inputs are larger fails instead of being dispatched.
   int64_t max_input_bytes = 16 << 20;

@@ -29,6 +29,9 @@ namespace {
     }                                                                             \
   } while (0)
 
+// What one agent's Hello may announce.
+constexpr int kMaxAgentLabels = 64;
+
 // The most of an agent's free-text reason (reject, release) kept.
 constexpr int64_t kMaxReasonBytes = 1024;
 
@@ -1443,12 +1446,38 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   if (absl::Status s = CheckName("hello.agent_id", hello.agent_id(), kMaxIdLength); !s.ok()) {
     return s;
   }
-  if (hello.slots() < 1 || hello.slots() > 100'000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.slots is ", hello.slots(), "; it must be in [1, 100000]"));
+  if (hello.slots() < 1 || hello.slots() > opts_.max_agent_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.slots is ", hello.slots(),
+                                                   "; it must be in [1, ", opts_.max_agent_slots,
+                                                   "] (--max_agent_slots)"));
+  }
+  if (hello.labels_size() > kMaxAgentLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.labels has ", hello.labels_size(),
+                                                   " entries; the limit is ", kMaxAgentLabels));
   }
   for (const auto& [k, v] : hello.labels()) {
     if (absl::Status s = CheckName("hello.labels key", k, kMaxIdLength); !s.ok()) return s;
+    if (v.size() > kMaxLabelValueBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("hello.labels[", k, "] is ", v.size(),
+                                                     " bytes; the limit is ", kMaxLabelValueBytes));
+    }
+  }
+  if (hello.version().size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.version is ", hello.version().size(),
+                                                   " bytes; the limit is ", kMaxIdLength));
+  }
+  // An agent holds at most a full chain per slot.
+  const int64_t max_running = int64_t{opts_.max_agent_slots} * opts_.max_chain_length;
+  if (hello.running_size() > max_running) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.running has ", hello.running_size(),
+                                                   " entries; the limit is ", max_running));
+  }
+  for (int i = 0; i < hello.running_size(); ++i) {
+    if (absl::Status s = CheckName(absl::StrCat("hello.running[", i, "].task_id"),
+                                   hello.running(i).task_id(), kMaxIdLength);
+        !s.ok()) {
+      return s;
+    }
   }
   if (by_conn_.contains(conn)) {
     return absl::FailedPreconditionError("hello was already sent on this stream");

@@ -153,7 +153,7 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
         !s.ok()) {
       return s;
     }
-    if (v.size() > 256) {
+    if (v.size() > kMaxLabelValueBytes) {
       const std::string name = absl::StrCat("placement.required_labels[", k, "]");
       return Invalid(FieldPath(f, name), "is too long");
     }
