@@ -26,6 +26,7 @@ class SchedulerTest : public ::testing::Test {
     o.heartbeat_timeout = absl::Seconds(5);
     o.reconnect_grace = absl::Seconds(5);
     o.random = [] { return 0.0; };  // no jitter unless a test asks for it
+    o.max_agent_slots = 10'000;     // one agent stands for a wide fleet
     return o;
   }
 
