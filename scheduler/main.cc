@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "common/address.h"
 #include "common/clock.h"
 #include "common/flags_help.h"
 #include "common/ids.h"
@@ -35,6 +36,9 @@ ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
 ABSL_FLAG(int32_t, max_job_tasks, 10'000, "Most tasks in one job (SubmitJob)");
 ABSL_FLAG(int32_t, max_chain_length, 100,
           "Most tasks of a dependency chain pushed to one agent in one Assign");
+ABSL_FLAG(bool, insecure, false,
+          "Allow --listen on an address other machines can reach, with no TLS and no tokens: "
+          "anyone who reaches the port can then run programs on every agent");
 ABSL_FLAG(int32_t, max_agent_slots, 1024,
           "Most slots one agent may announce; an agent asking for more is refused");
 ABSL_FLAG(int64_t, default_queue_max_length, 0,
@@ -136,6 +140,15 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!taskgrid::IsLoopbackAddress(listen) && !absl::GetFlag(FLAGS_insecure)) {
+    spdlog::error(
+        "--listen={} can be reached from other machines, and this scheduler has no TLS or "
+        "tokens: whoever reaches it can run any program on every agent. Listen on 127.0.0.1, "
+        "or pass --insecure to serve a network you trust anyway",
+        listen);
+    return 2;
+  }
   if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1) {
     spdlog::error("--max_job_tasks, --max_chain_length and --max_agent_slots must be at least 1");
     return 2;
@@ -203,7 +216,7 @@ int main(int argc, char** argv) {
   spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
 
   taskgrid::service::ServerOptions server_opts;
-  server_opts.listen = absl::GetFlag(FLAGS_listen);
+  server_opts.listen = listen;
   auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -217,6 +230,15 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), port_file.c_str());
   }
   spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
+  if (taskgrid::IsLoopbackAddress(listen)) {
+    spdlog::info("listening on {} only: agents and clients on other machines cannot reach it",
+                 listen);
+  } else {
+    spdlog::warn(
+        "--insecure: {} serves without TLS or tokens; anyone who reaches it can run "
+        "programs on every agent",
+        listen);
+  }
 
   std::thread waiter([&stop, stop_signals] {
     int sig = 0;

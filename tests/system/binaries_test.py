@@ -6,6 +6,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import binary  # noqa: E402
 
 
@@ -38,6 +39,11 @@ class BinariesTest(unittest.TestCase):
                 (["--reconnect_grace=1500ms"], "--reconnect_grace at least 4 times"),
                 (["--heartbeat_timeout=1s"], "--heartbeat_timeout must be at least 2"),
                 (["--event_retention=0s"], "--event_retention must be at least 1s"),
+                (["--max_agent_slots=0"], "--max_agent_slots must be at least 1"),
+                # Reachable from other machines with no TLS or tokens: only
+                # when asked for in so many words.
+                (["--listen=0.0.0.0:0"], "pass --insecure"),
+                (["--listen=[::]:0"], "pass --insecure"),
             ]
             for flags, message in cases:
                 res = run(binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0",
@@ -47,9 +53,18 @@ class BinariesTest(unittest.TestCase):
 
     def test_scheduler_says_when_it_cannot_listen(self):
         with tempfile.TemporaryDirectory() as d:
-            res = run(binary("TASKGRID_SCHEDULER"), "--listen=256.0.0.1:1", f"--data_dir={d}/x")
+            res = run(binary("TASKGRID_SCHEDULER"), "--listen=256.0.0.1:1", "--insecure",
+                      f"--data_dir={d}/x")
             self.assertNotEqual(res.returncode, 0)
             self.assertIn("cannot listen on 256.0.0.1:1", res.stderr)
+
+    def test_scheduler_says_who_can_reach_it(self):
+        with harness.Cluster() as c:
+            c.start_scheduler()
+            self.assertIn("listening on 127.0.0.1:0 only", c.scheduler.log())
+        with harness.Cluster() as c:
+            c.start_scheduler(["--listen=0.0.0.0:0", "--insecure"])
+            self.assertRegex(c.scheduler.log(), r"--insecure: 0\.0\.0\.0:0 serves without TLS")
 
     def test_agent_refuses_bad_flags_with_a_message(self):
         cases = [

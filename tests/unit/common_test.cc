@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "common/address.h"
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/proto_time.h"
@@ -16,6 +17,18 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
+
+TEST(Address, OnlyLoopbackAndUnixSocketsCountAsLocal) {
+  for (const char* local : {"127.0.0.1:7070", "127.3.4.5:0", "localhost:7070", "LOCALHOST:1",
+                            "[::1]:7070", "unix:/run/taskgrid.sock", "unix-abstract:tg"}) {
+    EXPECT_TRUE(IsLoopbackAddress(local)) << local;
+  }
+  for (const char* open :
+       {"0.0.0.0:7070", "[::]:7070", ":7070", "10.0.0.5:7070", "head.example.com:7070",
+        "[::ffff:10.0.0.1]:1", "[::1:7070", "128.0.0.1:7070", ""}) {
+    EXPECT_FALSE(IsLoopbackAddress(open)) << open;
+  }
+}
 
 TEST(KeyValues, ParsesListsAndPairs) {
   EXPECT_THAT(ParseList(" a, b,,c "), ElementsAre("a", "b", "c"));
