@@ -570,13 +570,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
   }
   if (absl::Status s = CheckDependencies(specs, fresh, seen); !s.ok()) return s;
   for (const auto& [queue, n] : adds) {
-    const int64_t max = opts_.QueueMaxLength(queue);
-    const int64_t len = QueueLength(queue);
-    if (max > 0 && len + n > max) {
-      return absl::ResourceExhaustedError(absl::StrCat("queue \"", queue, "\" is full: it holds ",
-                                                       len, " of at most ", max,
-                                                       " tasks and this batch adds ", n));
-    }
+    RETURN_IF_ERROR(CheckRoom(queue, n, "this batch"));
   }
 
   // Ids for the tasks that gave none: never one an existing task or another
@@ -693,8 +687,9 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
   if (AttemptsUsed(*t) >= MaxAttempts(*t)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" has used all ", MaxAttempts(*t),
-                     " of its attempts; reset it to run it again from attempt 0"));
+                     " of its attempts; reset it for a fresh budget"));
   }
+  RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("retrying \"", id, "\"")));
   t->next_run_time = absl::InfinitePast();
   const v1::TaskState to = NextWaitingState(*t);
   Transition(*t, to,
@@ -712,6 +707,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                      "; only SUCCEEDED, FAILED or CANCELLED tasks can be reset"));
   }
+  RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("resetting \"", id, "\"")));
   // Like new: a fresh budget of attempts and no history. The attempt
   // counter keeps rising, though: (task, attempt) fences agent messages,
   // and an attempt from before the reset may still be out there (an agent
@@ -821,6 +817,11 @@ absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
   if (retry.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job \"", id, "\" has no FAILED task (and so none cancelled because of one) ", "to retry"));
+  }
+  absl::btree_map<std::string, int64_t> adds;  // in name order: the same error each time
+  for (const TaskRecord* t : retry) ++adds[t->queue()];
+  for (const auto& [queue, n] : adds) {
+    RETURN_IF_ERROR(CheckRoom(queue, n, absl::StrCat("retrying job \"", id, "\"")));
   }
   std::sort(retry.begin(), retry.end(),
             [](const TaskRecord* a, const TaskRecord* b) { return a->seq < b->seq; });
@@ -1061,6 +1062,16 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
   std::vector<v1::QueueStats> out;
   for (auto& [name, qs] : by_name) out.push_back(std::move(qs));
   return out;
+}
+
+absl::Status Scheduler::CheckRoom(const std::string& queue, int64_t n,
+                                  absl::string_view what) const {
+  const int64_t max = opts_.QueueMaxLength(queue);
+  const int64_t len = QueueLength(queue);
+  if (max <= 0 || len + n <= max) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("queue \"", queue, "\" is full: it holds ", len,
+                                                   " of at most ", max, " tasks and ", what,
+                                                   " adds ", n));
 }
 
 int64_t Scheduler::QueueLength(const std::string& queue) const {

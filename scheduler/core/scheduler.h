@@ -328,6 +328,9 @@ class Scheduler {
 
   // Attempts that count against max_attempts (interrupted ones do not).
   int32_t AttemptsUsed(const TaskRecord& t) const;
+  // RESOURCE_EXHAUSTED when `what` would put `n` more unfinished tasks in
+  // a queue that has no room for them.
+  absl::Status CheckRoom(const std::string& queue, int64_t n, absl::string_view what) const;
   int32_t MaxAttempts(const TaskRecord& t) const;
   absl::Duration AckTimeout(const TaskRecord& t) const;
   absl::Duration Backoff(const TaskRecord& t);
