@@ -48,11 +48,12 @@ AgentOptions WithDefaults(AgentOptions opts) {
   return opts;
 }
 
-v1::AgentMessage RejectMsg(const v1::Assignment& a, std::string reason) {
+v1::AgentMessage RejectMsg(const v1::Assignment& a, v1::RejectCode code, std::string reason) {
   v1::AgentMessage m;
   m.mutable_reject()->set_task_id(a.task_id());
   m.mutable_reject()->set_attempt(a.attempt());
   m.mutable_reject()->set_reason(std::move(reason));
+  m.mutable_reject()->set_code(code);
   return m;
 }
 
@@ -528,9 +529,14 @@ void Agent::AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* ea
   const bool busy = running != running_.end() || waiting != waiting_.end();
   if (a.run_after().empty()) {
     if (draining_ || busy || used_slots_ + slots > opts_.slots) {
-      replies->push_back(RejectMsg(a, draining_ ? "agent is draining"
-                                      : busy    ? "another attempt of this task is running here"
-                                                : "no free slots"));
+      if (draining_) {
+        replies->push_back(RejectMsg(a, v1::REJECT_CODE_DRAINING, "agent is draining"));
+      } else if (busy) {
+        replies->push_back(
+            RejectMsg(a, v1::REJECT_CODE_BUSY, "another attempt of this task is running here"));
+      } else {
+        replies->push_back(RejectMsg(a, v1::REJECT_CODE_NO_SLOTS, "no free slots"));
+      }
       return;
     }
     replies->push_back(AcceptMsg(a));
@@ -544,7 +550,8 @@ void Agent::AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* ea
   auto before = earlier->find(pred);
   if (before == earlier->end() || pred == a.task_id()) {
     replies->push_back(
-        RejectMsg(a, "run_after \"" + pred + "\" is not an earlier entry of this Assign"));
+        RejectMsg(a, v1::REJECT_CODE_INVALID,
+                  "run_after \"" + pred + "\" is not an earlier entry of this Assign"));
     return;
   }
   if (!before->second) {  // rejected or dropped: the scheduler ends this one too
@@ -559,9 +566,12 @@ void Agent::AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* ea
     pred_slots = SlotsOf(w->second);
   }
   std::string reason;
+  v1::RejectCode code = v1::REJECT_CODE_INVALID;
   if (draining_) {
+    code = v1::REJECT_CODE_DRAINING;
     reason = "agent is draining";
   } else if (busy) {
+    code = v1::REJECT_CODE_BUSY;
     reason = "another attempt of this task is running here";
   } else if (waiting_.count(pred) > 0) {
     reason = "another chain link already runs after " + pred;
@@ -571,7 +581,7 @@ void Agent::AdmitLocked(const v1::Assignment& a, std::map<std::string, bool>* ea
                           " of ", pred, " that it runs after");
   }
   if (!reason.empty()) {
-    replies->push_back(RejectMsg(a, std::move(reason)));
+    replies->push_back(RejectMsg(a, code, std::move(reason)));
     return;
   }
   waiting_[pred] = a;

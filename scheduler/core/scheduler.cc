@@ -1093,10 +1093,14 @@ absl::Duration Scheduler::AckTimeout(const TaskRecord& t) const {
   return d > absl::ZeroDuration() ? d : opts_.default_ack_timeout;
 }
 
+absl::Duration Scheduler::InitialBackoff(const TaskRecord& t) const {
+  const v1::RetryPolicy& r = t.spec.retry();
+  return r.has_initial_backoff() ? FromProto(r.initial_backoff()) : opts_.default_initial_backoff;
+}
+
 absl::Duration Scheduler::Backoff(const TaskRecord& t) {
   const v1::RetryPolicy& r = t.spec.retry();
-  absl::Duration initial = FromProto(r.initial_backoff());
-  if (!r.has_initial_backoff()) initial = opts_.default_initial_backoff;
+  const absl::Duration initial = InitialBackoff(t);
   absl::Duration max = FromProto(r.max_backoff());
   if (!r.has_max_backoff()) max = opts_.default_max_backoff;
   const double mult = r.multiplier() > 0 ? r.multiplier() : opts_.default_backoff_multiplier;
@@ -1304,7 +1308,8 @@ void Scheduler::Dispatch() {
   }
 }
 
-void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted) {
+void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
+                              absl::Duration requeue_after) {
   const bool waiting = t.chained_after != nullptr;
   if (waiting) {
     // Never started: it says nothing about the task.
@@ -1314,7 +1319,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
   }
   TaskRecord* next = std::exchange(t.chain_next, nullptr);
   const std::string agent = t.agent_id;
-  EndAttempt(t, std::move(result), interrupted, /*holds_slot=*/!waiting);
+  EndAttempt(t, std::move(result), interrupted, /*holds_slot=*/!waiting, requeue_after);
   if (next == nullptr) return;
   next->chained_after = nullptr;
   auto ait = agents_.find(agent);
@@ -1357,8 +1362,8 @@ void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
   }
 }
 
-void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
-                           bool holds_slot) {
+void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
+                           absl::Duration requeue_after) {
   TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
   auto it = agents_.find(t.agent_id);
   TASKGRID_CHECK(it != agents_.end(), absl::StrCat("task ", t.id(), ": unknown agent"));
@@ -1411,7 +1416,8 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
     return;
   }
   if (interrupted) {
-    t.next_run_time = absl::InfinitePast();
+    t.next_run_time =
+        requeue_after > absl::ZeroDuration() ? Now() + requeue_after : absl::InfinitePast();
     const v1::TaskState to = NextWaitingState(t);
     Transition(
         t, to,
@@ -1744,8 +1750,19 @@ void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
     ++stale_messages_;
     return;
   }
-  FinishAttempt(*t, LostResult(absl::StrCat("rejected by the agent: ",
-                                            Bounded(m.reason(), kMaxReasonBytes))));
+  v1::TaskResult r =
+      LostResult(absl::StrCat("rejected by the agent: ", Bounded(m.reason(), kMaxReasonBytes)));
+  switch (m.code()) {
+    case v1::REJECT_CODE_DRAINING:
+    case v1::REJECT_CODE_BUSY:
+    case v1::REJECT_CODE_NO_SLOTS:
+      // The agent's state, not the task's: not counted, and back after the
+      // initial backoff (at once, it could meet the same state again).
+      FinishAttempt(*t, std::move(r), /*interrupted=*/true, InitialBackoff(*t));
+      return;
+    default:
+      FinishAttempt(*t, std::move(r));
+  }
 }
 
 void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {

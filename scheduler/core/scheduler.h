@@ -287,10 +287,13 @@ class Scheduler {
   // A chain link that never started is always interrupted; when `t` ends
   // without success, the links waiting behind it end too (interrupted), and
   // when it succeeds, the next link takes its slot.
-  void FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted = false);
+  // An interrupted task comes back after `requeue_after` (at once if zero).
+  void FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted = false,
+                     absl::Duration requeue_after = absl::ZeroDuration());
   // FinishAttempt's bookkeeping for one task. `holds_slot`: false for a
   // chain link that never started.
-  void EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot);
+  void EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
+                  absl::Duration requeue_after = absl::ZeroDuration());
   // The tasks `a` holds, each ended with `result` unless it has moved on
   // meanwhile (a chain link ended with its predecessor).
   void EndHeld(AgentRecord& a, const std::vector<std::string>& ids, const v1::TaskResult& result);
@@ -333,6 +336,7 @@ class Scheduler {
   absl::Status CheckRoom(const std::string& queue, int64_t n, absl::string_view what) const;
   int32_t MaxAttempts(const TaskRecord& t) const;
   absl::Duration AckTimeout(const TaskRecord& t) const;
+  absl::Duration InitialBackoff(const TaskRecord& t) const;
   absl::Duration Backoff(const TaskRecord& t);
   int64_t QueueLength(const std::string& queue) const;
   TaskRecord* Mutable(const std::string& id);

@@ -1067,18 +1067,26 @@ TEST(Agent, RejectsChainLinksItCannotHonour) {
       Task("later", "noop"),
       After("self", Task("self", "noop")),
   }));
-  const std::map<std::string, std::string> rejected = {
-      {"big", "no free slots"},
-      {"twin", "another chain link already runs after g"},
-      {"wide", "a chain link needs 2 slot(s), more than the 1 of l1 that it runs after"},
-      {"unknown", "run_after \"nope\" is not an earlier entry of this Assign"},
-      {"early", "run_after \"later\" is not an earlier entry of this Assign"},
-      {"self", "run_after \"self\" is not an earlier entry of this Assign"},
+  // The agent's own state (no slot now) does not count against the task;
+  // an Assign it cannot follow does.
+  const std::map<std::string, std::pair<std::string, v1::RejectCode>> rejected = {
+      {"big", {"no free slots", v1::REJECT_CODE_NO_SLOTS}},
+      {"twin", {"another chain link already runs after g", v1::REJECT_CODE_INVALID}},
+      {"wide",
+       {"a chain link needs 2 slot(s), more than the 1 of l1 that it runs after",
+        v1::REJECT_CODE_INVALID}},
+      {"unknown",
+       {"run_after \"nope\" is not an earlier entry of this Assign", v1::REJECT_CODE_INVALID}},
+      {"early",
+       {"run_after \"later\" is not an earlier entry of this Assign", v1::REJECT_CODE_INVALID}},
+      {"self",
+       {"run_after \"self\" is not an earlier entry of this Assign", v1::REJECT_CODE_INVALID}},
   };
-  for (const auto& [id, reason] : rejected) {
+  for (const auto& [id, why] : rejected) {
     const int reject = WaitFind(fake, IsReject(id), "reject of " + id);
     ASSERT_GE(reject, 0);
-    EXPECT_EQ(fake.log()[reject].msg.reject().reason(), reason);
+    EXPECT_EQ(fake.log()[reject].msg.reject().reason(), why.first);
+    EXPECT_EQ(fake.log()[reject].msg.reject().code(), why.second) << id;
   }
   Open(tmp.Gate("g"));
   WaitFind(fake, IsResult("l1"), "result of l1");
@@ -1087,7 +1095,7 @@ TEST(Agent, RejectsChainLinksItCannotHonour) {
   const Log log = StopAndLog(agent, fake);
   EXPECT_EQ(Find(log, About("after-big")), -1);
   EXPECT_EQ(Find(log, About("after-wide")), -1);
-  for (const auto& [id, reason] : rejected) EXPECT_EQ(Count(log, About(id)), 1) << id;
+  for (const auto& [id, why] : rejected) EXPECT_EQ(Count(log, About(id)), 1) << id;
 }
 
 TEST(Agent, DrainingAgentRejectsTheHeadAndDropsItsLinks) {
@@ -1100,6 +1108,7 @@ TEST(Agent, DrainingAgentRejectsTheHeadAndDropsItsLinks) {
   const int reject = WaitFind(fake, IsReject("a"), "reject of a");
   ASSERT_GE(reject, 0);
   EXPECT_EQ(fake.log()[reject].msg.reject().reason(), "agent is draining");
+  EXPECT_EQ(fake.log()[reject].msg.reject().code(), v1::REJECT_CODE_DRAINING);
   EXPECT_EQ(agent->waiting(), 0);
   EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
 }
