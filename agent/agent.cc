@@ -48,6 +48,9 @@ AgentOptions WithDefaults(AgentOptions opts) {
   return opts;
 }
 
+// How long a Goodbye waits for the scheduler to close the stream.
+constexpr absl::Duration kGoodbyeWait = absl::Seconds(2);
+
 v1::AgentMessage RejectMsg(const v1::Assignment& a, v1::RejectCode code, std::string reason) {
   v1::AgentMessage m;
   m.mutable_reject()->set_task_id(a.task_id());
@@ -747,8 +750,23 @@ void Agent::TimerLoop() {
     if (run_done_) return;
     const absl::Duration now = Now();
     if (DrainCompleteLocked()) {
-      // Everything is handed over (or the time is up): end the stream so
-      // Run() returns.
+      if (!goodbye_sent_ && ctx_ != nullptr && threads_ == 0 && unacked_.empty()) {
+        // Everything is handed over: say so, and the scheduler forgets this
+        // agent instead of listing it as lost. It closes the stream.
+        goodbye_sent_ = true;
+        goodbye_deadline_ = now + kGoodbyeWait;
+        v1::AgentMessage bye;
+        bye.mutable_goodbye();
+        lock.unlock();
+        Write(std::move(bye));
+        lock.lock();
+        continue;
+      }
+      if (goodbye_sent_ && now < goodbye_deadline_ && ctx_ != nullptr) {
+        cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return run_done_; });
+        continue;
+      }
+      // Handed over (or the time is up): end the stream so Run() returns.
       if (ctx_ != nullptr) ctx_->TryCancel();
       cv_.notify_all();  // Run() may be waiting to reconnect
       cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return run_done_; });

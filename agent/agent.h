@@ -217,6 +217,10 @@ class Agent {
   absl::Duration drain_deadline_ = absl::InfiniteDuration();
   absl::Duration drain_timeout_ = absl::InfiniteDuration();  // for the Release reason
   bool drain_expired_ = false;  // guarded by mu_; the running tasks were released
+  // Guarded by mu_: Goodbye was sent (everything handed over); the stream
+  // is cancelled at goodbye_deadline_ if the scheduler has not closed it.
+  bool goodbye_sent_ = false;
+  absl::Duration goodbye_deadline_ = absl::InfiniteDuration();
   absl::Duration exit_deadline_ = absl::InfiniteDuration();
   bool run_done_ = false;                   // guarded by mu_
   std::map<std::string, Running> running_;  // guarded by mu_; by task id

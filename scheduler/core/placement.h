@@ -20,7 +20,9 @@ struct AgentRecord {
   // Disconnected past its grace: its tasks have moved; kept to be listed.
   bool lost = false;
   bool draining = false;  // takes no new work
-  bool chains = false;    // runs Assignment.run_after (Hello.chains)
+  // Said Goodbye: forgotten as soon as it holds nothing, not listed as lost.
+  bool leaving = false;
+  bool chains = false;  // runs Assignment.run_after (Hello.chains)
   std::string version;
   absl::Time connect_time = absl::InfinitePast();    // wall, for display
   absl::Time last_seen_time = absl::InfinitePast();  // wall, for display

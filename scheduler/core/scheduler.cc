@@ -1521,6 +1521,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.conn = conn;
   by_conn_[conn] = &a;
   a.lost = false;
+  a.leaving = false;
   a.draining = hello.draining();
   a.version = hello.version();
   a.chains = hello.chains();
@@ -1648,6 +1649,10 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     frees = OnOneAgentMessage(a, msg);
   }
   ExtendSilenceDeadline(a);
+  if (a.leaving && a.tasks.empty()) {
+    ForgetAgent(a);  // `a` is gone
+    return;
+  }
   // Only an ended attempt frees room. Dispatching on every heartbeat made
   // heartbeats cost O(agents) each, O(agents^2) in all (taskgrid-bench W6).
   if (frees) Dispatch();
@@ -1674,6 +1679,12 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
     }
     case v1::AgentMessage::kDraining:
       a.draining = true;
+      break;
+    case v1::AgentMessage::kGoodbye:
+      // It stops for good; forgotten once it holds nothing (see
+      // OnAgentMessage). Until then it is draining.
+      a.draining = true;
+      a.leaving = true;
       break;
     case v1::AgentMessage::kRelease:
       OnRelease(a, msg.release());
@@ -1872,6 +1883,18 @@ void Scheduler::Tick() {
     }
   }
   Dispatch();
+}
+
+void Scheduler::ForgetAgent(AgentRecord& a) {
+  TASKGRID_CHECK(a.tasks.empty(), absl::StrCat("agent ", a.id, " is forgotten holding tasks"));
+  if (a.connected()) {
+    by_conn_.erase(a.conn);
+    effects_.close_conns.push_back(a.conn);
+  }
+  agent_deadlines_.Remove(a.id);
+  const std::string id = a.id;
+  agents_.erase(id);
+  UpdateHeartbeatFactor();
 }
 
 Effects Scheduler::TakeEffects() { return std::exchange(effects_, Effects{}); }

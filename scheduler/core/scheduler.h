@@ -275,6 +275,9 @@ class Scheduler {
   std::string BlockedReason(const TaskRecord& t) const;
 
   void Dispatch();
+  // Drops an agent that holds nothing (after its Goodbye): it ends its
+  // stream and leaves the agent list at once.
+  void ForgetAgent(AgentRecord& a);
   // The ready-queue doors, shared by Transition and restore.
   void AddReady(TaskRecord& t);
   void RemoveReady(const TaskRecord& t);

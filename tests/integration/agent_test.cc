@@ -171,6 +171,8 @@ class FakeScheduler final : public v1::AgentService::Service {
             ack->set_task_id(m.has_result() ? m.result().task_id() : m.release().task_id());
             ack->set_attempt(m.has_result() ? m.result().attempt() : m.release().attempt());
             ack->set_accepted(true);
+          } else if (m.has_goodbye()) {
+            streams_[session].end = true;  // as the scheduler does
           }
         }
         cv_.notify_all();
@@ -707,6 +709,13 @@ TEST(Agent, DrainZeroReleasesEverythingAtOnce) {
   }
   ASSERT_TRUE(agent.WaitReturned(absl::Seconds(2)));
   EXPECT_EQ(agent->unacked(), 0);
+  // Everything handed over: it said Goodbye (and the fake, like the
+  // scheduler, ended the stream, or Run() would still wait for it).
+  const Log log = fake.log();
+  const int bye = Find(log, [](const Received& r) { return r.msg.has_goodbye(); });
+  ASSERT_GE(bye, 0);
+  EXPECT_GT(bye, Find(log, IsRelease("one")));
+  EXPECT_GT(bye, Find(log, IsRelease("two")));
 }
 
 TEST(Agent, LaterDrainShortensTheTimeout) {

@@ -75,5 +75,52 @@ TEST_F(HelloTest, VersionAndRunningListAreBounded) {
   Refused(h, "hello.running[0].task_id");
 }
 
+// Goodbye is the other end of Hello: an agent that stopped cleanly leaves
+// the agent list at once instead of showing LOST.
+class GoodbyeTest : public SchedulerTest {
+ protected:
+  void Goodbye(uint64_t conn) {
+    v1::AgentMessage m;
+    m.mutable_goodbye();
+    sched_.OnAgentMessage(conn, m);
+    Check();
+  }
+};
+
+TEST_F(GoodbyeTest, AnAgentThatSaysGoodbyeIsForgottenAndItsStreamEnded) {
+  const uint64_t conn = Connect("a1", 2);
+  Take();
+  Goodbye(conn);
+  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+  EXPECT_THAT(Take().close_conns, ::testing::ElementsAre(conn));
+  sched_.Disconnect(conn);  // the stream's end, after: nothing left to do
+  Advance(absl::Minutes(1));
+  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+  // The id may come back as a new agent.
+  Connect("a1", 2);
+  EXPECT_NE(sched_.FindAgent("a1"), nullptr);
+}
+
+TEST_F(GoodbyeTest, AnAgentThatVanishesIsStillLost) {
+  const uint64_t conn = Connect("a1", 2);
+  sched_.Disconnect(conn);
+  Advance(absl::Seconds(6));  // past the reconnect grace
+  ASSERT_NE(sched_.FindAgent("a1"), nullptr);
+  EXPECT_TRUE(sched_.FindAgent("a1")->lost);
+}
+
+TEST_F(GoodbyeTest, AGoodbyeWhileHoldingATaskWaitsForItsResult) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Take();
+  Accept(conn, "t", 1);
+  Goodbye(conn);
+  ASSERT_NE(sched_.FindAgent("a1"), nullptr) << "it still holds t";
+  EXPECT_FALSE(sched_.FindAgent("a1")->takes_work());
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
+}
+
 }  // namespace
 }  // namespace taskgrid::core
