@@ -14,12 +14,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "common/address.h"
 #include "common/flags_help.h"
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
 
-ABSL_FLAG(std::string, scheduler, "127.0.0.1:7070", "HOST:PORT of the taskgrid-scheduler");
+ABSL_FLAG(std::string, scheduler, "",
+          "HOST:PORT of the taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
 ABSL_FLAG(std::string, id, "",
           "This agent's id, unique in the cluster (default: HOSTNAME-PID). Keep it across "
           "restarts so the scheduler can hand running tasks back after a reconnect");
@@ -83,7 +85,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   taskgrid::agent::AgentOptions opts;
-  opts.scheduler = absl::GetFlag(FLAGS_scheduler);
+  opts.scheduler = taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_scheduler), "TASKGRID_ADDR",
+                                       taskgrid::kDefaultAddress);
   opts.id = absl::GetFlag(FLAGS_id);
   if (opts.id.empty()) {
     char host[256] = {0};

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -28,6 +29,12 @@ bool IsLoopbackAddress(absl::string_view address) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+std::string FlagOrEnv(const std::string& flag, const char* env, absl::string_view fallback) {
+  if (!flag.empty()) return flag;
+  const char* value = std::getenv(env);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
 }
 
 }  // namespace taskgrid

@@ -23,10 +23,12 @@
 #include "scheduler/service/server.h"
 #include "scheduler/store/sqlite_store.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
-          "HOST:PORT to serve gRPC on; port 0 picks a free port (see --port_file)");
-ABSL_FLAG(std::string, data_dir, "taskgrid-data",
-          "Directory of the task table (taskgrid.db, its WAL, and a LOCK file)");
+ABSL_FLAG(std::string, listen, "",
+          "HOST:PORT to serve gRPC on (default: $TASKGRID_ADDR, else 127.0.0.1:7070); port 0 "
+          "picks a free port (see --port_file)");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory of the task table: taskgrid.db, its WAL, and a LOCK file (default: "
+          "$TASKGRID_DATA_DIR, else taskgrid-data)");
 ABSL_FLAG(std::string, durability, "full",
           "full: every acknowledged change survives power loss (synchronous=FULL). normal: "
           "survives a crash of the process, may lose the last changes on power loss");
@@ -140,7 +142,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string listen =
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_listen), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
   if (!taskgrid::IsLoopbackAddress(listen) && !absl::GetFlag(FLAGS_insecure)) {
     spdlog::error(
         "--listen={} can be reached from other machines, and this scheduler has no TLS or "
@@ -180,7 +183,8 @@ int main(int argc, char** argv) {
   }
 
   taskgrid::store::SqliteOptions store_opts;
-  store_opts.data_dir = absl::GetFlag(FLAGS_data_dir);
+  store_opts.data_dir =
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_data_dir), "TASKGRID_DATA_DIR", "taskgrid-data");
   const std::string durability = absl::GetFlag(FLAGS_durability);
   if (durability == "full") {
     store_opts.durability = taskgrid::store::Durability::kFull;

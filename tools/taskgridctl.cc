@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/address.h"
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
@@ -518,12 +519,7 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 }
 
 std::string ResolveAddr() {
-  std::string addr = absl::GetFlag(FLAGS_addr);
-  if (addr.empty()) {
-    const char* env = std::getenv("TASKGRID_ADDR");
-    addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
-  }
-  return addr;
+  return taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_addr), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
 }
 
 // Builds the request of `submit`. `words` are the positional words after

@@ -1,5 +1,6 @@
 """The binaries as a new user meets them: --help, and bad flags."""
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,29 @@ class BinariesTest(unittest.TestCase):
         with harness.Cluster() as c:
             c.start_scheduler(["--listen=0.0.0.0:0", "--insecure"])
             self.assertRegex(c.scheduler.log(), r"--insecure: 0\.0\.0\.0:0 serves without TLS")
+
+    def test_scheduler_and_agent_take_their_defaults_from_the_environment(self):
+        # As the README's restart section relies on: TASKGRID_ADDR and
+        # TASKGRID_DATA_DIR stand in for --listen, --scheduler and --data_dir.
+        with tempfile.TemporaryDirectory() as d:
+            with socket.socket() as probe:  # a free port, released for the scheduler
+                probe.bind(("127.0.0.1", 0))
+                addr = f"127.0.0.1:{probe.getsockname()[1]}"
+            env = dict(os.environ, TASKGRID_ADDR=addr, TASKGRID_DATA_DIR=f"{d}/data")
+            procs = []
+            try:
+                procs.append(harness.Process([binary("TASKGRID_SCHEDULER")], f"{d}/s.log", env=env))
+                procs.append(harness.Process([binary("TASKGRID_AGENT"), "--id=from-env"],
+                                             f"{d}/a.log", env=env))
+
+                def connected():
+                    res = run(binary("TASKGRID_CTL"), f"--addr={addr}", "agents")
+                    return res.returncode == 0 and "from-env" in res.stdout
+                harness.wait_until(connected, what="the agent to connect through TASKGRID_ADDR")
+                self.assertTrue(os.path.exists(f"{d}/data/taskgrid.db"))
+            finally:
+                for p in procs:
+                    p.close()
 
     def test_agent_refuses_bad_flags_with_a_message(self):
         cases = [
