@@ -8,15 +8,35 @@
 
 namespace taskgrid {
 
+namespace {
+
+absl::FlagsUsageConfig BaseConfig() {
+  absl::FlagsUsageConfig config;
+  config.version_string = [] {
+    return std::string("taskgrid 0.1.0 (" TASKGRID_BUILD_TYPE " build)\n");
+  };
+  // "scheduler/main.cc", not the path it was built at.
+  config.normalize_filename = [](absl::string_view file) {
+    const size_t last = file.rfind('/');
+    if (last == absl::string_view::npos || last == 0) return std::string(file);
+    const size_t dir = file.rfind('/', last - 1);
+    return std::string(dir == absl::string_view::npos ? file : file.substr(dir + 1));
+  };
+  return config;
+}
+
+}  // namespace
+
+void SetVersionAndFileNames() { absl::SetFlagsUsageConfig(BaseConfig()); }
+
 void SetUsage(const char* usage, const char* main_file_suffix) {
   absl::SetProgramUsageMessage(usage);
   const std::string suffix = main_file_suffix;
-  absl::FlagsUsageConfig config;
+  absl::FlagsUsageConfig config = BaseConfig();
   config.contains_help_flags = [suffix](absl::string_view file) {
     return absl::EndsWith(file, suffix);
   };
   config.contains_helpshort_flags = config.contains_help_flags;
-  config.version_string = [] { return std::string("taskgrid 0.1.0\n"); };
   absl::SetFlagsUsageConfig(config);
 }
 

@@ -8,4 +8,9 @@ namespace taskgrid {
 // `main_file_suffix` e.g. "scheduler/main.cc"; call before ParseCommandLine.
 void SetUsage(const char* usage, const char* main_file_suffix);
 
+// What --version prints ("taskgrid 0.1.0 (Release build)") and flag file
+// names without the build machine's source path; SetUsage calls it, and a
+// binary with help text of its own calls it alone.
+void SetVersionAndFileNames();
+
 }  // namespace taskgrid

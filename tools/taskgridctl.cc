@@ -29,6 +29,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/address.h"
+#include "common/flags_help.h"
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
@@ -940,5 +941,6 @@ int Run(int argc, char** argv) {
 int main(int argc, char** argv) {
   // Abseil's --helpfull prints "taskgridctl: " before the message itself.
   absl::SetProgramUsageMessage(absl::StripPrefix(UsageText(), "taskgridctl: "));
+  taskgrid::SetVersionAndFileNames();
   return Run(argc, argv);
 }

@@ -30,6 +30,19 @@ class BinariesTest(unittest.TestCase):
         for flag in ("--scheduler", "--slots", "--labels", "--id", "--max_output_bytes"):
             self.assertIn(flag, out)
 
+    def test_version_names_the_build_and_help_no_build_paths(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        for name in ("TASKGRID_SCHEDULER", "TASKGRID_AGENT", "TASKGRID_CTL"):
+            res = run(binary(name), "--version")
+            self.assertRegex(res.stdout, r"^taskgrid 0\.1\.0 \((Debug|Release|RelWithDebInfo|"
+                             r"MinSizeRel|unspecified) build\)\n$", name)
+        for name, main in (("TASKGRID_SCHEDULER", "scheduler/main.cc"),
+                           ("TASKGRID_AGENT", "agent/main.cc")):
+            res = run(binary(name), "--help")
+            out = res.stdout + res.stderr
+            self.assertIn(f"Flags from {main}:", out)
+            self.assertNotIn(root.lstrip("/"), out, name)
+
     def test_scheduler_refuses_bad_flags_with_a_message(self):
         with tempfile.TemporaryDirectory() as d:
             cases = [
