@@ -29,9 +29,6 @@ namespace {
     }                                                                             \
   } while (0)
 
-// What one agent's Hello may announce.
-constexpr int kMaxAgentLabels = 64;
-
 // The most of an agent's free-text reason (reject, release) kept.
 constexpr int64_t kMaxReasonBytes = 1024;
 
@@ -1200,6 +1197,11 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
   if (was_head && c.where == ReadyClass::Where::kHeads) heads_.insert({*c.tasks.begin(), &c});
 }
 
+void Scheduler::BackToHeads(ReadyClass& c) {
+  c.where = ReadyClass::Where::kHeads;
+  heads_.insert({*c.tasks.begin(), &c});
+}
+
 bool Scheduler::AnyAgentCouldTake(const v1::Placement& p) const {
   auto could = [&](const AgentRecord& a) { return a.takes_work() && Matches(p, a); };
   if (!p.agent_ids().empty()) {
@@ -1295,9 +1297,7 @@ void Scheduler::Dispatch() {
   for (const std::string& k : aside) {
     auto it = ready_.find(k);  // emptied meanwhile: gone
     if (it == ready_.end() || it->second->where != ReadyClass::Where::kAside) continue;
-    ReadyClass& c = *it->second;
-    c.where = ReadyClass::Where::kHeads;
-    heads_.insert({*c.tasks.begin(), &c});
+    BackToHeads(*it->second);
   }
   for (auto& [a, msgs] : assigns) {
     for (auto& [assign, bytes] : msgs) {
@@ -1460,42 +1460,7 @@ void Scheduler::SendCancel(const TaskRecord& t) {
 }
 
 absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
-  if (absl::Status s = CheckName("hello.agent_id", hello.agent_id(), kMaxIdLength); !s.ok()) {
-    return s;
-  }
-  if (hello.slots() < 1 || hello.slots() > opts_.max_agent_slots) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.slots is ", hello.slots(),
-                                                   "; it must be in [1, ", opts_.max_agent_slots,
-                                                   "] (--max_agent_slots)"));
-  }
-  if (hello.labels_size() > kMaxAgentLabels) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.labels has ", hello.labels_size(),
-                                                   " entries; the limit is ", kMaxAgentLabels));
-  }
-  for (const auto& [k, v] : hello.labels()) {
-    if (absl::Status s = CheckName("hello.labels key", k, kMaxIdLength); !s.ok()) return s;
-    if (v.size() > kMaxLabelValueBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("hello.labels[", k, "] is ", v.size(),
-                                                     " bytes; the limit is ", kMaxLabelValueBytes));
-    }
-  }
-  if (hello.version().size() > kMaxIdLength) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.version is ", hello.version().size(),
-                                                   " bytes; the limit is ", kMaxIdLength));
-  }
-  // An agent holds at most a full chain per slot.
-  const int64_t max_running = int64_t{opts_.max_agent_slots} * opts_.max_chain_length;
-  if (hello.running_size() > max_running) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.running has ", hello.running_size(),
-                                                   " entries; the limit is ", max_running));
-  }
-  for (int i = 0; i < hello.running_size(); ++i) {
-    if (absl::Status s = CheckName(absl::StrCat("hello.running[", i, "].task_id"),
-                                   hello.running(i).task_id(), kMaxIdLength);
-        !s.ok()) {
-      return s;
-    }
-  }
+  RETURN_IF_ERROR(ValidateHello(hello, opts_));
   if (by_conn_.contains(conn)) {
     return absl::FailedPreconditionError("hello was already sent on this stream");
   }
@@ -1593,9 +1558,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
         ++it;
         continue;
       }
-      c.where = ReadyClass::Where::kHeads;
-      heads_.insert({*c.tasks.begin(), &c});
       parked_.erase(it++);
+      BackToHeads(c);
     }
   }
   Dispatch();
@@ -1649,12 +1613,10 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     frees = OnOneAgentMessage(a, msg);
   }
   ExtendSilenceDeadline(a);
-  if (a.leaving && a.tasks.empty()) {
-    ForgetAgent(a);  // `a` is gone
-    return;
-  }
-  // Only an ended attempt frees room. Dispatching on every heartbeat made
-  // heartbeats cost O(agents) each, O(agents^2) in all (taskgrid-bench W6).
+  if (a.leaving && a.tasks.empty()) ForgetAgent(a);  // `a` is gone
+  // Only an ended attempt frees room (here or, re-queued, elsewhere).
+  // Dispatching on every heartbeat made heartbeats cost O(agents) each,
+  // O(agents^2) in all (taskgrid-bench W6).
   if (frees) Dispatch();
 }
 

@@ -278,6 +278,8 @@ class Scheduler {
   // Drops an agent that holds nothing (after its Goodbye): it ends its
   // stream and leaves the agent list at once.
   void ForgetAgent(AgentRecord& a);
+  // A parked or set-aside class that Dispatch looks at again.
+  void BackToHeads(ReadyClass& c);
   // The ready-queue doors, shared by Transition and restore.
   void AddReady(TaskRecord& t);
   void RemoveReady(const TaskRecord& t);

@@ -12,6 +12,9 @@ namespace taskgrid::core {
 
 namespace {
 
+// What one agent's Hello may announce.
+constexpr int kMaxAgentLabels = 64;
+
 absl::Status Invalid(const FieldPath& field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field.str(), " ", what));
 }
@@ -63,6 +66,46 @@ std::string FieldPath::str() const {
 
 bool IsKnownBuiltin(absl::string_view name) {
   return name == "noop" || name == "sleep" || name == "fail" || name == "echo";
+}
+
+absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts) {
+  if (absl::Status s = CheckName("hello.agent_id", hello.agent_id(), kMaxIdLength); !s.ok()) {
+    return s;
+  }
+  if (hello.slots() < 1 || hello.slots() > opts.max_agent_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.slots is ", hello.slots(),
+                                                   "; it must be in [1, ", opts.max_agent_slots,
+                                                   "] (--max_agent_slots)"));
+  }
+  if (hello.labels_size() > kMaxAgentLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.labels has ", hello.labels_size(),
+                                                   " entries; the limit is ", kMaxAgentLabels));
+  }
+  for (const auto& [k, v] : hello.labels()) {
+    if (absl::Status s = CheckName("hello.labels key", k, kMaxIdLength); !s.ok()) return s;
+    if (v.size() > kMaxLabelValueBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("hello.labels[", k, "] is ", v.size(),
+                                                     " bytes; the limit is ", kMaxLabelValueBytes));
+    }
+  }
+  if (hello.version().size() > kMaxIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.version is ", hello.version().size(),
+                                                   " bytes; the limit is ", kMaxIdLength));
+  }
+  // An agent holds at most a full chain per slot.
+  const int64_t max_running = int64_t{opts.max_agent_slots} * opts.max_chain_length;
+  if (hello.running_size() > max_running) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.running has ", hello.running_size(),
+                                                   " entries; the limit is ", max_running));
+  }
+  for (int i = 0; i < hello.running_size(); ++i) {
+    if (absl::Status s = CheckName(absl::StrCat("hello.running[", i, "].task_id"),
+                                   hello.running(i).task_id(), kMaxIdLength);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts,

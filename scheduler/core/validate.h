@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/core/options.h"
+#include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -32,6 +33,10 @@ class FieldPath {
   absl::string_view name_;
   int index_ = -1;  // >= 0: "name[index]"
 };
+
+// Checks an agent's Hello: its id, slots (at most --max_agent_slots),
+// labels, version and the attempts it says it holds, each bounded.
+absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts);
 
 // Checks one spec; `field` prefixes the messages (e.g. "tasks[3]").
 // An empty id is allowed (the scheduler generates one).
