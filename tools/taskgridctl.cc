@@ -192,7 +192,8 @@ Exit status:
   1  the scheduler refused (e.g. NOT_FOUND) or could not be reached
 
 A scheduler that restarts during the wait is asked again for up to --timeout.
---json prints one WaitTaskResponse per task ("done": false after a timeout).
+--json prints one WaitTaskResponse per task, one per line (JSON lines;
+"done": false after a timeout).
 
   taskgridctl submit --id=nightly -- ./nightly.sh && taskgridctl wait nightly
   taskgridctl wait a b c --wait_timeout=30s || echo "not all succeeded: $?")"},

@@ -373,7 +373,8 @@ class NoAgentTest(CliTestCase):
         self.assertRegex(out, r"(?m)^ID:\s+g1$")
         self.assertRegex(out, rf"(?m)^Queue:\s+{self.queue}$")
         self.assertRegex(out, r"(?m)^State:\s+PENDING$")
-        self.assertRegex(out, r"(?m)^Attempt:\s+0 / 2$")
+        self.assertRegex(out, r"(?m)^Attempt:\s+-$")
+        self.assertRegex(out, r"(?m)^Attempts used:\s+0 / 2$")
         self.assertRegex(out, r"(?m)^Priority:\s+3$")
         self.assertRegex(out, r"(?m)^Created:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
         self.assertRegex(out, r"(?m)^Steps:\s+\[0\] exec /bin/echo 'hi there'$")
@@ -400,7 +401,7 @@ class NoAgentTest(CliTestCase):
 
         out = self.ok("list", f"--queue={q}")
         rows = table_rows(out)
-        self.assertEqual(rows[0], ["ID", "QUEUE", "STATE", "ATTEMPT", "AGENT", "PRIO", "UPDATED",
+        self.assertEqual(rows[0], ["ID", "QUEUE", "STATE", "ATTEMPTS", "AGENT", "PRIO", "UPDATED",
                                    "REASON"])
         self.assertEqual([r[0] for r in rows[1:]], ["l1", "l2", "l3", "l4", "l5"])
         self.assertEqual([r[2] for r in rows[1:]],
@@ -519,6 +520,12 @@ class NoAgentTest(CliTestCase):
         self.assertEqual((res.returncode, res.stdout), (3, "wc1 CANCELLED\n"), res.stderr)
         got = json.loads(self.fails_out(3, "--json", "wait", "wc1"))
         self.assertEqual((got["done"], got["task"]["state"]), (True, "TASK_STATE_CANCELLED"))
+        # Several tasks: one JSON document per line.
+        self.ok("submit", "--id=wc2", f"--queue={self.queue}", "--builtin=noop")
+        self.ok("cancel", "wc2")
+        lines = self.fails_out(3, "--json", "wait", "wc1", "wc2").splitlines()
+        self.assertEqual([json.loads(line)["task"]["spec"]["id"] for line in lines],
+                         ["wc1", "wc2"])
 
     def test_wait_errors(self):
         err = self.fails(1, "wait", "no-such-task")
@@ -851,8 +858,8 @@ class WithAgentTest(CliTestCase):
         self.cluster.wait_state("pr1", "RUNNING", timeout=WAIT)
         res = self.ctl("pause", "pr1")
         self.assertEqual(res.returncode, 0, res.stderr)
-        self.assertRegex(res.stdout, r"^pr1 (RUNNING|PAUSED)\n$")
-        if res.stdout == "pr1 RUNNING\n":  # stopping on a1: said on stderr
+        self.assertRegex(res.stdout, r"^pr1 (PAUSING|PAUSED)\n$")
+        if res.stdout == "pr1 PAUSING\n":  # stopping on a1: said on stderr
             self.assertEqual(res.stderr, "note: pr1 is being stopped on agent a1; it ends PAUSED\n")
         task = self.cluster.wait_state("pr1", "PAUSED", timeout=WAIT)
         self.assertEqual(len(task["attempts"]), 1, task)
@@ -864,6 +871,8 @@ class WithAgentTest(CliTestCase):
         self.assertEqual(row[:2], ["1", "a1"])
         self.assertRegex(row[2], r"^([A-Z_]+ \(interrupted\)|interrupted)$")
         self.assertRegex(out, r"(?m)^State:\s+PAUSED$")
+        self.assertRegex(out, r"(?m)^Attempt:\s+1$")
+        self.assertRegex(out, r"(?m)^Attempts used:\s+0 / 1$")  # a pause does not count
         # The interrupted attempt does not count: attempt 2 runs (max_attempts=1).
         # Dispatched at once when a1 has room.
         self.assertRegex(self.ok("resume", "pr1"), r"^pr1 (PENDING|DISPATCHED|RUNNING)\n$")

@@ -223,7 +223,14 @@ class JobRunTest(JobCliTestCase):
         self.wait_job("fj", "SUCCEEDED")
         rows = {r["id"]: r for r in tree_rows(self.ok("job", "get", "fj"))}
         self.assertTrue(all(r["state"] == "SUCCEEDED" for r in rows.values()), rows)
-        self.assertRegex(rows["fj-mid"]["attempt"], r"^2/")  # the attempt count goes on
+        # A job retry starts the budget over (1 used) while the attempt
+        # number goes on (2): a result of attempt 1 can never be taken for 2.
+        self.assertRegex(rows["fj-mid"]["attempt"], r"^1/")
+        lines = self.ok("--json", "job", "get", "fj").splitlines()
+        docs = [json.loads(line) for line in lines]  # JSON lines: the job, then its tasks
+        self.assertEqual(docs[0]["id"], "fj")
+        mid = next(d for d in docs[1:] if d["spec"]["id"] == "fj-mid")
+        self.assertEqual((mid["attempt"], mid["attempts_used"]), (2, 1), mid)
         # Nothing left to retry: the scheduler says so.
         res = self.run_ok(EXIT_RPC_FAILED, "job", "retry", "fj")
         self.assertIn("FAILED_PRECONDITION", res.stderr)

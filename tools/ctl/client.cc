@@ -340,13 +340,13 @@ int Client::Wait(const std::vector<std::string>& ids, absl::Duration wait_timeou
   const absl::Time deadline = wait_timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                                        : absl::Now() + wait_timeout;
   if (opts_.json) {
-    // One WaitTaskResponse per task.
+    // One WaitTaskResponse per task, one JSON document per line.
     bool failed = false;
     bool unfinished = false;
     for (const std::string& id : ids) {
       v1::WaitTaskResponse resp;
       if (!WaitOne(id, deadline, &resp)) return kExitRpcFailed;
-      std::cout << ToJson(resp) << std::flush;
+      std::cout << ToJsonLine(resp) << std::flush;
       if (!resp.done()) {
         unfinished = true;
       } else if (resp.task().state() != v1::TASK_STATE_SUCCEEDED) {
@@ -607,9 +607,9 @@ int Client::Act(Action action, const std::string& id) {
   if (opts_.json) {
     std::cout << ToJson(task);
   } else {
-    std::cout << task.spec().id() << " " << core::StateName(task.state()) << "\n";
+    std::cout << task.spec().id() << " " << TaskStateText(task) << "\n";
   }
-  // There is no PAUSING state: a task on an agent reads RUNNING until the
+  // PAUSING is not a state of the table: the task stays RUNNING until the
   // agent confirmed the stop. Said on stderr so stdout stays "ID STATE".
   if (action == Action::kPause &&
       (task.state() == v1::TASK_STATE_DISPATCHED || task.state() == v1::TASK_STATE_RUNNING)) {

@@ -84,7 +84,7 @@ std::string FormatJobTree(const std::vector<v1::Task>& tasks) {
     if (parent[i] != kNone) children[parent[i]].push_back(i);
   }
 
-  Table table({"STATE", "TASK", "ATTEMPT", "AGENT", "NOTE"});
+  Table table({"STATE", "TASK", "ATTEMPTS", "AGENT", "NOTE"});
   std::vector<bool> printed(n, false);
   std::vector<std::pair<size_t, size_t>> stack;  // (task, depth), next on top
   auto draw_from = [&](size_t root) {
@@ -102,8 +102,8 @@ std::string FormatJobTree(const std::vector<v1::Task>& tasks) {
       if (t.state() != v1::TASK_STATE_SUCCEEDED && !t.reason().empty()) {
         notes.push_back(Shorten(OneLine(t.reason()), kMaxReason));
       }
-      table.AddRow({core::StateName(t.state()), TreeCell(depth, t.spec().id()), AttemptText(t),
-                    AgentOf(t), absl::StrJoin(notes, "  ")});
+      table.AddRow({TaskStateText(t), TreeCell(depth, t.spec().id()), AttemptsText(t), AgentOf(t),
+                    absl::StrJoin(notes, "  ")});
       // Reversed, so the first child comes off the stack first.
       for (auto it = children[i].rbegin(); it != children[i].rend(); ++it) {
         stack.emplace_back(*it, depth + 1);

@@ -75,7 +75,7 @@ std::string StepText(const v1::Step& step) {
 }
 
 // "Label:" padded so the values line up.
-void Field(std::string* out, absl::string_view label, absl::string_view value, size_t width = 13) {
+void Field(std::string* out, absl::string_view label, absl::string_view value, size_t width = 16) {
   std::string l = label.empty() ? "" : absl::StrCat(label, ":");
   l.resize(std::max<size_t>(l.size(), width), ' ');
   absl::StrAppend(out, l, value, "\n");
@@ -172,9 +172,19 @@ std::string OutcomeName(v1::Outcome o) {
   return name.empty() ? absl::StrCat(static_cast<int>(o)) : name;
 }
 
-std::string AttemptText(const v1::Task& t) {
-  if (t.max_attempts() > 0) return absl::StrCat(t.attempt(), "/", t.max_attempts());
-  return absl::StrCat(t.attempt());
+std::string AttemptsText(const v1::Task& t) {
+  if (t.max_attempts() > 0) return absl::StrCat(t.attempts_used(), "/", t.max_attempts());
+  return absl::StrCat(t.attempts_used());
+}
+
+std::string TaskStateText(const v1::Task& t) {
+  // A pause of a task on an agent takes effect when the agent confirms the
+  // stop; until then the task is still RUNNING (or DISPATCHED) in the table.
+  if (t.pause_requested() &&
+      (t.state() == v1::TASK_STATE_DISPATCHED || t.state() == v1::TASK_STATE_RUNNING)) {
+    return "PAUSING";
+  }
+  return core::StateName(t.state());
 }
 
 std::string Shorten(const std::string& s, size_t max) {
@@ -207,9 +217,9 @@ std::string FormatSubmitted(const v1::SubmitTasksResponse& resp) {
 }
 
 std::string FormatTaskList(const std::vector<v1::Task>& tasks) {
-  Table table({"ID", "QUEUE", "STATE", "ATTEMPT", "AGENT", "PRIO", "UPDATED", "REASON"});
+  Table table({"ID", "QUEUE", "STATE", "ATTEMPTS", "AGENT", "PRIO", "UPDATED", "REASON"});
   for (const v1::Task& t : tasks) {
-    table.AddRow({t.spec().id(), t.spec().queue(), core::StateName(t.state()), AttemptText(t),
+    table.AddRow({t.spec().id(), t.spec().queue(), TaskStateText(t), AttemptsText(t),
                   OrDash(t.agent_id()), absl::StrCat(t.spec().priority()),
                   FormatTime(t.update_time()), Shorten(OneLine(t.reason()), 50)});
   }
@@ -250,8 +260,11 @@ std::string FormatTaskDetail(const v1::Task& t) {
   std::string out;
   Field(&out, "ID", spec.id());
   Field(&out, "Queue", spec.queue());
-  Field(&out, "State", core::StateName(t.state()));
-  Field(&out, "Attempt", absl::StrCat(t.attempt(), " / ", t.max_attempts()));
+  Field(&out, "State", TaskStateText(t));
+  // The attempt number goes on across pauses, drains and resets; only some
+  // attempts count against max_attempts, so the two are shown apart.
+  Field(&out, "Attempt", t.attempt() == 0 ? std::string("-") : absl::StrCat(t.attempt()));
+  Field(&out, "Attempts used", absl::StrCat(t.attempts_used(), " / ", t.max_attempts()));
   Field(&out, "Agent", OrDash(t.agent_id()));
   Field(&out, "Priority", absl::StrCat(spec.priority()));
   Field(&out, "Created", FormatTime(t.create_time()));

@@ -45,8 +45,13 @@ std::string FormatTime(const google::protobuf::Timestamp& ts);
 // "SUCCEEDED" for OUTCOME_SUCCEEDED; "-" for OUTCOME_UNSPECIFIED.
 std::string OutcomeName(v1::Outcome o);
 
-// "2" or "2/5" (attempt / max_attempts when the spec sets it).
-std::string AttemptText(const v1::Task& t);
+// "1/3": attempts that counted against max_attempts, of those allowed.
+// The attempt number itself may be higher (paused or drained attempts).
+std::string AttemptsText(const v1::Task& t);
+
+// The state for people: PAUSING while a pause waits for the agent to stop
+// the live attempt, else the state's name.
+std::string TaskStateText(const v1::Task& t);
 
 // `s` cut to at most `max` code points, ending in "..." when cut.
 std::string Shorten(const std::string& s, size_t max);

@@ -1,0 +1,73 @@
+// taskgridctl's text for people: the state a task is shown in and its
+// attempt counts, which differ from the table's raw fields on purpose.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/ctl/output.h"
+
+namespace taskgrid::ctl {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::Not;
+
+v1::Task RunningTask() {
+  v1::Task t;
+  t.mutable_spec()->set_id("t1");
+  t.mutable_spec()->set_queue("q");
+  t.set_state(v1::TASK_STATE_RUNNING);
+  t.set_agent_id("a1");
+  t.set_attempt(4);
+  t.set_max_attempts(3);
+  t.set_attempts_used(2);
+  return t;
+}
+
+TEST(CtlOutput, APauseWaitingForTheAgentReadsPausing) {
+  v1::Task t = RunningTask();
+  EXPECT_EQ(TaskStateText(t), "RUNNING");
+  t.set_pause_requested(true);
+  EXPECT_EQ(TaskStateText(t), "PAUSING");
+  t.set_state(v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(TaskStateText(t), "PAUSING");
+  // Once the agent confirmed, the table says PAUSED and so does the CLI.
+  t.set_state(v1::TASK_STATE_PAUSED);
+  EXPECT_EQ(TaskStateText(t), "PAUSED");
+  t.set_pause_requested(false);
+  EXPECT_EQ(TaskStateText(t), "PAUSED");
+}
+
+TEST(CtlOutput, DetailShowsTheAttemptNumberApartFromTheBudgetUsed) {
+  // Attempt 4 of a task allowed 3: two were interrupted by pauses, which do
+  // not count. "Attempt: 4 / 3" would read as a broken limit.
+  v1::Task t = RunningTask();
+  t.set_pause_requested(true);
+  const std::string out = FormatTaskDetail(t);
+  EXPECT_THAT(out, ContainsRegex("\nAttempt: +4\n"));
+  EXPECT_THAT(out, ContainsRegex("\nAttempts used: +2 / 3\n"));
+  EXPECT_THAT(out, ContainsRegex("\nState: +PAUSING\n"));
+  EXPECT_THAT(out, Not(ContainsRegex("4 / 3")));
+
+  v1::Task pending;
+  pending.mutable_spec()->set_id("p1");
+  pending.set_state(v1::TASK_STATE_PENDING);
+  pending.set_max_attempts(2);
+  const std::string fresh = FormatTaskDetail(pending);
+  EXPECT_THAT(fresh, ContainsRegex("\nAttempt: +-\n"));
+  EXPECT_THAT(fresh, ContainsRegex("\nAttempts used: +0 / 2\n"));
+}
+
+TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
+  v1::Task t = RunningTask();
+  t.set_pause_requested(true);
+  const std::string out = FormatTaskList({t});
+  EXPECT_THAT(out, ContainsRegex("^ID +QUEUE +STATE +ATTEMPTS +AGENT"));
+  EXPECT_THAT(out, ContainsRegex("\nt1 +q +PAUSING +2/3 +a1 "));
+}
+
+}  // namespace
+}  // namespace taskgrid::ctl
