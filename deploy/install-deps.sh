@@ -4,6 +4,7 @@
 #
 #   deploy/install-deps.sh          build + test packages
 #   deploy/install-deps.sh --python also the Python client's packages
+#   deploy/install-deps.sh --fuzz   also clang and its libFuzzer runtime
 set -euo pipefail
 
 pkgs=(
@@ -12,9 +13,13 @@ pkgs=(
   libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
   grpc-proto procps python3
 )
-if [[ "${1:-}" == "--python" ]]; then
-  pkgs+=(python3-grpcio python3-protobuf)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --python) pkgs+=(python3-grpcio python3-protobuf) ;;
+    --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
+    *) echo "install-deps: unknown option $arg (--python, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,7 +3,9 @@
 # UndefinedBehaviorSanitizer and runs every test through ctest, then builds
 # the gRPC-free targets (core, store, engine) with ThreadSanitizer and runs
 # their tests again. Debian's gRPC is not instrumented, which is why TSan
-# covers only those (see docs/architecture.md, "Testing").
+# covers only those (see docs/architecture.md, "Testing"). Last, clang builds
+# the libFuzzer targets and tests/fuzz/run.sh runs each for
+# TASKGRID_FUZZ_SECONDS (default 20) from the seeds in tests/fuzz/corpus.
 #
 #   deploy/test.sh
 set -euo pipefail
@@ -13,7 +15,7 @@ jobs=$(nproc)
 
 # Also Python's gRPC (the Python client's tests) and buf (the grpcurl
 # stand-in the reflection test drives).
-"$root/deploy/install-deps.sh" --python
+"$root/deploy/install-deps.sh" --python --fuzz
 "$root/deploy/install-buf.sh"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
@@ -37,4 +39,11 @@ echo "== tests: ASan + UBSan"
 ctest --test-dir "$root/build/asan" -j "$jobs" --output-on-failure --timeout 600
 echo "== tests: TSan"
 ctest --test-dir "$root/build/tsan" -j "$jobs" --output-on-failure --timeout 600
+echo "== build: libFuzzer targets (clang, ASan + UBSan, gRPC-free)"
+CC=clang CXX=clang++ cmake -S "$root" -B "$root/build/fuzz" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS=-O1 -DSANITIZE=address,undefined -DTASKGRID_WITH_GRPC=OFF \
+  -DTASKGRID_FUZZ=ON >/dev/null
+cmake --build "$root/build/fuzz" -j "$jobs" --target fuzz_submit fuzz_agent
+echo "== fuzz"
+"$root/tests/fuzz/run.sh" "$root/build/fuzz" "${TASKGRID_FUZZ_SECONDS:-20}"
 echo "== all tests passed in $(($(date +%s) - start)) s"

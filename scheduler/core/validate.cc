@@ -68,6 +68,19 @@ bool IsKnownBuiltin(absl::string_view name) {
   return name == "noop" || name == "sleep" || name == "fail" || name == "echo";
 }
 
+absl::Status ValidateAgentMessage(const v1::AgentMessage& msg) {
+  if (!msg.has_batch()) return absl::OkStatus();
+  for (int i = 0; i < msg.batch().msgs_size(); ++i) {
+    const v1::AgentMessage& m = msg.batch().msgs(i);
+    if (m.has_hello() || m.has_batch()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch.msgs[", i, "] is a ", m.has_hello() ? "hello" : "batch",
+                       "; a batch may hold neither hello nor another batch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts) {
   if (absl::Status s = CheckName("hello.agent_id", hello.agent_id(), kMaxIdLength); !s.ok()) {
     return s;

@@ -38,6 +38,11 @@ class FieldPath {
 // labels, version and the attempts it says it holds, each bounded.
 absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts);
 
+// Checks an agent message after the stream's Hello: a batch holds plain
+// messages only (neither a hello nor another batch). A second Hello is the
+// stream's business (FAILED_PRECONDITION there).
+absl::Status ValidateAgentMessage(const v1::AgentMessage& msg);
+
 // Checks one spec; `field` prefixes the messages (e.g. "tasks[3]").
 // An empty id is allowed (the scheduler generates one).
 absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts,

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/grpc_status.h"
+#include "scheduler/core/validate.h"
 
 namespace taskgrid::service {
 
@@ -116,16 +117,6 @@ class Outbox final : public engine::AgentChannel {
   std::optional<grpc::Status> finish_;      // guarded by mu_
 };
 
-// A batch holds plain messages only.
-absl::Status CheckBatch(const v1::AgentBatch& batch) {
-  for (const v1::AgentMessage& m : batch.msgs()) {
-    if (m.has_hello() || m.has_batch()) {
-      return absl::InvalidArgumentError("a batch may hold neither hello nor another batch");
-    }
-  }
-  return absl::OkStatus();
-}
-
 class AgentStream final : public Reactor {
  public:
   AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns, std::string peer)
@@ -164,8 +155,7 @@ class AgentStream final : public Reactor {
       outbox_->Finish(
           grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello may be sent once per stream"));
       return;
-    } else if (absl::Status bad = in_.has_batch() ? CheckBatch(in_.batch()) : absl::OkStatus();
-               !bad.ok()) {
+    } else if (absl::Status bad = core::ValidateAgentMessage(in_); !bad.ok()) {
       outbox_->Finish(ToGrpcStatus(bad));
       return;
     } else {

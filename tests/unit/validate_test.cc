@@ -113,3 +113,32 @@ TEST(Validate, NumbersInRange) {
 
 }  // namespace
 }  // namespace taskgrid::core
+
+namespace taskgrid::core {
+namespace {
+
+TEST(Validate, ABatchHoldsPlainAgentMessagesOnly) {
+  v1::AgentMessage plain;
+  plain.mutable_heartbeat();
+  EXPECT_TRUE(ValidateAgentMessage(plain).ok());
+
+  v1::AgentMessage batch;
+  batch.mutable_batch()->add_msgs()->mutable_heartbeat();
+  batch.mutable_batch()->add_msgs()->mutable_accept()->set_task_id("t");
+  EXPECT_TRUE(ValidateAgentMessage(batch).ok());
+
+  v1::AgentMessage with_hello = batch;
+  with_hello.mutable_batch()->add_msgs()->mutable_hello()->set_agent_id("a");
+  absl::Status s = ValidateAgentMessage(with_hello);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("batch.msgs[2] is a hello"));
+
+  v1::AgentMessage nested = batch;
+  nested.mutable_batch()->add_msgs()->mutable_batch();
+  s = ValidateAgentMessage(nested);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("batch.msgs[2] is a batch"));
+}
+
+}  // namespace
+}  // namespace taskgrid::core
