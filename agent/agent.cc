@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/grpc_status.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
@@ -359,7 +360,7 @@ void Agent::Session() {
                          st.error_code() == grpc::StatusCode::PERMISSION_DENIED;
     spdlog::warn("{} at {}: {}",
                  refused ? "the scheduler refused this agent" : "cannot reach the scheduler",
-                 opts_.scheduler, st.error_message());
+                 opts_.scheduler, FromGrpcStatus(st).ToString());
     last_unreachable_log_ = Now();
   }
 }
