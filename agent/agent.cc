@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/grpc_status.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
@@ -17,7 +18,8 @@ namespace taskgrid::agent {
 namespace {
 constexpr char kVersion[] = "0.1.0";
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           std::shared_ptr<grpc::ChannelCredentials> creds) {
   grpc::ChannelArguments args;
   // The heartbeats and their acks prove the stream alive; a keepalive ping
   // goes out only after this long without anything read, so with
@@ -33,7 +35,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (creds == nullptr) creds = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(target, creds, args);
 }
 
 // "30s", "1.5s", "0s" (absl says "0").
@@ -259,7 +262,7 @@ void Agent::Session() {
   // keeps failing calls fast for its own backoff (seconds), while ours is
   // bounded by reconnect_max, well inside the scheduler's reconnect grace.
   std::unique_ptr<v1::AgentService::Stub> stub =
-      v1::AgentService::NewStub(MakeChannel(opts_.scheduler));
+      v1::AgentService::NewStub(MakeChannel(opts_.scheduler, opts_.credentials));
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -353,7 +356,11 @@ void Agent::Session() {
     last_unreachable_log_ = Now();
   } else if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
     // Once per 10 s while the scheduler stays unreachable, not per attempt.
-    spdlog::warn("cannot reach the scheduler at {}: {}", opts_.scheduler, st.error_message());
+    const bool refused = st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                         st.error_code() == grpc::StatusCode::PERMISSION_DENIED;
+    spdlog::warn("{} at {}: {}",
+                 refused ? "the scheduler refused this agent" : "cannot reach the scheduler",
+                 opts_.scheduler, FromGrpcStatus(st).ToString());
     last_unreachable_log_ = Now();
   }
 }

@@ -78,6 +78,9 @@ namespace taskgrid::agent {
 
 struct AgentOptions {
   std::string scheduler = "127.0.0.1:7070";
+  // How the channel to the scheduler is secured (common/tls.h
+  // ChannelCredentials); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string id;
   int slots = 2;
   std::map<std::string, std::string> labels;

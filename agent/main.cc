@@ -19,6 +19,7 @@
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
+#include "common/tls.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "HOST:PORT of the taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
@@ -41,6 +42,15 @@ ABSL_FLAG(std::string, work_dir, "",
           "Each attempt runs with a directory of its own under this one (its inputs and its "
           "output file), removed when the attempt ends. Default: $TMPDIR (or /tmp), then "
           "taskgrid-agent-<id>");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate that signed the scheduler's certificate: connect with TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate of this agent (mTLS, with --tls_key); a scheduler that "
+          "checks certificates accepts only an --id this certificate names");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding this agent's bearer token (role agent), for a scheduler with "
+          "--tokens_file; needs --tls_ca");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -97,6 +107,25 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
+  {
+    std::string token;
+    if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+      absl::StatusOr<std::string> t = taskgrid::ReadToken(path);
+      if (!t.ok()) {
+        spdlog::error("{}", std::string(t.status().message()));
+        return 2;
+      }
+      token = *std::move(t);
+    }
+    auto creds = taskgrid::ChannelCredentials(
+        {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
+        token);
+    if (!creds.ok()) {
+      spdlog::error("{}", std::string(creds.status().message()));
+      return 2;
+    }
+    opts.credentials = *std::move(creds);
+  }
   opts.slots = absl::GetFlag(FLAGS_slots);
   if (opts.slots < 1) {
     spdlog::error("--slots must be at least 1");
@@ -142,8 +171,12 @@ int main(int argc, char** argv) {
       }
     }
   });
-  spdlog::info("agent {} with {} slots, scheduler {}, work dir {}", opts.id, opts.slots,
-               opts.scheduler, opts.exec.work_dir);
+  spdlog::info("agent {} with {} slots, scheduler {} ({}), work dir {}", opts.id, opts.slots,
+               opts.scheduler,
+               absl::GetFlag(FLAGS_tls_ca).empty()     ? "plaintext"
+               : absl::GetFlag(FLAGS_tls_cert).empty() ? "TLS"
+                                                       : "mTLS",
+               opts.exec.work_dir);
   agent.Run();
   spdlog::info("stopped");
   done.store(true);

@@ -41,6 +41,16 @@ ABSL_FLAG(int32_t, max_chain_length, 100,
 ABSL_FLAG(bool, insecure, false,
           "Allow --listen on an address other machines can reach, with no TLS and no tokens: "
           "anyone who reaches the port can then run programs on every agent");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this scheduler: serve TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate: every client and agent must present a certificate it signed "
+          "(mTLS), and an agent's id must be a name of its certificate");
+ABSL_FLAG(std::string, tokens_file, "",
+          "Bearer tokens with roles, one 'NAME ROLE[,ROLE...] TOKEN' a line (roles: reader, "
+          "submitter, agent, admin); every call then needs a token with the right role. Needs "
+          "--tls_cert");
 ABSL_FLAG(int32_t, max_agent_slots, 1024,
           "Most slots one agent may announce; an agent asking for more is refused");
 ABSL_FLAG(int64_t, default_queue_max_length, 0,
@@ -144,12 +154,44 @@ int main(int argc, char** argv) {
   }
   const std::string listen =
       taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_listen), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
-  if (!taskgrid::IsLoopbackAddress(listen) && !absl::GetFlag(FLAGS_insecure)) {
+  taskgrid::service::ServerOptions server_opts;
+  server_opts.listen = listen;
+  server_opts.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                     absl::GetFlag(FLAGS_tls_ca)};
+  const bool tls = !server_opts.tls.cert.empty() || !server_opts.tls.key.empty();
+  const bool mtls = tls && !server_opts.tls.ca.empty();
+  if (tls && (server_opts.tls.cert.empty() || server_opts.tls.key.empty())) {
+    spdlog::error("--tls_cert and --tls_key go together");
+    return 2;
+  }
+  if (!tls && !server_opts.tls.ca.empty()) {
+    spdlog::error("--tls_ca (client certificates) needs TLS: give --tls_cert and --tls_key too");
+    return 2;
+  }
+  const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  if (!tokens_file.empty()) {
+    if (!tls) {
+      spdlog::error(
+          "--tokens_file needs --tls_cert and --tls_key: a token sent in plaintext can be read "
+          "off the network");
+      return 2;
+    }
+    auto tokens = taskgrid::service::TokenAuth::FromFile(tokens_file);
+    if (!tokens.ok()) {
+      spdlog::error("{}", std::string(tokens.status().message()));
+      return 2;
+    }
+    spdlog::info("{} bearer tokens from {}", (*tokens)->size(), tokens_file);
+    server_opts.tokens = std::shared_ptr<taskgrid::service::TokenAuth>(std::move(*tokens));
+  }
+  const bool protected_port = mtls || (tls && server_opts.tokens != nullptr);
+  if (!taskgrid::IsLoopbackAddress(listen) && !protected_port && !absl::GetFlag(FLAGS_insecure)) {
     spdlog::error(
-        "--listen={} can be reached from other machines, and this scheduler has no TLS or "
-        "tokens: whoever reaches it can run any program on every agent. Listen on 127.0.0.1, "
+        "--listen={} can be reached from other machines, and this scheduler has {}: whoever "
+        "reaches it can run any program on every agent. Listen on 127.0.0.1, require client "
+        "certificates (--tls_cert, --tls_key, --tls_ca) or tokens (--tokens_file with TLS), "
         "or pass --insecure to serve a network you trust anyway",
-        listen);
+        listen, tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
     return 2;
   }
   if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1) {
@@ -219,8 +261,6 @@ int main(int argc, char** argv) {
   engine.Inspect([&](const taskgrid::core::Scheduler& s) { tasks = s.task_count(); });
   spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
 
-  taskgrid::service::ServerOptions server_opts;
-  server_opts.listen = listen;
   auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -234,14 +274,30 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), port_file.c_str());
   }
   spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
+  std::string protection;
+  if (mtls && server_opts.tokens != nullptr) {
+    protection =
+        "mTLS and bearer tokens: callers need a certificate from --tls_ca and a token "
+        "with the role of the call";
+  } else if (mtls) {
+    protection =
+        "mTLS: callers need a certificate from --tls_ca (any such certificate may call "
+        "everything; agents only under their certificate's names)";
+  } else if (server_opts.tokens != nullptr) {
+    protection = "TLS and bearer tokens: callers need a token with the role of the call";
+  } else if (tls) {
+    protection = "TLS without client authentication: anyone who reaches it can call everything";
+  }
   if (taskgrid::IsLoopbackAddress(listen)) {
-    spdlog::info("listening on {} only: agents and clients on other machines cannot reach it",
-                 listen);
+    spdlog::info("listening on {} only: agents and clients on other machines cannot reach it{}{}",
+                 listen, protection.empty() ? "" : "; ", protection);
+  } else if (protected_port) {
+    spdlog::info("listening on {}, reachable from other machines; {}", listen, protection);
   } else {
     spdlog::warn(
-        "--insecure: {} serves without TLS or tokens; anyone who reaches it can run "
-        "programs on every agent",
-        listen);
+        "--insecure: {} serves without {}; anyone who reaches it can run programs on every "
+        "agent",
+        listen, tls ? "client certificates or tokens" : "TLS or tokens");
   }
 
   std::thread waiter([&stop, stop_signals] {

@@ -31,6 +31,7 @@
 #include "common/address.h"
 #include "common/flags_help.h"
 #include "common/proto_time.h"
+#include "common/tls.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
 #include "tools/ctl/client.h"
@@ -44,6 +45,16 @@ ABSL_FLAG(bool, json, false,
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call to the scheduler; wait and watch --follow keep trying a "
           "scheduler they lost for this long");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate that signed the scheduler's certificate: connect with TLS "
+          "(default: $TASKGRID_TLS_CA)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a scheduler that requires one (with --tls_key; "
+          "default: $TASKGRID_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (default: $TASKGRID_TLS_KEY)");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding a bearer token, for a scheduler with --tokens_file; needs --tls_ca "
+          "(default: $TASKGRID_TOKEN_FILE)");
 
 // submit.
 ABSL_FLAG(std::string, file, "", "submit: JSON file of tasks ('-' = stdin); also -f FILE");
@@ -410,7 +421,12 @@ std::string UsageText() {
       "  --addr=HOST:PORT  the scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)\n"
       "  --json            print the API's answer as proto3 JSON (snake_case, every field)\n"
       "  --timeout=DUR     deadline of each call (default 30s); wait and watch --follow\n"
-      "                    keep trying a scheduler they lost for this long\n\n"
+      "                    keep trying a scheduler they lost for this long\n"
+      "  --tls_ca=PEM      connect with TLS, trusting this CA (default: $TASKGRID_TLS_CA)\n"
+      "  --tls_cert=PEM --tls_key=PEM\n"
+      "                    client certificate for a scheduler that requires one\n"
+      "                    (default: $TASKGRID_TLS_CERT, $TASKGRID_TLS_KEY)\n"
+      "  --token_file=F    send the bearer token in F (default: $TASKGRID_TOKEN_FILE)\n\n"
       "Exit status: 0 ok; 1 the scheduler refused the call or could not be reached;\n"
       "2 usage error (nothing was sent); wait and submit --wait: 3 a task FAILED or was\n"
       "CANCELLED, 4 --wait_timeout passed first; job submit --wait: 3 the job FAILED\n"
@@ -439,7 +455,8 @@ std::string CommandHelp(const Command& c) {
       absl::StrCat("taskgridctl ", c.synopsis, "\n\n", c.summary, ".\n\n  $ ", c.example, "\n");
   if (*c.details != '\0') absl::StrAppend(&out, "\n", c.details, "\n");
   absl::StrAppend(&out,
-                  "\nGlobal flags: --addr=HOST:PORT --json --timeout=DUR (see taskgridctl help)\n");
+                  "\nGlobal flags: --addr=HOST:PORT --json --timeout=DUR --tls_ca, --tls_cert, "
+                  "--tls_key, --token_file (see taskgridctl help)\n");
   return out;
 }
 
@@ -522,6 +539,24 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 
 std::string ResolveAddr() {
   return taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_addr), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
+}
+
+// The channel's credentials from --tls_* and --token_file (or their
+// TASKGRID_* variables): plaintext when none is given.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
+  const taskgrid::TlsFiles files = {
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_cert), "TASKGRID_TLS_CERT", ""),
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_key), "TASKGRID_TLS_KEY", ""),
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_ca), "TASKGRID_TLS_CA", "")};
+  std::string token;
+  if (const std::string path =
+          taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_token_file), "TASKGRID_TOKEN_FILE", "");
+      !path.empty()) {
+    absl::StatusOr<std::string> t = taskgrid::ReadToken(path);
+    if (!t.ok()) return t.status();
+    token = *std::move(t);
+  }
+  return taskgrid::ChannelCredentials(files, token);
 }
 
 // Builds the request of `submit`. `words` are the positional words after
@@ -838,7 +873,10 @@ int Run(int argc, char** argv) {
   if (command == nullptr) return UsageError(absl::StrCat("unknown command \"", name, "\""));
   const std::string command_hint = absl::StrCat("Usage: taskgridctl ", command->synopsis);
   for (const std::string& f : set) {
-    if (f == "addr" || f == "json" || f == "timeout") continue;
+    if (f == "addr" || f == "json" || f == "timeout" || f == "tls_ca" || f == "tls_cert" ||
+        f == "tls_key" || f == "token_file") {
+      continue;
+    }
     if (std::find(command->flags.begin(), command->flags.end(), f) == command->flags.end()) {
       return UsageError(absl::StrCat("--", f, " does not apply to ", name), command_hint);
     }
@@ -850,8 +888,13 @@ int Run(int argc, char** argv) {
   if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
     return UsageError("--timeout must be a positive duration like 30s");
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ResolveCredentials();
+  if (!creds.ok()) {
+    std::cerr << "error: " << creds.status().message() << "\n";
+    return kExitUsage;
+  }
   taskgrid::ctl::Client client(
-      {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout)});
+      {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
 
   // 4. The command.
   if ((name == "submit" || name == "wait" || name == "job submit") && !ValidWaitTimeout()) {

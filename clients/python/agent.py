@@ -162,8 +162,11 @@ class Session:
 
 
 class Agent:
-    def __init__(self, addr, agent_id, slots, labels):
+    def __init__(self, addr, agent_id, slots, labels, make_channel=None):
+        """make_channel: returns a new channel to the scheduler (default:
+        plaintext to addr; taskgrid_stubs.channel for TLS and tokens)."""
         self.addr = addr
+        self.make_channel = make_channel or (lambda: grpc.insecure_channel(addr))
         self.id = agent_id
         self.slots = slots
         self.labels = labels
@@ -232,7 +235,7 @@ class Agent:
         """Connects until stopped; returns the exit code."""
         backoff = 0.1
         while not self.stopping.is_set():
-            channel = grpc.insecure_channel(self.addr)
+            channel = self.make_channel()
             log.info("connecting to %s as %s (%d slots)", self.addr, self.id, self.slots)
             session = Session(self, channel)
             opened = time.monotonic()
@@ -256,7 +259,8 @@ class Agent:
             code, details = session.status or (None, "")
             if session.welcomed.is_set():
                 backoff = 0.1
-            elif code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS):
+            elif code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+                          grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 log.error("the scheduler refused this agent: %s: %s", code.name, details)
                 return 1
             if code is not None:
@@ -300,13 +304,15 @@ def main():
                         help="agent id (default: HOSTNAME-py-PID)")
     parser.add_argument("--slots", type=int, default=2, help="tasks at once (default 2)")
     parser.add_argument("--labels", type=parse_labels, default={}, help="KEY=VALUE,...")
+    taskgrid_stubs.add_tls_arguments(parser)
     args = parser.parse_args()
     if args.slots < 1:
         parser.error("--slots must be at least 1")
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s {args.id}: %(message)s")
-    agent = Agent(args.addr, args.id, args.slots, args.labels)
+    agent = Agent(args.addr, args.id, args.slots, args.labels,
+                  make_channel=lambda: taskgrid_stubs.channel(args))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stopping.set())
     return agent.run()

@@ -151,6 +151,7 @@ def main():
     parser.add_argument("--queue", default="", help="queue of the tasks (default: default)")
     parser.add_argument("--agent", action="append", default=[],
                         help="run only on this agent id (repeatable; default: any agent)")
+    taskgrid_stubs.add_tls_arguments(parser)
     args = parser.parse_args()
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
@@ -162,7 +163,7 @@ def main():
 
     batch = specs(args.prefix, args.queue, args.agent)
     ids = [s.id for s in batch]
-    with grpc.insecure_channel(args.addr) as channel:
+    with taskgrid_stubs.channel(args) as channel:
         connect_timeout = call_timeout()
         try:
             grpc.channel_ready_future(channel).result(timeout=connect_timeout)

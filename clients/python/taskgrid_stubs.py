@@ -33,3 +33,52 @@ def load():
 
 def default_addr():
     return os.environ.get("TASKGRID_ADDR") or "127.0.0.1:7070"
+
+
+def add_tls_arguments(parser):
+    """--tls_ca, --tls_cert, --tls_key, --token_file (defaults: the
+    TASKGRID_TLS_CA, TASKGRID_TLS_CERT, TASKGRID_TLS_KEY, TASKGRID_TOKEN_FILE
+    variables, as for taskgridctl)."""
+    env = os.environ.get
+    parser.add_argument("--tls_ca", default=env("TASKGRID_TLS_CA", ""),
+                        help="PEM CA that signed the scheduler's certificate: connect with TLS")
+    parser.add_argument("--tls_cert", default=env("TASKGRID_TLS_CERT", ""),
+                        help="PEM client certificate (mTLS, with --tls_key)")
+    parser.add_argument("--tls_key", default=env("TASKGRID_TLS_KEY", ""),
+                        help="PEM private key of --tls_cert")
+    parser.add_argument("--token_file", default=env("TASKGRID_TOKEN_FILE", ""),
+                        help="file holding a bearer token (needs --tls_ca)")
+
+
+def _read(path, what):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        sys.exit(f"{what} {path}: cannot read it: {e.strerror}")
+
+
+def channel(args, addr=None):
+    """A channel to args.addr (or addr): plaintext without --tls_ca; TLS with
+    it; mTLS with --tls_cert and --tls_key too; the bearer token of
+    --token_file on every call. Exits with a clear message on a bad file."""
+    import grpc
+    target = addr or args.addr
+    if not args.tls_ca:
+        if args.tls_cert or args.tls_key or args.token_file:
+            sys.exit("--tls_cert, --tls_key and --token_file need --tls_ca: they are only "
+                     "sent over TLS")
+        return grpc.insecure_channel(target)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        sys.exit("--tls_cert and --tls_key go together")
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(args.tls_ca, "--tls_ca"),
+        private_key=_read(args.tls_key, "--tls_key") if args.tls_key else None,
+        certificate_chain=_read(args.tls_cert, "--tls_cert") if args.tls_cert else None)
+    if args.token_file:
+        token = _read(args.token_file, "--token_file").decode().strip()
+        if not token:
+            sys.exit(f"--token_file {args.token_file}: empty")
+        creds = grpc.composite_channel_credentials(
+            creds, grpc.access_token_call_credentials(token))
+    return grpc.secure_channel(target, creds)

@@ -7,9 +7,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "common/grpc_status.h"
+#include "common/tls.h"
 #include "scheduler/core/validate.h"
+#include "scheduler/service/auth.h"
 
 namespace taskgrid::service {
 
@@ -119,10 +122,14 @@ class Outbox final : public engine::AgentChannel {
 
 class AgentStream final : public Reactor {
  public:
-  AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns, std::string peer)
+  // cert_names: the verified client certificate's names when agent ids are
+  // bound to certificates (mTLS), else nullopt.
+  AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns, std::string peer,
+              std::optional<std::vector<std::string>> cert_names)
       : engine_(engine),
         logged_interval_ns_(logged_interval_ns),
         peer_(std::move(peer)),
+        cert_names_(std::move(cert_names)),
         outbox_(std::make_shared<Outbox>(this)) {
     conn_ = engine_->AttachAgent(outbox_);
     StartRead(&in_);
@@ -139,7 +146,10 @@ class AgentStream final : public Reactor {
                                      "the first message on a stream must be hello"));
         return;
       }
-      absl::Status s = engine_->AgentHello(conn_, in_.hello());
+      absl::Status s = cert_names_.has_value()
+                           ? CheckAgentIdentity(in_.hello().agent_id(), *cert_names_)
+                           : absl::OkStatus();
+      if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
         spdlog::warn("agent stream from {} refused: {}", peer_, s.ToString());
         outbox_->Finish(ToGrpcStatus(s));
@@ -178,6 +188,7 @@ class AgentStream final : public Reactor {
   engine::Engine* const engine_;
   std::atomic<int64_t>* const logged_interval_ns_;
   const std::string peer_;
+  const std::optional<std::vector<std::string>> cert_names_;
   std::shared_ptr<Outbox> outbox_;
   uint64_t conn_ = 0;
   bool hello_seen_ = false;  // touched only by reactions, which do not overlap for reads
@@ -188,7 +199,12 @@ class AgentStream final : public Reactor {
 }  // namespace
 
 Reactor* AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
-  return new AgentStream(engine_, &logged_interval_ns_, ctx->peer());
+  std::optional<std::vector<std::string>> cert_names;
+  if (bind_agent_ids_) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    cert_names = auth == nullptr ? std::vector<std::string>{} : PeerCertificateNames(*auth);
+  }
+  return new AgentStream(engine_, &logged_interval_ns_, ctx->peer(), std::move(cert_names));
 }
 
 }  // namespace taskgrid::service

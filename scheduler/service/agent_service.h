@@ -2,8 +2,10 @@
 //
 // Lifecycle of a stream (AgentStream):
 //   1. Created by Connect(); attaches an Outbox to the Engine and reads.
-//   2. The first message must be Hello; the Engine validates it (an error
-//      ends the stream with that status).
+//   2. The first message must be Hello. With mTLS its agent_id must be a
+//      name of the client certificate (else PERMISSION_DENIED, before the
+//      Engine hears of it); then the Engine validates it (an error ends the
+//      stream with that status).
 //   3. Every later message goes to the Engine; reads continue until the
 //      agent half-closes or the stream breaks.
 //   4. The Engine sends through the Outbox from any thread: the Outbox
@@ -22,13 +24,17 @@ namespace taskgrid::service {
 
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  explicit AgentServiceImpl(engine::Engine* engine) : engine_(engine) {}
+  // bind_agent_ids: clients present verified certificates (mTLS), and a
+  // Hello's agent_id must be one of the certificate's names.
+  explicit AgentServiceImpl(engine::Engine* engine, bool bind_agent_ids = false)
+      : engine_(engine), bind_agent_ids_(bind_agent_ids) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:
   engine::Engine* const engine_;
+  const bool bind_agent_ids_;
   // The heartbeat interval last logged (0: none yet).
   std::atomic<int64_t> logged_interval_ns_{0};
 };

@@ -14,9 +14,22 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   // Both must come before the builder exists.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine));
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!opts.tls.cert.empty() || !opts.tls.key.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls = ServerCredentials(opts.tls);
+    if (!tls.ok()) return tls.status();
+    creds = *std::move(tls);
+  } else if (!opts.tls.ca.empty()) {
+    return absl::InvalidArgumentError("--tls_ca needs --tls_cert and --tls_key");
+  }
+  if (opts.tokens != nullptr) {
+    // gRPC runs the processor only on secure connections.
+    if (opts.tls.cert.empty()) return absl::InvalidArgumentError("tokens need TLS (--tls_cert)");
+    creds->SetAuthMetadataProcessor(opts.tokens);
+  }
+  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine, !opts.tls.ca.empty()));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(opts.listen, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
   builder.SetMaxSendMessageSize(opts.max_message_bytes);
   // Agents send keepalive pings only after a stretch with nothing read (30 s

@@ -1,5 +1,6 @@
 // Builds the scheduler's gRPC server: TaskService, AgentService, the
-// standard health service and server reflection. Used by main() and by the
+// standard health service and server reflection, in plaintext or behind TLS
+// (mTLS) and bearer tokens (scheduler/service/auth.h). Used by main() and by the
 // in-process integration tests.
 #pragma once
 
@@ -9,8 +10,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tls.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/agent_service.h"
+#include "scheduler/service/auth.h"
 #include "scheduler/service/cluster_service.h"
 #include "scheduler/service/job_service.h"
 #include "scheduler/service/task_service.h"
@@ -20,6 +23,12 @@ namespace taskgrid::service {
 struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
   int max_message_bytes = 64 << 20;
+  // No cert/key: plaintext. cert+key: TLS. ca too: mTLS, every client shows
+  // a certificate signed by the CA, and an agent's id must be one of its
+  // certificate's names.
+  TlsFiles tls;
+  // Bearer tokens with roles, checked on every call; needs TLS.
+  std::shared_ptr<TokenAuth> tokens;
 };
 
 class SchedulerServer {
@@ -36,8 +45,12 @@ class SchedulerServer {
   void Shutdown(absl::Duration deadline);
 
  private:
-  SchedulerServer(engine::Engine* engine)
-      : engine_(engine), tasks_(engine), agents_(engine), cluster_(engine), jobs_(engine) {}
+  SchedulerServer(engine::Engine* engine, bool bind_agent_ids)
+      : engine_(engine),
+        tasks_(engine),
+        agents_(engine, bind_agent_ids),
+        cluster_(engine),
+        jobs_(engine) {}
   engine::Engine* const engine_;
   TaskServiceImpl tasks_;
   AgentServiceImpl agents_;

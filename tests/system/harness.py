@@ -99,8 +99,10 @@ def start_class_cluster(test_cls, scheduler_flags=(), agents=(), slots=2):
 class Cluster:
     """A scheduler and any number of agents in one temporary directory."""
 
-    def __init__(self, scheduler_flags=(), keep=False):
+    def __init__(self, scheduler_flags=(), keep=False, ctl_flags=()):
+        """ctl_flags: added to every taskgridctl call (e.g. --tls_ca=...)."""
         self.dir = tempfile.mkdtemp(prefix="taskgrid-system-")
+        self.ctl_flags = list(ctl_flags)
         self.data_dir = os.path.join(self.dir, "data")
         self.scheduler_flags = list(scheduler_flags)
         self.scheduler = None
@@ -155,7 +157,8 @@ class Cluster:
 
     def ctl(self, *args, input=None, timeout=DEFAULT_TIMEOUT, check=False):
         """Runs taskgridctl against this cluster; returns CompletedProcess (text)."""
-        argv = [binary("TASKGRID_CTL"), f"--addr={self.addr}"] + [str(a) for a in args]
+        argv = ([binary("TASKGRID_CTL"), f"--addr={self.addr}"] + self.ctl_flags +
+                [str(a) for a in args])
         res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")

@@ -114,13 +114,30 @@ Cluster::~Cluster() {
   ForgetTempDir(dir_);
 }
 
+TlsFiles BenchOptions::ClientTls() const {
+  if (tls_dir.empty()) return {};
+  return {tls_dir + "/client.pem", tls_dir + "/client.key", tls_dir + "/ca.pem"};
+}
+
+std::vector<std::string> BenchOptions::AgentTlsFlags() const {
+  if (tls_dir.empty()) return {};
+  const TlsFiles f = ClientTls();
+  return {"--tls_ca=" + f.ca, "--tls_cert=" + f.cert, "--tls_key=" + f.key};
+}
+
 void Cluster::Connect() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  channel_ = grpc::CreateCustomChannel(addr_, grpc::InsecureChannelCredentials(), args);
+  // main() checked the files: a failure here is a broken invariant.
+  auto creds = ChannelCredentials(opts_.ClientTls());
+  if (!creds.ok()) {
+    spdlog::critical("{}", creds.status().ToString());
+    std::abort();
+  }
+  channel_ = grpc::CreateCustomChannel(addr_, *creds, args);
   tasks_ = v1::TaskService::NewStub(channel_);
   cluster_ = v1::ClusterService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
@@ -169,6 +186,10 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
       absl::StrCat("--reconnect_grace=", absl::FormatDuration(opts_.reconnect_grace)),
       absl::StrCat("--max_heartbeats_per_second=", opts_.max_heartbeats_per_second),
       absl::StrCat("--log_level=", opts_.scheduler_log_level)};
+  if (!opts_.tls_dir.empty()) {
+    argv.push_back(absl::StrCat("--tls_cert=", opts_.tls_dir, "/head.pem"));
+    argv.push_back(absl::StrCat("--tls_key=", opts_.tls_dir, "/head.key"));
+  }
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   const std::string log = absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log");
   auto child = ChildProcess::Spawn("taskgrid-scheduler", argv, log);
@@ -243,6 +264,8 @@ absl::StatusOr<ChildProcess*> Cluster::StartAgent(const std::string& id, int slo
   std::vector<std::string> argv = {opts_.agent_bin, absl::StrCat("--scheduler=", addr_),
                                    absl::StrCat("--id=", id), absl::StrCat("--slots=", slots),
                                    absl::StrCat("--log_level=", opts_.agent_log_level)};
+  const std::vector<std::string> tls = opts_.AgentTlsFlags();
+  argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto child = ChildProcess::Spawn(absl::StrCat("agent ", id), argv,
                                    absl::StrCat(dir_, "/agent-", id, ".log"));

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
@@ -51,6 +52,16 @@ struct BenchOptions {
   bool keep = false;  // keep the temporary directories (data, logs)
   std::string agent_log_level = "warn";
   std::string scheduler_log_level = "info";
+  // Empty: plaintext. Else a directory made by deploy/make-certs.sh: the
+  // scheduler started here serves TLS with head.pem/head.key (no client
+  // certificates asked, so agents need none of their own), and every client
+  // (this program, agents, simulated agents) trusts ca.pem and presents
+  // client.pem/client.key.
+  std::string tls_dir;
+
+  TlsFiles ClientTls() const;
+  // The agent flags of ClientTls(); none without tls_dir.
+  std::vector<std::string> AgentTlsFlags() const;
 };
 
 // Polls `pred` every `interval` until it returns true. An error from pred is

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
 #include "common/logging.h"
+#include "common/tls.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/cluster.h"
 #include "tools/bench/report.h"
@@ -60,6 +61,10 @@ ABSL_FLAG(bool, keep, false, "Keep the temporary directories (task tables and lo
 ABSL_FLAG(std::string, agent_log_level, "warn",
           "--log_level of the agents it starts (info logs two lines per task)");
 ABSL_FLAG(std::string, log_level, "info", "This program's log level (stderr)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Run over TLS with the files deploy/make-certs.sh made in this directory: the "
+          "scheduler started here serves head.pem/head.key; this program, its agents and "
+          "simulated agents trust ca.pem and present client.pem/client.key");
 
 // Sizes; 0 keeps the workload's default (full, or --smoke's).
 ABSL_FLAG(int64_t, w1_tasks, 0, "W1: tasks per submit mode (default 20000)");
@@ -138,6 +143,14 @@ int RunSim() {
   o.id_prefix = absl::GetFlag(FLAGS_sim_id_prefix);
   o.slots = absl::GetFlag(FLAGS_sim_slots);
   o.max_run = absl::Seconds(absl::GetFlag(FLAGS_sim_max_seconds));
+  tb::BenchOptions tls;
+  tls.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  auto creds = taskgrid::ChannelCredentials(tls.ClientTls());
+  if (!creds.ok()) {
+    spdlog::error("{}", std::string(creds.status().message()));
+    return 2;
+  }
+  o.credentials = *std::move(creds);
   if (o.addr.empty()) {
     spdlog::error("--sim_agents needs --addr");
     return 2;
@@ -192,6 +205,11 @@ int main(int argc, char** argv) {
   o.scheduler_bin = bin_dir + "/taskgrid-scheduler";
   o.agent_bin = bin_dir + "/taskgrid-agent";
   o.self_exe = tb::SelfExe();
+  o.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  if (auto creds = taskgrid::ChannelCredentials(o.ClientTls()); !creds.ok()) {
+    spdlog::error("--tls_dir: {}", std::string(creds.status().message()));
+    return 2;
+  }
   o.tmp_base = absl::GetFlag(FLAGS_tmp_dir);
   if (o.tmp_base.empty()) {
     const char* t = getenv("TMPDIR");

@@ -228,7 +228,10 @@ absl::Status RunSimAgents(const SimAgentOptions& opts) {
       args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
       args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
       args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-      auto channel = grpc::CreateCustomChannel(opts.addr, grpc::InsecureChannelCredentials(), args);
+      auto channel = grpc::CreateCustomChannel(
+          opts.addr,
+          opts.credentials != nullptr ? opts.credentials : grpc::InsecureChannelCredentials(),
+          args);
       auto s = std::make_unique<SimStream>(&stats, absl::StrCat(opts.id_prefix, i), opts.slots,
                                            std::move(channel));
       SimStream* raw = s.get();

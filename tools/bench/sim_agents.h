@@ -15,7 +15,10 @@
 // reports progress on stderr.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -34,6 +37,8 @@ struct SimAgentOptions {
   absl::Duration wave_timeout = absl::Seconds(20);
   // The process ends by itself after this long, whatever happens.
   absl::Duration max_run = absl::Minutes(30);
+  // How the streams are secured (common/tls.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // Opens the streams, keeps them heartbeating until max_run passed (or the

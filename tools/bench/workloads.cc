@@ -716,6 +716,7 @@ absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out) {
           ctx.opts.self_exe, absl::StrCat("--sim_agents=", share),
           absl::StrCat("--addr=", c.addr()), absl::StrCat("--sim_id_prefix=", prefix, p, "-"),
           absl::StrCat("--sim_max_seconds=", absl::ToInt64Seconds(max_run))};
+      if (!ctx.opts.tls_dir.empty()) argv.push_back("--tls_dir=" + ctx.opts.tls_dir);
       auto child = c.StartChild(absl::StrCat("sim-", p), argv);
       if (!child.ok()) return child.status();
       logs.push_back((*child)->log_path());

@@ -261,7 +261,9 @@ Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(opts_.addr, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> creds =
+      opts_.credentials != nullptr ? opts_.credentials : grpc::InsecureChannelCredentials();
+  channel_ = grpc::CreateCustomChannel(opts_.addr, creds, args);
   stub_ = v1::TaskService::NewStub(channel_);
   cluster_stub_ = v1::ClusterService::NewStub(channel_);
   job_stub_ = v1::JobService::NewStub(channel_);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
@@ -37,6 +38,8 @@ struct ClientOptions {
   std::string addr;                            // HOST:PORT of the scheduler
   bool json = false;                           // print proto3 JSON instead of tables
   absl::Duration timeout = absl::Seconds(30);  // deadline of each RPC
+  // TLS, client certificate, bearer token (common/tls.h); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 struct WatchOptions {

@@ -1,0 +1,314 @@
+// The trust boundary without a network: TokenAuth's role table and tokens
+// file, the agent id <-> certificate binding, and common/tls's file
+// handling. TokenAuth::Process is called directly, as gRPC's server auth
+// filter calls it, with the metadata a call carries (":path",
+// "authorization"); the TLS handshake itself is covered by the system test
+// tests/system/tls_test.py.
+#include "scheduler/service/auth.h"
+
+#include <gmock/gmock.h>
+#include <google/protobuf/descriptor.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/tls.h"
+#include "taskgrid/v1/agent_service.grpc.pb.h"
+#include "taskgrid/v1/cluster_service.grpc.pb.h"
+#include "taskgrid/v1/job_service.grpc.pb.h"
+#include "taskgrid/v1/task_service.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
+
+namespace taskgrid::service {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// An AuthContext holding properties in a multimap (gRPC's own one is built
+// only from a real call).
+class FakeAuthContext final : public grpc::AuthContext {
+ public:
+  bool IsPeerAuthenticated() const override { return false; }
+  std::vector<grpc::string_ref> GetPeerIdentity() const override { return {}; }
+  std::string GetPeerIdentityPropertyName() const override { return ""; }
+  std::vector<grpc::string_ref> FindPropertyValues(const std::string& name) const override {
+    std::vector<grpc::string_ref> out;
+    auto [begin, end] = props_.equal_range(name);
+    for (auto it = begin; it != end; ++it) out.emplace_back(it->second);
+    return out;
+  }
+  grpc::AuthPropertyIterator begin() const override { return EmptyIterator(); }
+  grpc::AuthPropertyIterator end() const override { return EmptyIterator(); }
+  void AddProperty(const std::string& key, const grpc::string_ref& value) override {
+    props_.emplace(key, std::string(value.data(), value.size()));
+  }
+  bool SetPeerIdentityPropertyName(const std::string&) override { return false; }
+
+ private:
+  struct EmptyIterator : grpc::AuthPropertyIterator {};
+  std::multimap<std::string, std::string> props_;
+};
+
+const char kTokens[] =
+    "# name   roles            token\n"
+    "rita     reader           reader-token-0123456789\n"
+    "\n"
+    "sam      submitter        submitter-token-0123456789   # trailing comment\n"
+    "w1       agent            agent-token-0123456789\n"
+    "ada      admin            admin-token-0123456789\n"
+    "ops      reader,agent     ops-token-0123456789\n";
+
+std::unique_ptr<TokenAuth> MakeAuth() {
+  auto auth = TokenAuth::Parse(kTokens, "tokens");
+  EXPECT_TRUE(auth.ok()) << auth.status();
+  return auth.ok() ? std::move(*auth) : nullptr;
+}
+
+// Process() as gRPC calls it for `method` with `token` ("" = none).
+struct Outcome {
+  grpc::Status status;
+  std::string principal;  // the property set on the AuthContext
+  std::vector<std::string> consumed;
+};
+Outcome Call(TokenAuth& auth, const std::string& method, const std::string& token) {
+  const std::string bearer = "Bearer " + token;
+  TokenAuth::InputMetadata md;
+  md.emplace(":path", method);
+  md.emplace(":authority", "127.0.0.1:7070");
+  md.emplace("user-agent", "test");
+  if (!token.empty()) md.emplace("authorization", bearer);
+  FakeAuthContext ctx;
+  TokenAuth::OutputMetadata consumed, response;
+  Outcome out;
+  out.status = auth.Process(md, &ctx, &consumed, &response);
+  for (const grpc::string_ref& v : ctx.FindPropertyValues(kPrincipalProperty)) {
+    out.principal.assign(v.data(), v.size());
+  }
+  for (const auto& [k, v] : consumed) out.consumed.push_back(k);
+  return out;
+}
+
+TEST(TokenAuth, EveryMethodTheSchedulerServesHasARole) {
+  // A new RPC must be placed in the table on purpose (else only admin may
+  // call it): this fails until it is.
+  int methods = 0;
+  int services = 0;
+  for (const google::protobuf::FileDescriptor* file :
+       {v1::SubmitTasksRequest::descriptor()->file(), v1::SubmitJobRequest::descriptor()->file(),
+        v1::ListAgentsRequest::descriptor()->file(), v1::AgentMessage::descriptor()->file()}) {
+    for (int s = 0; s < file->service_count(); ++s, ++services) {
+      const google::protobuf::ServiceDescriptor* service = file->service(s);
+      for (int i = 0; i < service->method_count(); ++i) {
+        const std::string full = "/" + service->full_name() + "/" + service->method(i)->name();
+        EXPECT_EQ(MethodRoles().count(full), 1u) << full << " is not in MethodRoles()";
+        ++methods;
+      }
+    }
+  }
+  EXPECT_EQ(services, 4);
+  // The table names nothing the scheduler does not serve, besides health and reflection.
+  int none = 0;
+  for (const auto& [method, role] : MethodRoles()) none += role == Role::kNone;
+  EXPECT_EQ(static_cast<int>(MethodRoles().size()), methods + none);
+}
+
+TEST(TokenAuth, EachRoleCallsWhatItMayAndNothingElse) {
+  auto auth = MakeAuth();
+  ASSERT_NE(auth, nullptr);
+  // One read and one change of every service.
+  const std::vector<std::string> methods = {
+      "/taskgrid.v1.TaskService/GetTask",       "/taskgrid.v1.TaskService/WatchTasks",
+      "/taskgrid.v1.TaskService/SubmitTasks",   "/taskgrid.v1.TaskService/CancelTask",
+      "/taskgrid.v1.JobService/ListJobs",       "/taskgrid.v1.JobService/SubmitJob",
+      "/taskgrid.v1.ClusterService/ListAgents", "/taskgrid.v1.ClusterService/GetClusterStats",
+      "/taskgrid.v1.ClusterService/DrainAgent", "/taskgrid.v1.AgentService/Connect",
+  };
+  // token -> which of `methods` it may call (1) or not (0).
+  const std::map<std::string, std::vector<int>> allowed = {
+      {"reader-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 0}},
+      {"submitter-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}},
+      {"agent-token-0123456789", {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}},
+      {"admin-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+      {"ops-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 1}},
+  };
+  const std::map<std::string, std::string> names = {{"reader-token-0123456789", "rita"},
+                                                    {"submitter-token-0123456789", "sam"},
+                                                    {"agent-token-0123456789", "w1"},
+                                                    {"admin-token-0123456789", "ada"},
+                                                    {"ops-token-0123456789", "ops"}};
+  for (const auto& [token, may] : allowed) {
+    for (size_t i = 0; i < methods.size(); ++i) {
+      SCOPED_TRACE(names.at(token) + " calls " + methods[i]);
+      Outcome out = Call(*auth, methods[i], token);
+      if (may[i]) {
+        EXPECT_TRUE(out.status.ok()) << out.status.error_message();
+        EXPECT_EQ(out.principal, names.at(token));
+      } else {
+        EXPECT_EQ(out.status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+        EXPECT_THAT(out.status.error_message(), HasSubstr(names.at(token)));
+        EXPECT_THAT(out.status.error_message(),
+                    HasSubstr("needs role " + RoleName(RequiredRole(methods[i]))));
+        EXPECT_THAT(out.status.error_message(), Not(HasSubstr(token)));
+        EXPECT_EQ(out.principal, "");
+      }
+      // Handlers never see the token.
+      EXPECT_EQ(out.consumed, std::vector<std::string>{"authorization"});
+    }
+  }
+}
+
+TEST(TokenAuth, MissingOrUnknownTokenIsUnauthenticated) {
+  auto auth = MakeAuth();
+  ASSERT_NE(auth, nullptr);
+  for (const std::string& token : {std::string(), std::string("no-such-token-0123456789"),
+                                   std::string("reader-token-012345678")}) {
+    Outcome out = Call(*auth, "/taskgrid.v1.TaskService/GetTask", token);
+    EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_EQ(out.principal, "");
+  }
+  // Not a bearer token at all.
+  TokenAuth::InputMetadata md;
+  md.emplace(":path", "/taskgrid.v1.TaskService/GetTask");
+  md.emplace("authorization", "Basic cml0YTpzZWNyZXQ=");
+  FakeAuthContext ctx;
+  TokenAuth::OutputMetadata consumed, response;
+  EXPECT_EQ(auth->Process(md, &ctx, &consumed, &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(TokenAuth, HealthAndReflectionNeedNoToken) {
+  auto auth = MakeAuth();
+  ASSERT_NE(auth, nullptr);
+  for (const char* method : {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+                             "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"}) {
+    EXPECT_TRUE(Call(*auth, method, "").status.ok()) << method;
+  }
+}
+
+TEST(TokenAuth, UnknownMethodNeedsAdmin) {
+  auto auth = MakeAuth();
+  ASSERT_NE(auth, nullptr);
+  const std::string method = "/taskgrid.v1.TaskService/NotYetInTheTable";
+  EXPECT_EQ(Call(*auth, method, "submitter-token-0123456789").status.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Call(*auth, method, "").status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Call(*auth, method, "admin-token-0123456789").status.ok());
+  // No :path at all is no method anyone but admin may call either.
+  EXPECT_EQ(Call(*auth, "", "reader-token-0123456789").status.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST(TokenAuth, BadTokensFileNamesTheLine) {
+  struct Case {
+    std::string text;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"a reader token-0123456789abc\nb reader\n", "tokens.txt:2: expected 'NAME ROLE"},
+      {"# c\n\na writer token-0123456789abc\n", "tokens.txt:3: unknown role 'writer'"},
+      {"a reader,,admin token-0123456789abc\n", "tokens.txt:1: unknown role ''"},
+      {"a reader short\n", "tokens.txt:1: the token of a is shorter than 16"},
+      {"a reader token-0123456789abc\nb admin token-0123456789abc\n",
+       "tokens.txt:2: the token of b is already the token of a"},
+      {"a reader token-0123456789abc\na admin token-0123456789xyz\n",
+       "tokens.txt:2: principal a is named twice"},
+      {"# only comments\n\n", "tokens.txt: no tokens in it"},
+  };
+  for (const Case& c : cases) {
+    auto auth = TokenAuth::Parse(c.text, "tokens.txt");
+    ASSERT_FALSE(auth.ok()) << c.text;
+    EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(auth.status().message()), HasSubstr(c.error)) << c.text;
+    EXPECT_THAT(std::string(auth.status().message()), Not(HasSubstr("token-0123456789")));
+  }
+}
+
+TEST(TokenAuth, FromFileReadsTheFileAndNamesIt) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/tokens";
+  std::ofstream(path) << kTokens;
+  auto auth = TokenAuth::FromFile(path);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_EQ((*auth)->size(), 5u);
+  std::ofstream(path) << "x admin\n";
+  auth = TokenAuth::FromFile(path);
+  ASSERT_FALSE(auth.ok());
+  EXPECT_THAT(std::string(auth.status().message()), HasSubstr(path + ":1:"));
+  auth = TokenAuth::FromFile(dir.path() + "/missing");
+  ASSERT_FALSE(auth.ok());
+  EXPECT_THAT(std::string(auth.status().message()), HasSubstr(dir.path() + "/missing"));
+}
+
+TEST(AgentIdentity, IdMustBeANameOfTheCertificate) {
+  EXPECT_TRUE(CheckAgentIdentity("w1", {"w1"}).ok());
+  EXPECT_TRUE(CheckAgentIdentity("w1.example", {"w1", "w1.example"}).ok());
+  absl::Status s = CheckAgentIdentity("w2", {"w1", "w1.example"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("agent id w2"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("w1, w1.example"));
+  // A peer without a certificate names nothing.
+  EXPECT_EQ(CheckAgentIdentity("w1", {}).code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(Tls, PeerCertificateNamesAreTheCommonNameThenTheAlternativeNames) {
+  FakeAuthContext ctx;
+  ctx.AddProperty("x509_common_name", "w1");
+  ctx.AddProperty("x509_subject_alternative_name", "w1");
+  ctx.AddProperty("x509_subject_alternative_name", "w1.example");
+  ctx.AddProperty("x509_pem_cert", "-----BEGIN CERTIFICATE-----");
+  EXPECT_EQ(PeerCertificateNames(ctx), (std::vector<std::string>{"w1", "w1.example"}));
+  EXPECT_TRUE(PeerCertificateNames(FakeAuthContext()).empty());
+}
+
+TEST(Tls, ReadTokenTrimsAndRefusesEmpty) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/token";
+  std::ofstream(path) << "  secret-0123456789\n\n";
+  auto token = ReadToken(path);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "secret-0123456789");
+  std::ofstream(path) << " \n\t\n";
+  token = ReadToken(path);
+  ASSERT_FALSE(token.ok());
+  EXPECT_THAT(std::string(token.status().message()), HasSubstr(path + ": empty"));
+  std::ofstream(path) << "two words\n";
+  EXPECT_FALSE(ReadToken(path).ok());
+  token = ReadToken(dir.path() + "/missing");
+  ASSERT_FALSE(token.ok());
+  EXPECT_THAT(std::string(token.status().message()), HasSubstr(dir.path() + "/missing"));
+}
+
+TEST(Tls, CredentialErrorsNameTheFileOrTheFlag) {
+  testing::TempDir dir;
+  const std::string not_pem = dir.path() + "/not.pem";
+  std::ofstream(not_pem) << "hello\n";
+  auto server = ServerCredentials({not_pem, not_pem, ""});
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("--tls_cert"));
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr(not_pem));
+  server = ServerCredentials({dir.path() + "/missing.pem", not_pem, ""});
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr(dir.path() + "/missing.pem"));
+  EXPECT_FALSE(ServerCredentials({"", "", not_pem}).ok());
+
+  // Plaintext only when nothing is given; a token or a certificate needs a CA.
+  EXPECT_TRUE(ChannelCredentials({"", "", ""}).ok());
+  auto client = ChannelCredentials({"", "", ""}, "a-token-0123456789");
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("--tls_ca"));
+  EXPECT_FALSE(ChannelCredentials({not_pem, not_pem, ""}).ok());
+  client = ChannelCredentials({not_pem, "", not_pem});
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("go together"));
+  client = ChannelCredentials({"", "", not_pem});
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("--tls_ca"));
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr(not_pem));
+}
+
+}  // namespace
+}  // namespace taskgrid::service
