@@ -44,6 +44,9 @@ absl::Status Engine::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status s = Restore(); !s.ok()) return s;
     started_ = true;
+    // A watch "from now" starts after the newest revision read back, not
+    // before the history that survived the restart.
+    published_revision_.store(sched_.last_revision());
   }
   ticker_ = std::thread([this] { TickerLoop(); });
   return absl::OkStatus();
@@ -83,9 +86,11 @@ absl::Status Engine::Restore() {
   if (started_) return absl::FailedPreconditionError("the engine was started already");
   ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
   ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
-  ASSIGN_OR_RETURN(const auto range, store_->EventRange());
-  const int64_t oldest = range.first > 0 ? range.first : range.second + 1;
-  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), range.second, oldest));
+  // Revisions go on after the newest ever handed out, even when retention
+  // pruned every event.
+  ASSIGN_OR_RETURN(const store::EventSpan span, store_->GetEventSpan());
+  const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
+  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), span.newest, oldest));
   const AttemptIndex index(attempts);
 
   // Two threads share the work, about half each at 1,000,000 tasks: a

@@ -126,8 +126,9 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
       return;
     }
     watch_ = *watch;
-    // The client learns that its watch is registered: every change committed
-    // from now on reaches it.
+    // The client learns that its watch is registered (every change committed
+    // from now on reaches it), and where it starts.
+    ctx_->AddInitialMetadata(kWatchStartsAfterKey, absl::StrCat(watch_->starts_after()));
     StartSendInitialMetadata();
     std::lock_guard<std::mutex> lock(handle_->mu);
     SendMore();
@@ -182,7 +183,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
         const std::string msg(next.status().message());
         const size_t eq = msg.rfind('=');
         if (eq != std::string::npos) {
-          ctx_->AddTrailingMetadata("taskgrid-resume-after", msg.substr(eq + 1));
+          ctx_->AddTrailingMetadata(kResumeAfterKey, msg.substr(eq + 1));
         }
       }
       FinishLocked(ToGrpcStatus(next.status()));
