@@ -73,6 +73,10 @@ ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
 ABSL_FLAG(absl::Duration, event_retention, absl::Hours(24),
           "How long state changes are kept for WatchTasks to resume from");
+ABSL_FLAG(int64_t, max_watches, 10'000,
+          "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_waits, 100'000,
+          "Most WaitTask calls waiting at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -146,6 +150,12 @@ int main(int argc, char** argv) {
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   so.event_retention = absl::GetFlag(FLAGS_event_retention);
+  if (absl::GetFlag(FLAGS_max_watches) < 1 || absl::GetFlag(FLAGS_max_waits) < 1) {
+    spdlog::error("--max_watches and --max_waits must be at least 1");
+    return 2;
+  }
+  opts.max_watches = static_cast<size_t>(absl::GetFlag(FLAGS_max_watches));
+  opts.max_waits = static_cast<size_t>(absl::GetFlag(FLAGS_max_waits));
   if (absl::Status s =
           ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
       !s.ok()) {

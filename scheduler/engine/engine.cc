@@ -35,7 +35,9 @@ Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
       opts_(std::move(opts)),
       store_(store),
       sched_(clock, opts_.scheduler),
-      writer_(store, opts_.writer) {}
+      writer_(store, opts_.writer),
+      waiters_(opts_.max_waits, "--max_waits"),
+      waker_([this] { WakeLoop(); }) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -44,6 +46,9 @@ absl::Status Engine::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (absl::Status s = Restore(); !s.ok()) return s;
     started_ = true;
+    // A watch "from now" starts after the newest revision read back, not
+    // before the history that survived the restart.
+    published_revision_.store(sched_.last_revision());
   }
   ticker_ = std::thread([this] { TickerLoop(); });
   return absl::OkStatus();
@@ -83,9 +88,11 @@ absl::Status Engine::Restore() {
   if (started_) return absl::FailedPreconditionError("the engine was started already");
   ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
   ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
-  ASSIGN_OR_RETURN(const auto range, store_->EventRange());
-  const int64_t oldest = range.first > 0 ? range.first : range.second + 1;
-  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), range.second, oldest));
+  // Revisions go on after the newest ever handed out, even when retention
+  // pruned every event.
+  ASSIGN_OR_RETURN(const store::EventSpan span, store_->GetEventSpan());
+  const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
+  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), span.newest, oldest));
   const AttemptIndex index(attempts);
 
   // Two threads share the work, about half each at 1,000,000 tasks: a
@@ -167,13 +174,41 @@ void Engine::Stop() {
     ticker_cv_.notify_all();
   }
   if (ticker_.joinable()) ticker_.join();
+  std::vector<Waiters::Waiter> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
-    for (auto& [id, w] : waiters_) w.done(Stopped());
-    waiters_.clear();
+    waiting = waiters_.TakeAll();
   }
+  for (Waiters::Waiter& w : waiting) w.done(Stopped());
   writer_.Stop();
+  // After the writer: its last commits may still wake watches.
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_stop_ = true;
+    wake_cv_.notify_all();
+  }
+  if (waker_.joinable()) waker_.join();
+}
+
+void Engine::PostWake(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (wake_stop_) return;
+  wakes_.push_back(std::move(wake));
+  wake_cv_.notify_one();
+}
+
+void Engine::WakeLoop() {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  for (;;) {
+    wake_cv_.wait(lock, [this] { return wake_stop_ || !wakes_.empty(); });
+    if (wake_stop_) return;
+    std::function<void()> wake = std::move(wakes_.front());
+    wakes_.pop_front();
+    lock.unlock();
+    wake();
+    lock.lock();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -185,15 +220,15 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   // same commit.
   std::vector<std::pair<Reply<v1::WaitTaskResponse>, v1::WaitTaskResponse>> resolved;
   for (const core::EventRow& e : fx.batch.events) {
-    if (!core::IsTerminal(static_cast<v1::TaskState>(e.to_state))) continue;
-    auto [begin, end] = waiters_.equal_range(e.task_id);
-    for (auto it = begin; it != end; ++it) {
+    if (waiters_.size() == 0 || !core::IsTerminal(static_cast<v1::TaskState>(e.to_state))) {
+      continue;
+    }
+    for (Waiters::Waiter& w : waiters_.TakeTask(e.task_id)) {
       v1::WaitTaskResponse resp;
       sched_.Describe(*sched_.Find(e.task_id), resp.mutable_task());
       resp.set_done(true);
-      resolved.emplace_back(std::move(it->second.done), std::move(resp));
+      resolved.emplace_back(std::move(w.done), std::move(resp));
     }
-    waiters_.erase(begin, end);
   }
   const int64_t last = fx.batch.events.empty() ? 0 : fx.batch.events.back().revision;
   std::vector<core::EventRow> events;
@@ -229,8 +264,15 @@ void Engine::Publish(const std::vector<core::EventRow>& events, int64_t last) {
   std::vector<v1::TaskEvent> converted;
   converted.reserve(events.size());
   for (const core::EventRow& e : events) converted.push_back(Watch::ToEvent({e.revision, e}));
-  std::lock_guard<std::mutex> lock(watches_mu_);
-  for (const std::shared_ptr<Watch>& w : watches_) w->Offer(converted, last);
+  // Offered outside watches_mu_: starting or stopping a watch never waits
+  // for a commit's delivery. Offer never blocks; wakes go to the wake
+  // thread.
+  std::vector<std::shared_ptr<Watch>> watches;
+  {
+    std::lock_guard<std::mutex> lock(watches_mu_);
+    watches.assign(watches_.begin(), watches_.end());
+  }
+  for (const std::shared_ptr<Watch>& w : watches) w->Offer(converted, last);
 }
 
 template <typename T>
@@ -455,10 +497,13 @@ void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
   Answer(absl::StatusOr<v1::GetQueueStatsResponse>(std::move(resp)), std::move(done));
 }
 
-void Engine::WaitTask(const std::string& id, absl::Duration max_wait,
-                      Reply<v1::WaitTaskResponse> done) {
+uint64_t Engine::WaitTask(const std::string& id, absl::Duration max_wait,
+                          Reply<v1::WaitTaskResponse> done) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
+  if (stopped_) {
+    done(Stopped());
+    return 0;
+  }
   absl::StatusOr<v1::WaitTaskResponse> result;
   const core::TaskRecord* t = id.empty() ? nullptr : sched_.Find(id);
   if (id.empty()) {
@@ -471,10 +516,27 @@ void Engine::WaitTask(const std::string& id, absl::Duration max_wait,
     resp.set_done(core::IsTerminal(t->state));
     result = std::move(resp);
   } else {
-    waiters_.emplace(id, Waiter{clock_->Monotonic() + max_wait, std::move(done)});
-    return;
+    // `done` is kept for an error reply: Add moves it only on success.
+    absl::StatusOr<uint64_t> waiter = waiters_.Add(id, clock_->Monotonic() + max_wait, done);
+    if (waiter.ok()) return *waiter;
+    result = waiter.status();
   }
   Answer(std::move(result), std::move(done));
+  return 0;
+}
+
+void Engine::CancelWait(uint64_t waiter) {
+  Waiters::Waiter w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!waiters_.Remove(waiter, &w)) return;  // answered already
+  }
+  w.done(absl::CancelledError("the caller went away"));
+}
+
+size_t Engine::waiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
 }
 
 absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRequest& req,
@@ -488,7 +550,12 @@ absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRe
   // Counted first: every commit queued from now on keeps its events for
   // the watches, and every one queued before has a revision <= newest,
   // which the watch replays from the store (waiting for it to land).
-  watch_count_.fetch_add(1);
+  if (static_cast<size_t>(watch_count_.fetch_add(1)) >= opts_.max_watches) {
+    watch_count_.fetch_sub(1);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many WatchTasks streams open (--max_watches=", opts_.max_watches,
+                     "); try again later"));
+  }
   int64_t oldest, newest;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -512,8 +579,9 @@ absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRe
     return absl::OutOfRangeError(
         absl::StrCat("revision ", after, " is ahead of the newest, ", newest));
   }
-  auto watch =
-      std::make_shared<Watch>(req, after, store_, opts_.watch_queue, std::move(wake), newest);
+  auto watch = std::make_shared<Watch>(
+      req, after, store_, opts_.watch_queue, [this, wake = std::move(wake)] { PostWake(wake); },
+      newest);
   std::lock_guard<std::mutex> lock(watches_mu_);
   watches_.insert(watch);
   return watch;
@@ -561,11 +629,12 @@ void Engine::GetClusterStats(Reply<v1::ClusterStats> done) {
 // Agents.
 
 void Engine::EndCalls(const absl::Status& why) {
+  std::vector<Waiters::Waiter> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, w] : waiters_) w.done(why);
-    waiters_.clear();
+    waiting = waiters_.TakeAll();
   }
+  for (Waiters::Waiter& w : waiting) w.done(why);
   std::lock_guard<std::mutex> lock(channels_mu_);
   for (auto& [conn, channel] : channels_) channel->Close(why);
 }
@@ -640,18 +709,13 @@ void Engine::TickNow() {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || !started_) return;
   sched_.Tick();
-  // Waits that ran out: answer with the task as it is.
-  const absl::Duration now = clock_->Monotonic();
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (it->second.deadline > now) {
-      ++it;
-      continue;
-    }
+  // Waits that ran out: answer with the task as it is. Only the due ones
+  // are looked at.
+  for (Waiters::Waiter& w : waiters_.TakeExpired(clock_->Monotonic())) {
     v1::WaitTaskResponse resp;
-    sched_.Describe(*sched_.Find(it->first), resp.mutable_task());
+    sched_.Describe(*sched_.Find(w.task_id), resp.mutable_task());
     resp.set_done(false);
-    Answer(absl::StatusOr<v1::WaitTaskResponse>(std::move(resp)), std::move(it->second.done));
-    it = waiters_.erase(it);
+    Answer(absl::StatusOr<v1::WaitTaskResponse>(std::move(resp)), std::move(w.done));
   }
   CommitLocked(nullptr);
 }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "scheduler/core/scheduler.h"
+#include "scheduler/engine/waiters.h"
 #include "scheduler/engine/watch.h"
 #include "scheduler/store/group_commit.h"
 #include "scheduler/store/store.h"
@@ -51,6 +53,10 @@ struct EngineOptions {
   // Live events a watcher may have queued before it is ended as too slow.
   // (Well above the events of one commit: a 10,000-task submit makes 20,000.)
   size_t watch_queue = 100'000;
+  // Most WatchTasks streams and WaitTask calls open at once; past them a
+  // new one is RESOURCE_EXHAUSTED, naming the flag.
+  size_t max_watches = 10'000;
+  size_t max_waits = 100'000;
   absl::Duration tick_interval = absl::Milliseconds(10);
   store::GroupCommitWriter::Options writer;
 };
@@ -82,9 +88,18 @@ class Engine {
   void ResumeTask(const std::string& id, Reply<v1::Task> done);
   void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
   // Replies when the task is terminal, or with done=false after `max_wait`.
-  void WaitTask(const std::string& id, absl::Duration max_wait, Reply<v1::WaitTaskResponse> done);
-  // A WatchTasks subscription; `wake` as in Watch. StopWatch when the
-  // stream ends.
+  // Returns the waiter's id, for CancelWait; 0 when it was answered at
+  // once (done, an error, or no wait asked for).
+  uint64_t WaitTask(const std::string& id, absl::Duration max_wait,
+                    Reply<v1::WaitTaskResponse> done);
+  // The caller went away: the waiter is dropped, and answered CANCELLED
+  // unless a commit or its deadline answered it first.
+  void CancelWait(uint64_t waiter);
+  // WaitTask calls in progress.
+  size_t waiting();
+  // A WatchTasks subscription; `wake` as in Watch, but always called on
+  // the Engine's wake thread (never on the thread that answers commits,
+  // so a wake may read the store). StopWatch when the stream ends.
   absl::StatusOr<std::shared_ptr<Watch>> StartWatch(const v1::WatchTasksRequest& req,
                                                     std::function<void()> wake);
   void StopWatch(const std::shared_ptr<Watch>& watch);
@@ -162,16 +177,23 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>>
       channels_;  // guarded by channels_mu_
 
-  struct Waiter {
-    absl::Duration deadline;  // monotonic
-    Reply<v1::WaitTaskResponse> done;
-  };
-  std::multimap<std::string, Waiter> waiters_;  // guarded by mu_; by task id
+  Waiters waiters_;  // guarded by mu_
 
   std::mutex watches_mu_;
   std::set<std::shared_ptr<Watch>> watches_;  // guarded by watches_mu_
   std::atomic<int> watch_count_{0};
   std::atomic<int64_t> published_revision_{0};
+
+  // Watch wakes run here, one at a time, off the commit thread and off
+  // watches_mu_. At most one wake per watch is queued (a Watch wakes only
+  // once it went idle), so the queue is bounded by max_watches.
+  void PostWake(std::function<void()> wake);
+  void WakeLoop();
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  std::deque<std::function<void()>> wakes_;  // guarded by wake_mu_
+  bool wake_stop_ = false;                   // guarded by wake_mu_
+  std::thread waker_;
 
   std::mutex ticker_mu_;
   std::condition_variable ticker_cv_;

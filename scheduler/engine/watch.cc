@@ -1,5 +1,6 @@
 #include "scheduler/engine/watch.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@ Watch::Watch(const v1::WatchTasksRequest& filter, int64_t after_revision, store:
       store_(store),
       max_queue_(max_queue),
       wake_(std::move(wake)),
+      starts_after_(after_revision),
       cursor_(after_revision),
       offered_(must_replay_through),
       sent_(after_revision) {}
@@ -100,10 +102,40 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
       from = cursor_;
     }
     // Replay: everything committed is in the store (Offer comes after the
-    // commit), so read on from the cursor.
+    // commit), so read on from the cursor. No lock is held: offers that
+    // come meanwhile only raise offered_, and the loop reads on to it.
     auto chunk = store_->ReadEvents(from, kReplayChunk);
     if (!chunk.ok()) return chunk.status();
+    // Revisions are dense (one event each), so a gap means pruned history.
+    // From 0 (all the kept history) the first read may start anywhere.
+    int64_t oldest_kept = 0;
+    if (!chunk->empty()) {
+      if (from > 0 && chunk->front().revision != from + 1) oldest_kept = chunk->front().revision;
+    } else {
+      auto span = store_->GetEventSpan();
+      if (!span.ok()) return span.status();
+      if (span->newest_pruned > from) {
+        if (from == 0) {
+          // Nothing kept yet: all the history kept is what comes next.
+          std::lock_guard<std::mutex> lock(mu_);
+          cursor_ = std::max(cursor_, span->newest_pruned);
+          continue;
+        }
+        oldest_kept = span->oldest > 0 ? span->oldest : span->newest + 1;
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    if (oldest_kept > 0) {
+      failed_ = absl::OutOfRangeError(absl::StrCat(
+          "the history after revision ", from,
+          " was pruned (--event_retention) while this watch replayed it; the oldest revision "
+          "still kept is ",
+          oldest_kept, ": resume with after_revision=", oldest_kept - 1,
+          " (skipping what was lost) or watch from now"));
+      queue_events_.clear();
+      if (out.empty()) return failed_;
+      return out;
+    }
     if (chunk->empty() && cursor_ < offered_ && out.empty()) {
       // The commit through offered_ has not landed yet: its Offer wakes us.
       idle_ = true;

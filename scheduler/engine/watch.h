@@ -2,6 +2,11 @@
 // after a revision (read from the Store in chunks, as the client keeps up),
 // then switches to live events the Engine offers after each commit.
 //
+// The replay checks that it has no gap: history pruned under it (between
+// the watch's start and a read, or between two reads) ends the watch with
+// OUT_OF_RANGE naming the oldest revision still kept, never a silent skip.
+// After revision 0 means all the history still kept.
+//
 // Live events wait in a bounded queue; a watcher that lets it fill is ended
 // (RESOURCE_EXHAUSTED, naming the revision to resume after) instead of
 // slowing the scheduler: Offer() never blocks and never waits for I/O.
@@ -53,6 +58,10 @@ class Watch {
   // No more wakes; later offers are dropped.
   void Close();
 
+  // The revision the watch started after: the first event it sends is the
+  // next one (that matches).
+  int64_t starts_after() const { return starts_after_; }
+
   bool Matches(const v1::TaskEvent& e) const;
   static v1::TaskEvent ToEvent(const store::StoredEvent& e);
 
@@ -64,6 +73,7 @@ class Watch {
   store::Store* const store_;
   const size_t max_queue_;
   const std::function<void()> wake_;
+  const int64_t starts_after_;
 
   std::mutex mu_;
   bool replaying_ = true;                   // guarded by mu_: reading history from the store

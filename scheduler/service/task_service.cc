@@ -84,10 +84,58 @@ grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerCon
   return reactor;
 }
 
+namespace {
+
+// One WaitTask call. Its waiter lives in the Engine until the task ends or
+// the wait runs out; a client that goes away (cancel, deadline, broken
+// connection) takes its waiter out at once, so waiters never pile up.
+class WaitCall final : public grpc::ServerUnaryReactor {
+ public:
+  WaitCall(engine::Engine* engine, v1::WaitTaskResponse* resp) : engine_(engine), resp_(resp) {}
+
+  void Start(const std::string& id, absl::Duration wait) {
+    const uint64_t waiter =
+        engine_->WaitTask(id, wait, [this](absl::StatusOr<v1::WaitTaskResponse> r) {
+          if (r.ok()) *resp_ = std::move(*r);
+          Finish(ToGrpcStatus(r.status()));
+        });
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiter_ = waiter;
+      cancelled = cancelled_;
+    }
+    if (cancelled && waiter != 0) engine_->CancelWait(waiter);
+  }
+
+  void OnCancel() override {
+    uint64_t waiter;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      waiter = waiter_;
+    }
+    // Answered already (waiter gone), or not registered yet (Start cancels
+    // it): CancelWait is a no-op then.
+    if (waiter != 0) engine_->CancelWait(waiter);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  engine::Engine* const engine_;
+  v1::WaitTaskResponse* const resp_;
+  std::mutex mu_;
+  uint64_t waiter_ = 0;     // guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* TaskServiceImpl::WaitTask(grpc::CallbackServerContext* ctx,
                                                     const v1::WaitTaskRequest* req,
                                                     v1::WaitTaskResponse* resp) {
-  auto [reactor, reply] = Unary(ctx, resp);
+  auto* call = new WaitCall(engine_, resp);
   // Wait for `timeout` (at most an hour), but answer before the caller's
   // own deadline so it gets the task rather than DEADLINE_EXCEEDED.
   absl::Duration wait = FromProto(req->timeout());
@@ -98,8 +146,8 @@ grpc::ServerUnaryReactor* TaskServiceImpl::WaitTask(grpc::CallbackServerContext*
         absl::FromChrono(deadline - std::chrono::system_clock::now()) - absl::Milliseconds(200);
     wait = std::max(absl::ZeroDuration(), std::min(wait, left));
   }
-  engine_->WaitTask(req->id(), wait, std::move(reply));
-  return reactor;
+  call->Start(req->id(), wait);
+  return call;
 }
 
 namespace {
@@ -126,8 +174,9 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
       return;
     }
     watch_ = *watch;
-    // The client learns that its watch is registered: every change committed
-    // from now on reaches it.
+    // The client learns that its watch is registered (every change committed
+    // from now on reaches it), and where it starts.
+    ctx_->AddInitialMetadata(kWatchStartsAfterKey, absl::StrCat(watch_->starts_after()));
     StartSendInitialMetadata();
     std::lock_guard<std::mutex> lock(handle_->mu);
     SendMore();
@@ -182,7 +231,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
         const std::string msg(next.status().message());
         const size_t eq = msg.rfind('=');
         if (eq != std::string::npos) {
-          ctx_->AddTrailingMetadata("taskgrid-resume-after", msg.substr(eq + 1));
+          ctx_->AddTrailingMetadata(kResumeAfterKey, msg.substr(eq + 1));
         }
       }
       FinishLocked(ToGrpcStatus(next.status()));

@@ -38,6 +38,7 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
       return e.revision > batch.prune_events_through;
     });
     events_.erase(events_.begin(), keep);
+    newest_pruned_ = std::max(newest_pruned_, batch.prune_events_through);
   }
   return absl::OkStatus();
 }
@@ -84,10 +85,16 @@ absl::StatusOr<std::vector<StoredEvent>> MemoryStore::ReadEvents(int64_t after, 
   return out;
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> MemoryStore::EventRange() {
+absl::StatusOr<EventSpan> MemoryStore::GetEventSpan() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (events_.empty()) return std::pair<int64_t, int64_t>{0, 0};
-  return std::pair<int64_t, int64_t>{events_.front().revision, events_.back().revision};
+  EventSpan span;
+  span.newest_pruned = newest_pruned_;
+  span.newest = newest_pruned_;
+  if (!events_.empty()) {
+    span.oldest = events_.front().revision;
+    span.newest = std::max(span.newest, events_.back().revision);
+  }
+  return span;
 }
 
 }  // namespace taskgrid::store

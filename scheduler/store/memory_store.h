@@ -17,13 +17,14 @@ class MemoryStore final : public Store {
   absl::Status ScanTasks(const RowSink& sink) override;
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
-  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
+  absl::StatusOr<EventSpan> GetEventSpan() override;
 
  private:
   std::mutex mu_;
   std::map<std::string, core::TaskRow> tasks_;                            // guarded by mu_
   std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_
   std::vector<StoredEvent> events_;                                       // guarded by mu_
+  int64_t newest_pruned_ = 0;                                             // guarded by mu_
 };
 
 }  // namespace taskgrid::store

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -125,6 +126,18 @@ const std::vector<const char*>& Migrations() {
         agent_id, time_us, reason, job_id FROM events;
       DROP TABLE events;
       ALTER TABLE events_v4 RENAME TO events;
+      )sql",
+      // 4 -> 5: revisions never go backwards. `meta` keeps the newest
+      // pruned event revision (written in the transaction that prunes), so
+      // a restart after retention pruned every event goes on above it. A
+      // table pruned before this version knows only what it still keeps.
+      R"sql(
+      CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      INSERT INTO meta (key, value)
+        SELECT 'newest_pruned_revision', min(revision) - 1 FROM events HAVING count(*) > 0;
       )sql",
   };
   return *kMigrations;
@@ -310,6 +323,9 @@ absl::Status SqliteStore::Prepare() {
        "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
        "reason, revision, job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
       {&prune_events_, "DELETE FROM events WHERE revision <= ?1"},
+      {&note_pruned_,
+       "INSERT INTO meta (key, value) VALUES ('newest_pruned_revision', ?1) "
+       "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)"},
   };
   for (auto& s : stmts) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -383,7 +399,7 @@ SqliteStore::~SqliteStore() {
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
   for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
-                           insert_event_, prune_events_}) {
+                           insert_event_, prune_events_, note_pruned_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -482,6 +498,8 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
   if (batch.prune_events_through > 0) {
     sqlite3_bind_int64(prune_events_, 1, batch.prune_events_through);
     if (absl::Status s = Step(db_, prune_events_, "pruning events"); !s.ok()) return s;
+    sqlite3_bind_int64(note_pruned_, 1, batch.prune_events_through);
+    if (absl::Status s = Step(db_, note_pruned_, "noting the pruned revision"); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -608,20 +626,28 @@ absl::StatusOr<std::vector<StoredEvent>> SqliteStore::ReadEvents(int64_t after, 
   return out;
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::EventRange() {
+absl::StatusOr<EventSpan> SqliteStore::GetEventSpan() {
   std::lock_guard<std::mutex> lock(read_mu_);
+  // One statement: one read transaction, so a prune between the parts
+  // cannot be seen half.
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(read_db_,
-                         "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0) FROM events",
+                         "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0), "
+                         "(SELECT ifnull(max(value), 0) FROM meta "
+                         "WHERE key = 'newest_pruned_revision') FROM events",
                          -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(read_db_, "reading the event range");
+    return SqlError(read_db_, "reading the event span");
   }
-  std::pair<int64_t, int64_t> range{0, 0};
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    range = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)};
+  const int rc = sqlite3_step(st);
+  EventSpan span;
+  if (rc == SQLITE_ROW) {
+    span.oldest = sqlite3_column_int64(st, 0);
+    span.newest_pruned = sqlite3_column_int64(st, 2);
+    span.newest = std::max<int64_t>(sqlite3_column_int64(st, 1), span.newest_pruned);
   }
   sqlite3_finalize(st);
-  return range;
+  if (rc != SQLITE_ROW) return SqlError(read_db_, "reading the event span");
+  return span;
 }
 
 }  // namespace taskgrid::store

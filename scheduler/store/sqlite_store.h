@@ -46,7 +46,7 @@ class SqliteStore final : public Store {
   absl::Status ScanTasks(const RowSink& sink) override;
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
-  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override;
+  absl::StatusOr<EventSpan> GetEventSpan() override;
 
   // The schema version this code writes.
   static int LatestSchemaVersion();
@@ -72,6 +72,7 @@ class SqliteStore final : public Store {
   sqlite3_stmt* clear_attempts_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
+  sqlite3_stmt* note_pruned_ = nullptr;
 
   // Checkpoints run on a thread and connection of their own, asked for by
   // the writer connection's WAL hook once the WAL holds

@@ -22,6 +22,18 @@
 
 namespace taskgrid::store {
 
+// What the event history holds. Revisions never go backwards, not even
+// when retention pruned every event: the newest pruned revision is kept
+// durably, in the transaction that prunes.
+struct EventSpan {
+  int64_t oldest = 0;         // the oldest kept event; 0 when none is kept
+  int64_t newest = 0;         // the newest revision ever stored, kept or pruned
+  int64_t newest_pruned = 0;  // every event through this one was pruned
+  bool operator==(const EventSpan& o) const {
+    return oldest == o.oldest && newest == o.newest && newest_pruned == o.newest_pruned;
+  }
+};
+
 struct StoredEvent {
   int64_t revision = 0;  // increasing, from 1
   core::EventRow event;
@@ -60,8 +72,8 @@ class Store {
   // Up to `limit` events with revision > after, oldest first.
   virtual absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) = 0;
 
-  // The oldest and newest stored event revisions; {0, 0} when there are none.
-  virtual absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() = 0;
+  // The kept history and the high-water mark, read at one point in time.
+  virtual absl::StatusOr<EventSpan> GetEventSpan() = 0;
 };
 
 }  // namespace taskgrid::store

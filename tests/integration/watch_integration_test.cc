@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "common/grpc_status.h"
 #include "tests/integration/cluster.h"
 
 namespace taskgrid::testing {
@@ -236,6 +239,87 @@ TEST(Wait, ReturnsWhenTheTaskFinishesAndWhenTheWaitEnds) {
   req.set_id("missing");
   s = c.tasks().WaitTask(InProcessCluster::Ctx().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(Wait, ACancelledWaitLeavesNoWaiterBehind) {
+  InProcessCluster c;
+  ASSERT_TRUE(c.Submit({BuiltinSpec("never-runs", "noop")}).ok());  // no agent
+  v1::WaitTaskRequest req;
+  req.set_id("never-runs");
+  req.mutable_timeout()->set_seconds(3600);
+  auto ctx = InProcessCluster::Ctx(absl::Seconds(60));
+  grpc::Status status;
+  std::thread call([&] {
+    v1::WaitTaskResponse resp;
+    status = c.tasks().WaitTask(ctx.get(), req, &resp);
+  });
+  ASSERT_TRUE(
+      InProcessCluster::Eventually([&] { return c.engine().waiting() == 1; }, absl::Seconds(30)));
+  ctx->TryCancel();
+  call.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server notices the client went away and drops the waiter, long
+  // before its hour is up.
+  EXPECT_TRUE(
+      InProcessCluster::Eventually([&] { return c.engine().waiting() == 0; }, absl::Seconds(30)));
+}
+
+TEST(Wait, TooManyWaitsAreRefusedNamingTheFlag) {
+  engine::EngineOptions o = InProcessCluster::DefaultOptions();
+  o.max_waits = 1;
+  InProcessCluster c(o);
+  ASSERT_TRUE(c.Submit({BuiltinSpec("pending", "noop")}).ok());  // no agent
+  v1::WaitTaskRequest req;
+  req.set_id("pending");
+  req.mutable_timeout()->set_seconds(3600);
+  auto ctx = InProcessCluster::Ctx(absl::Seconds(60));
+  std::thread first([&] {
+    v1::WaitTaskResponse resp;
+    c.tasks().WaitTask(ctx.get(), req, &resp);
+  });
+  ASSERT_TRUE(
+      InProcessCluster::Eventually([&] { return c.engine().waiting() == 1; }, absl::Seconds(30)));
+  v1::WaitTaskResponse resp;
+  grpc::Status s = c.tasks().WaitTask(InProcessCluster::Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("--max_waits=1"));
+  ctx->TryCancel();
+  first.join();
+}
+
+TEST(Watch, EveryStreamSaysWhereItStarts) {
+  InProcessCluster c;
+  ASSERT_TRUE(c.Submit({BuiltinSpec("x", "noop"), BuiltinSpec("y", "noop")}).ok());
+  auto starts_after = [](Watcher& w) {
+    const auto& md = w.ctx->GetServerInitialMetadata();
+    auto it = md.find(kWatchStartsAfterKey);
+    EXPECT_NE(it, md.end());
+    return it == md.end() ? int64_t{-1}
+                          : std::stoll(std::string(it->second.data(), it->second.size()));
+  };
+  Watcher now = StartWatch(c, {});
+  EXPECT_EQ(starts_after(now), 2) << "from now: after the newest revision";
+  v1::WatchTasksRequest from_one;
+  from_one.set_after_revision(1);
+  Watcher resumed = StartWatch(c, from_one);
+  EXPECT_EQ(starts_after(resumed), 1);
+  now.ctx->TryCancel();
+  resumed.ctx->TryCancel();
+}
+
+TEST(Watch, TooManyWatchesAreRefusedNamingTheFlag) {
+  engine::EngineOptions o = InProcessCluster::DefaultOptions();
+  o.max_watches = 1;
+  InProcessCluster c(o);
+  Watcher first = StartWatch(c, {});
+  Watcher second = StartWatch(c, {});
+  v1::TaskEvent e;
+  EXPECT_FALSE(second.reader->Read(&e));
+  grpc::Status s = second.reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("--max_watches=1"));
+  first.ctx->TryCancel();
+  first.reader->Finish();
 }
 
 }  // namespace

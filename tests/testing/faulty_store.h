@@ -1,6 +1,7 @@
 // Test-only Store wrapper for fault injection: fails commits on demand, and
 // can hold a commit until the test lets it go (to observe what callers see
-// while a transaction is in flight).
+// while a transaction is in flight), or hold an event read after it read
+// (to race commits against a watch's replay).
 #pragma once
 
 #include <condition_variable>
@@ -35,6 +36,21 @@ class FaultyStore final : public store::Store {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return holding_ > 0; });
   }
+  // ReadEvents calls read, then wait until ResumeReads() before returning.
+  void PauseReads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_paused_ = true;
+  }
+  void ResumeReads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_paused_ = false;
+    cv_.notify_all();
+  }
+  // Blocks until some ReadEvents is waiting inside a PauseReads().
+  void WaitUntilReadPaused() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return reading_ > 0; });
+  }
   int applies() {
     std::lock_guard<std::mutex> lock(mu_);
     return applies_;
@@ -61,18 +77,26 @@ class FaultyStore final : public store::Store {
     return inner_->LoadAttempts();
   }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
-    return inner_->ReadEvents(after, limit);
+    auto events = inner_->ReadEvents(after, limit);
+    std::unique_lock<std::mutex> lock(mu_);
+    ++reading_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !reads_paused_; });
+    --reading_;
+    return events;
   }
-  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override { return inner_->EventRange(); }
+  absl::StatusOr<store::EventSpan> GetEventSpan() override { return inner_->GetEventSpan(); }
 
  private:
   store::Store* const inner_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int fail_next_ = 0;  // guarded by mu_
-  bool held_ = false;  // guarded by mu_
-  int holding_ = 0;    // guarded by mu_
-  int applies_ = 0;    // guarded by mu_
+  int fail_next_ = 0;          // guarded by mu_
+  bool held_ = false;          // guarded by mu_
+  int holding_ = 0;            // guarded by mu_
+  int applies_ = 0;            // guarded by mu_
+  bool reads_paused_ = false;  // guarded by mu_
+  int reading_ = 0;            // guarded by mu_
 };
 
 }  // namespace taskgrid::testing

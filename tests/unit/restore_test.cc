@@ -55,7 +55,7 @@ class BrokenScanStore final : public store::Store {
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     return inner_->ReadEvents(after, limit);
   }
-  absl::StatusOr<std::pair<int64_t, int64_t>> EventRange() override { return inner_->EventRange(); }
+  absl::StatusOr<store::EventSpan> GetEventSpan() override { return inner_->GetEventSpan(); }
 
  private:
   store::Store* const inner_;

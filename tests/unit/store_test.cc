@@ -52,6 +52,9 @@ class StoreFactory {
  public:
   virtual ~StoreFactory() = default;
   virtual Store* Get() = 0;
+  // Closes the store and opens it again (a restart). A MemoryStore lives
+  // on in the same object, as the process it stands in for would.
+  virtual void Reopen() {}
 };
 
 class MemoryFactory : public StoreFactory {
@@ -72,6 +75,7 @@ class SqliteFactory : public StoreFactory {
     }
     return store_.get();
   }
+  void Reopen() override { store_.reset(); }
 
  private:
   testing::TempDir dir_;
@@ -82,6 +86,7 @@ template <typename F>
 class StoreConformance : public ::testing::Test {
  protected:
   Store* store() { return factory_.Get(); }
+  void Reopen() { factory_.Reopen(); }
   F factory_;
 };
 
@@ -312,7 +317,7 @@ TYPED_TEST(StoreConformance, UpdateOfAMissingTaskFails) {
 }
 
 TYPED_TEST(StoreConformance, EventsKeepTheirRevisions) {
-  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{0, 0}));
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{0, 0, 0}));
   int64_t rev = 0;
   for (int i = 0; i < 3; ++i) {
     core::WriteBatch b;
@@ -320,7 +325,7 @@ TYPED_TEST(StoreConformance, EventsKeepTheirRevisions) {
     b.events.push_back(Event("t" + std::to_string(i), v1::TASK_STATE_DISPATCHED, ++rev));
     ASSERT_TRUE(this->store()->Apply(b).ok());
   }
-  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{1, 6}));
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{1, 6, 0}));
   auto all = this->store()->ReadEvents(0, 100);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 6u);
@@ -338,10 +343,43 @@ TYPED_TEST(StoreConformance, PruningDropsOldEventsOnly) {
   core::WriteBatch prune;
   prune.prune_events_through = 3;
   ASSERT_TRUE(this->store()->Apply(prune).ok());
-  EXPECT_EQ(*this->store()->EventRange(), (std::pair<int64_t, int64_t>{4, 5}));
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{4, 5, 3}));
   auto rest = this->store()->ReadEvents(0, 10);
   ASSERT_EQ(rest->size(), 2u);
   EXPECT_EQ((*rest)[0].revision, 4);
+}
+
+TYPED_TEST(StoreConformance, PruningEverythingKeepsTheNewestRevisionAcrossAReopen) {
+  core::WriteBatch b;
+  for (int64_t rev = 1; rev <= 5; ++rev) b.events.push_back(Event("t", 3, rev));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch prune;
+  prune.prune_events_through = 5;
+  ASSERT_TRUE(this->store()->Apply(prune).ok());
+  EXPECT_TRUE(this->store()->ReadEvents(0, 10)->empty());
+  // Nothing kept, but revision 5 was handed out: the next one is 6.
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{0, 5, 5}));
+  this->Reopen();
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{0, 5, 5}));
+  // An older prune (or the same again) never lowers the mark.
+  core::WriteBatch again;
+  again.prune_events_through = 2;
+  again.events.push_back(Event("t", 3, 6));
+  ASSERT_TRUE(this->store()->Apply(again).ok());
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{6, 6, 5}));
+}
+
+TYPED_TEST(StoreConformance, AFailedBatchDoesNotMoveTheMark) {
+  core::WriteBatch b;
+  for (int64_t rev = 1; rev <= 3; ++rev) b.events.push_back(Event("t", 3, rev));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch bad;
+  bad.prune_events_through = 3;
+  core::TaskRow missing = Row("missing", 1);
+  missing.insert = false;  // an update of a task that is not there
+  bad.tasks.push_back(missing);
+  EXPECT_FALSE(this->store()->Apply(bad).ok());
+  EXPECT_EQ(*this->store()->GetEventSpan(), (EventSpan{1, 3, 0}));
 }
 
 // --- SqliteStore only. ---
@@ -355,7 +393,7 @@ TEST(SqliteStore, MigratesAnEmptyFileToTheLatestSchema) {
   s->reset();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir.path() + "/taskgrid.db").c_str(), &db), SQLITE_OK);
-  for (const char* table : {"tasks", "attempts", "events"}) {
+  for (const char* table : {"tasks", "attempts", "events", "meta"}) {
     sqlite3_stmt* st = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE name = ?1", -1, &st,
                                  nullptr),
@@ -412,6 +450,8 @@ TEST(SqliteStore, MigratesAVersion1TableKeepingItsRows) {
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].revision, 41);
   EXPECT_EQ((*events)[0].event.task_id, "old");
+  // History before the oldest kept event counts as pruned.
+  EXPECT_EQ(*(*s)->GetEventSpan(), (EventSpan{41, 41, 40}));
   // The migrated table takes updates (keyed by seq) and new rows.
   core::WriteBatch b;
   core::TaskRow r = Row("old", 1, v1::TASK_STATE_CANCELLED);

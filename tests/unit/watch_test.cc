@@ -129,5 +129,66 @@ TEST(Watch, ACommitQueuedBeforeTheWatchStartedIsReadOnceItLands) {
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{5}));
 }
 
+void Prune(store::MemoryStore& store, int64_t through) {
+  core::WriteBatch b;
+  b.prune_events_through = through;
+  ASSERT_TRUE(store.Apply(b).ok());
+}
+
+TEST(Watch, HistoryPrunedBeforeTheFirstReadIsOutOfRangeNamingTheOldestKept) {
+  store::MemoryStore store;
+  Watch w({}, 2, &store, 1000, [] {});
+  Commit(store, w, 1, 10);
+  Prune(store, 5);  // between the watch's start and its first read
+  auto next = w.Next(100);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(next.status().message()), HasSubstr("oldest revision still kept is 6"));
+  EXPECT_EQ(w.Next(100).status().code(), absl::StatusCode::kOutOfRange) << "it stays ended";
+}
+
+TEST(Watch, HistoryPrunedBetweenTwoReadsIsOutOfRange) {
+  store::MemoryStore store;
+  Watch w({}, 0, &store, 100'000, [] {});
+  Commit(store, w, 1, 2000);  // several replay chunks
+  auto first = w.Next(100);
+  ASSERT_TRUE(first.ok());
+  ASSERT_FALSE(first->empty());
+  const int64_t read = first->back().revision();
+  ASSERT_LT(read, 1000);
+  Prune(store, 1500);
+  auto next = w.Next(100);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(next.status().message()), HasSubstr("still kept is 1501"));
+}
+
+TEST(Watch, EverythingAfterTheCursorPrunedIsOutOfRangeToo) {
+  store::MemoryStore store;
+  Watch w({}, 3, &store, 1000, [] {});
+  Commit(store, w, 1, 10);
+  Prune(store, 10);  // nothing left to read: not a quiet wait either
+  auto next = w.Next(100);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(next.status().message()), HasSubstr("still kept is 11"));
+}
+
+TEST(Watch, AfterZeroMeansAllTheKeptHistory) {
+  store::MemoryStore store;
+  Watch w({}, 0, &store, 1000, [] {});
+  Commit(store, w, 1, 10);
+  Prune(store, 7);
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{8, 9, 10}));
+  // With nothing kept at all, it waits for what comes next.
+  store::MemoryStore empty;
+  Watch from_nothing({}, 0, &empty, 1000, [] {});
+  Commit(empty, from_nothing, 1, 4);
+  Prune(empty, 4);
+  EXPECT_TRUE(Drain(from_nothing).empty());
+  Commit(empty, from_nothing, 5, 6);
+  EXPECT_EQ(Drain(from_nothing), (std::vector<int64_t>{5, 6}));
+}
+
 }  // namespace
 }  // namespace taskgrid::engine

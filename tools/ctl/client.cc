@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -32,10 +33,6 @@ namespace {
 // One WaitTask call waits at most this long; the client calls again until
 // the task is finished or --wait_timeout passed.
 constexpr absl::Duration kWaitChunk = absl::Minutes(1);
-
-// Trailing metadata of a watch ended for falling behind: the revision to
-// resume after.
-constexpr char kResumeAfterKey[] = "taskgrid-resume-after";
 
 // The write end of InterruptCanceller's pipe; -1 when none is installed.
 std::atomic<int> interrupt_fd{-1};
@@ -130,15 +127,21 @@ class InterruptCanceller {
   bool interrupted_ = false;            // guarded by mu_
 };
 
-std::optional<int64_t> ResumeAfter(const grpc::ClientContext& ctx) {
-  const auto& trailers = ctx.GetServerTrailingMetadata();
-  auto it = trailers.find(kResumeAfterKey);
+// A revision in the scheduler's metadata (`key`), if it sent one.
+std::optional<int64_t> RevisionIn(const std::multimap<grpc::string_ref, grpc::string_ref>& md,
+                                  const char* key) {
+  auto it = md.find(key);
   int64_t revision = 0;
-  if (it == trailers.end() ||
+  if (it == md.end() ||
       !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &revision)) {
     return std::nullopt;
   }
   return revision;
+}
+
+// Where a watch ended for falling behind may resume.
+std::optional<int64_t> ResumeAfter(const grpc::ClientContext& ctx) {
+  return RevisionIn(ctx.GetServerTrailingMetadata(), kResumeAfterKey);
 }
 
 // The command that resumes a watch after `after` (unset: from now on).
@@ -449,6 +452,13 @@ int Client::Watch(const WatchOptions& o) {
     grpc::ClientContext ctx;  // no deadline: a watch lasts until it is ended
     interrupt.Set(&ctx);
     std::unique_ptr<grpc::ClientReader<v1::TaskEvent>> reader = stub_->WatchTasks(&ctx, req);
+    // A watch from now on says where "now" was: a reconnect resumes there,
+    // so what happens while the stream is down is neither lost nor (after a
+    // scheduler restart) replayed from older history.
+    reader->WaitForInitialMetadata();
+    if (!after.has_value()) {
+      after = RevisionIn(ctx.GetServerInitialMetadata(), kWatchStartsAfterKey);
+    }
     v1::TaskEvent ev;
     bool stop = false;  // --count reached, or nobody reads stdout any more
     bool got_events = false;
