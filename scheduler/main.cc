@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, durability, "full",
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving (for scripts and tests)");
 ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
+ABSL_FLAG(int64_t, max_spec_bytes, 64 << 10,
+          "Largest task spec accepted, counted without its payload and depends_on (argv, env, "
+          "cwd, builtin args, labels, agent ids, exit codes together)");
 ABSL_FLAG(int32_t, max_job_tasks, 10'000, "Most tasks in one job (SubmitJob)");
 ABSL_FLAG(int32_t, max_chain_length, 100,
           "Most tasks of a dependency chain pushed to one agent in one Assign");
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   taskgrid::engine::EngineOptions opts;
   taskgrid::core::SchedulerOptions& so = opts.scheduler;
   so.max_payload_bytes = absl::GetFlag(FLAGS_max_payload_bytes);
+  so.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
   so.max_job_tasks = absl::GetFlag(FLAGS_max_job_tasks);
   so.max_chain_length = absl::GetFlag(FLAGS_max_chain_length);
   so.max_agent_slots = absl::GetFlag(FLAGS_max_agent_slots);

@@ -15,6 +15,10 @@ namespace taskgrid::core {
 struct SchedulerOptions {
   // Input limits.
   int64_t max_payload_bytes = 1 << 20;
+  // Encoded size of a TaskSpec apart from its payload and depends_on (which
+  // have limits of their own): argv, env, cwd, builtin args, labels, agent
+  // ids, exit codes and the rest together (--max_spec_bytes).
+  int64_t max_spec_bytes = 64 << 10;
   int max_batch_size = 10'000;
   int max_steps = 1'000;
   int max_attempts_limit = 100;

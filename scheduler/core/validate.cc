@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
@@ -14,6 +15,18 @@ namespace {
 
 // What one agent's Hello may announce.
 constexpr int kMaxAgentLabels = 64;
+
+constexpr absl::string_view kNulMessage = "holds a NUL byte, which a process cannot receive";
+
+bool HasNul(absl::string_view s) { return s.find('\0') != absl::string_view::npos; }
+
+// The spec's encoded size less its payload and depends_on values.
+int64_t SpecBytes(const v1::TaskSpec& spec) {
+  int64_t size = static_cast<int64_t>(spec.ByteSizeLong());
+  size -= static_cast<int64_t>(spec.payload().size());
+  for (const std::string& dep : spec.depends_on()) size -= static_cast<int64_t>(dep.size());
+  return size;
+}
 
 absl::Status Invalid(const FieldPath& field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field.str(), " ", what));
@@ -133,6 +146,11 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
       return s;
     }
   }
+  if (const int64_t size = SpecBytes(spec); size > opts.max_spec_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.str(), " is ", size, " bytes without its payload and depends_on; the limit is ",
+        opts.max_spec_bytes, " (--max_spec_bytes)"));
+  }
   if (spec.steps().empty())
     return Invalid(FieldPath(f, "steps"), "is empty: a task needs at least one step");
   if (spec.steps_size() > opts.max_steps) {
@@ -147,12 +165,20 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
         const v1::ExecStep& e = step.exec();
         if (e.argv().empty()) return Invalid(FieldPath(sf, "exec.argv"), "is empty");
         if (e.argv(0).empty()) return Invalid(FieldPath(sf, "exec.argv[0]"), "is empty");
+        // A process receives C strings: a NUL would silently cut them.
+        for (int j = 0; j < e.argv_size(); ++j) {
+          if (HasNul(e.argv(j))) return Invalid(FieldPath(sf, "exec.argv", j), kNulMessage);
+        }
         for (const auto& [k, v] : e.env()) {
-          if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos) {
+          if (k.empty() || k.find('=') != std::string::npos || HasNul(k)) {
             return Invalid(FieldPath(sf, "exec.env"),
-                           absl::StrCat("has an invalid name \"", k, "\""));
+                           absl::StrCat("has an invalid name \"", absl::CEscape(k), "\""));
+          }
+          if (HasNul(v)) {
+            return Invalid(FieldPath(sf, absl::StrCat("exec.env[", k, "]")), kNulMessage);
           }
         }
+        if (HasNul(e.cwd())) return Invalid(FieldPath(sf, "exec.cwd"), kNulMessage);
         break;
       }
       case v1::Step::kBuiltin:

@@ -3,6 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/ids.h"
 
 namespace taskgrid::core {
@@ -28,6 +33,91 @@ TEST(Validate, AcceptsAGoodSpecAndAnEmptyId) {
   v1::TaskSpec s = Good();
   s.clear_id();
   EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, TheWholeSpecIsBoundedApartFromPayloadAndDependencies) {
+  SchedulerOptions o;
+  o.max_spec_bytes = 1024;
+  // Each part that can grow without a limit of its own, past the bound.
+  std::vector<std::pair<std::string, std::function<void(v1::TaskSpec&)>>> cases = {
+      {"argv",
+       [](v1::TaskSpec& s) {
+         s.mutable_steps(0)->mutable_exec()->add_argv(std::string(2000, 'a'));
+       }},
+      {"many argv",
+       [](v1::TaskSpec& s) {
+         for (int i = 0; i < 600; ++i) s.mutable_steps(0)->mutable_exec()->add_argv("ab");
+       }},
+      {"env",
+       [](v1::TaskSpec& s) {
+         (*s.mutable_steps(0)->mutable_exec()->mutable_env())["V"] = std::string(2000, 'v');
+       }},
+      {"cwd",
+       [](v1::TaskSpec& s) {
+         s.mutable_steps(0)->mutable_exec()->set_cwd(std::string(2000, 'c'));
+       }},
+      {"echo args",
+       [](v1::TaskSpec& s) {
+         s.mutable_steps(0)->mutable_builtin()->set_name("echo");
+         s.mutable_steps(0)->mutable_builtin()->add_args(std::string(2000, 'e'));
+       }},
+      {"labels",
+       [](v1::TaskSpec& s) {
+         for (int i = 0; i < 200; ++i)
+           (*s.mutable_placement()->mutable_required_labels())["k" + std::to_string(i)] = "v";
+       }},
+      {"agent_ids",
+       [](v1::TaskSpec& s) {
+         for (int i = 0; i < 200; ++i)
+           s.mutable_placement()->add_agent_ids("agent-" + std::to_string(i));
+       }},
+      {"exit codes",
+       [](v1::TaskSpec& s) {
+         for (int i = 0; i < 600; ++i) s.mutable_retry()->add_non_retryable_exit_codes(100 + i);
+       }},
+  };
+  for (const auto& [name, grow] : cases) {
+    SCOPED_TRACE(name);
+    v1::TaskSpec s = Good();
+    grow(s);
+    const std::string msg = Error(s, o);
+    EXPECT_THAT(msg, HasSubstr("tasks[0] is "));
+    EXPECT_THAT(msg, HasSubstr("bytes without its payload and depends_on; the limit is 1024 "
+                               "(--max_spec_bytes)"));
+  }
+  // The payload and depends_on are not counted: they have limits of their own.
+  v1::TaskSpec s = Good();
+  s.set_payload(std::string(4000, 'p'));
+  for (int i = 0; i < 100; ++i) s.add_depends_on("upstream-task-number-" + std::to_string(i));
+  EXPECT_TRUE(ValidateSpec(s, o, "tasks[0]").ok());
+  // The default leaves room for ordinary specs.
+  v1::TaskSpec big = Good();
+  big.mutable_steps(0)->mutable_exec()->add_argv(std::string(60 << 10, 'a'));
+  EXPECT_TRUE(ValidateSpec(big, {}, "tasks[0]").ok());
+  big.mutable_steps(0)->mutable_exec()->add_argv(std::string(8 << 10, 'a'));
+  EXPECT_THAT(Error(big), HasSubstr("the limit is 65536"));
+}
+
+TEST(Validate, NulBytesCannotReachAProcess) {
+  using namespace std::string_literals;
+  v1::TaskSpec s = Good();
+  s.mutable_steps(0)->mutable_exec()->add_argv("a\0b"s);
+  EXPECT_EQ(Error(s),
+            "tasks[0].steps[0].exec.argv[1] holds a NUL byte, which a process cannot "
+            "receive");
+  s = Good();
+  (*s.mutable_steps(0)->mutable_exec()->mutable_env())["HOME"] = "/x\0y"s;
+  EXPECT_EQ(Error(s),
+            "tasks[0].steps[0].exec.env[HOME] holds a NUL byte, which a process "
+            "cannot receive");
+  s = Good();
+  (*s.mutable_steps(0)->mutable_exec()->mutable_env())["A\0B"s] = "v";
+  EXPECT_THAT(Error(s), HasSubstr("exec.env has an invalid name \"A\\000B\""));
+  s = Good();
+  s.mutable_steps(0)->mutable_exec()->set_cwd("/tmp\0/x"s);
+  EXPECT_EQ(Error(s),
+            "tasks[0].steps[0].exec.cwd holds a NUL byte, which a process cannot "
+            "receive");
 }
 
 TEST(Validate, IdCharsetAndLength) {
