@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, durability, "full",
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving (for scripts and tests)");
 ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
+ABSL_FLAG(bool, check_invariants, false,
+          "Check every invariant of the task table after each operation and abort on a broken "
+          "one (costs O(tasks) per operation: for tests and debugging)");
 ABSL_FLAG(int64_t, max_spec_bytes, 64 << 10,
           "Largest task spec accepted, counted without its payload and depends_on (argv, env, "
           "cwd, builtin args, labels, agent ids, exit codes together)");
@@ -139,6 +142,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   taskgrid::engine::EngineOptions opts;
+  opts.check_invariants = absl::GetFlag(FLAGS_check_invariants);
   taskgrid::core::SchedulerOptions& so = opts.scheduler;
   so.max_payload_bytes = absl::GetFlag(FLAGS_max_payload_bytes);
   so.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);

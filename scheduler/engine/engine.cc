@@ -1,5 +1,7 @@
 #include "scheduler/engine/engine.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <limits>
 #include <optional>
@@ -213,9 +215,19 @@ void Engine::WakeLoop() {
 
 // ---------------------------------------------------------------------------
 
+void Engine::CheckInvariantsLocked() const {
+  if (!opts_.check_invariants) return;
+  if (absl::Status s = sched_.CheckInvariants(); !s.ok()) {
+    // A bug, never bad input: stop where it happened.
+    std::fprintf(stderr, "scheduler invariant broken: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+}
+
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   core::Effects fx = sched_.TakeEffects();
   if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
+  CheckInvariantsLocked();  // after every operation that changed something
   // Waiters of tasks that reached a terminal state are answered with the
   // same commit.
   std::vector<std::pair<Reply<v1::WaitTaskResponse>, v1::WaitTaskResponse>> resolved;
@@ -668,6 +680,7 @@ void Engine::AgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
     // before it: answered here, without two thread hand-offs per agent per
     // second.
     if (sched_.pending_effects().batch.empty() && sched_.pending_effects().close_conns.empty()) {
+      CheckInvariantsLocked();
       core::Effects fx = sched_.TakeEffects();
       lock.unlock();
       Deliver(fx.messages, fx.close_conns);

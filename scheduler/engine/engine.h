@@ -59,6 +59,15 @@ struct EngineOptions {
   size_t max_waits = 100'000;
   absl::Duration tick_interval = absl::Milliseconds(10);
   store::GroupCommitWriter::Options writer;
+  // Check every invariant of the Scheduler after each operation and abort
+  // on the first broken one. O(tasks) per operation: on in the engines that
+  // tests build (builds without NDEBUG), off in taskgrid-scheduler unless
+  // --check_invariants.
+#ifdef NDEBUG
+  bool check_invariants = false;
+#else
+  bool check_invariants = true;
+#endif
 };
 
 class Engine {
@@ -144,6 +153,8 @@ class Engine {
   // Takes the Scheduler's effects (with mu_ held) and queues them; `after`
   // runs once they are committed and delivered.
   void CommitLocked(std::function<void(const absl::Status&)> after);
+  // Aborts on a broken invariant when opts_.check_invariants; mu_ held.
+  void CheckInvariantsLocked() const;
   template <typename T>
   void Answer(absl::StatusOr<T> result, Reply<T> done);
   void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
