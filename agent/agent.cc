@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "common/batching.h"
 #include "common/clock.h"
 #include "common/grpc_status.h"
+#include "common/message_limits.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
@@ -34,7 +36,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
   if (creds == nullptr) creds = grpc::InsecureChannelCredentials();
   return grpc::CreateCustomChannel(target, creds, args);
 }
@@ -388,15 +390,7 @@ bool Agent::WriteAll(std::vector<v1::AgentMessage> msgs) {
         writing_ = false;
         return true;
       }
-      if (out_.size() == 1 || !batches_) {
-        next = std::move(out_.front());
-        out_.pop_front();
-      } else {
-        auto* batch = next.mutable_batch()->mutable_msgs();
-        batch->Reserve(static_cast<int>(out_.size()));
-        for (v1::AgentMessage& m : out_) *batch->Add() = std::move(m);
-        out_.clear();
-      }
+      next = TakeBatch(out_, batches_);
     }
     if (stream_ != nullptr) stream_->Write(next);
   }

@@ -83,6 +83,9 @@ ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
           "Most WaitTask calls waiting at once; past it a new one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_agent_outbox_bytes, 64 << 20,
+          "Bytes that may wait for an agent behind a write it has not taken for 10s; past "
+          "them its stream is ended (an agent that stopped reading)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -174,6 +177,7 @@ int main(int argc, char** argv) {
       taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_listen), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
   taskgrid::service::ServerOptions server_opts;
   server_opts.listen = listen;
+  server_opts.agent_outbox.max_bytes = absl::GetFlag(FLAGS_max_agent_outbox_bytes);
   server_opts.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                      absl::GetFlag(FLAGS_tls_ca)};
   const bool tls = !server_opts.tls.cert.empty() || !server_opts.tls.key.empty();

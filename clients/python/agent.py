@@ -166,7 +166,8 @@ class Agent:
         """make_channel: returns a new channel to the scheduler (default:
         plaintext to addr; taskgrid_stubs.channel for TLS and tokens)."""
         self.addr = addr
-        self.make_channel = make_channel or (lambda: grpc.insecure_channel(addr))
+        self.make_channel = make_channel or (lambda: grpc.insecure_channel(
+            addr, options=taskgrid_stubs.CHANNEL_OPTIONS))
         self.id = agent_id
         self.slots = slots
         self.labels = labels

@@ -58,6 +58,12 @@ def _read(path, what):
         sys.exit(f"{what} {path}: cannot read it: {e.strerror}")
 
 
+# What the scheduler may send in one reply (common/message_limits.h): gRPC's
+# default of 4 MiB is too small for a task with a large payload and output.
+MAX_REPLY_BYTES = 80 << 20
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
+
+
 def channel(args, addr=None):
     """A channel to args.addr (or addr): plaintext without --tls_ca; TLS with
     it; mTLS with --tls_cert and --tls_key too; the bearer token of
@@ -68,7 +74,7 @@ def channel(args, addr=None):
         if args.tls_cert or args.tls_key or args.token_file:
             sys.exit("--tls_cert, --tls_key and --token_file need --tls_ca: they are only "
                      "sent over TLS")
-        return grpc.insecure_channel(target)
+        return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
     if bool(args.tls_cert) != bool(args.tls_key):
         sys.exit("--tls_cert and --tls_key go together")
     creds = grpc.ssl_channel_credentials(
@@ -81,4 +87,4 @@ def channel(args, addr=None):
             sys.exit(f"--token_file {args.token_file}: empty")
         creds = grpc.composite_channel_credentials(
             creds, grpc.access_token_call_credentials(token))
-    return grpc.secure_channel(target, creds)
+    return grpc.secure_channel(target, creds, options=CHANNEL_OPTIONS)

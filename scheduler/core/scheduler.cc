@@ -1227,6 +1227,7 @@ void Scheduler::Dispatch() {
   // Per agent, Assign messages of about kAssignBytes each (a chain is never
   // split between two).
   constexpr size_t kAssignBytes = 4 << 20;
+  constexpr size_t kMaxAssignBytes = 32 << 20;
   absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>> assigns;
   std::vector<std::string> aside;  // classes no agent has room for now
   const absl::Duration mono = Mono();
@@ -1279,6 +1280,9 @@ void Scheduler::Dispatch() {
       if (d == nullptr) break;
       v1::Assignment link;
       FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
+      // The rest of the chain goes in a later Assign, once cur succeeded:
+      // one message stays well under what an agent accepts (64 MiB).
+      if (msgs.back().second + link.ByteSizeLong() > kMaxAssignBytes) break;
       link.set_attempt(++d->attempt);
       d->agent_id = a->id;
       d->dispatch_time = now;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/batching.h"
 #include "common/grpc_status.h"
 #include "common/tls.h"
 #include "scheduler/core/validate.h"
@@ -36,25 +37,64 @@ void LogHeartbeatInterval(engine::Engine& engine, std::atomic<int64_t>& logged_n
 
 // The Engine's handle on one stream. Outlives the reactor: after Detach()
 // every Send is dropped. gRPC allows one write in flight; what is sent
-// meanwhile queues, and goes as one SchedulerBatch when the agent reads
-// batches (a commit's ResultAcks and its Assign, for instance).
+// meanwhile queues, and goes as SchedulerBatches of at most kMaxBatchBytes
+// when the agent reads batches (a commit's ResultAcks and its Assign, for
+// instance). An agent that stops reading would let the queue grow without
+// end: past `limits`, with the write in flight not taken for
+// limits.stuck_after, the stream is cancelled (the agent's reconnect grace
+// starts as for any broken stream). A burst to an agent that reads (a
+// dispatch of many large tasks at once) may pass the limits for a moment.
 class Outbox final : public engine::AgentChannel {
  public:
-  explicit Outbox(Reactor* reactor) : reactor_(reactor) {}
+  Outbox(Reactor* reactor, grpc::CallbackServerContext* ctx, OutboxLimits limits)
+      : reactor_(reactor), ctx_(ctx), limits_(limits) {}
 
   void Send(v1::SchedulerMessage msg) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (reactor_ == nullptr || finish_.has_value()) return;
+    queued_bytes_ += static_cast<int64_t>(msg.ByteSizeLong());
     queue_.push_back(std::move(msg));
-    if (!writing_) StartNextWriteLocked();
+    if (!writing_) {
+      StartNextWriteLocked();
+    } else if ((queued_bytes_ > limits_.max_bytes ||
+                static_cast<int64_t>(queue_.size()) > limits_.max_messages) &&
+               absl::Now() - write_started_ > limits_.stuck_after) {
+      spdlog::warn(
+          "agent {} is not reading its stream: {} messages ({} bytes) wait behind a write it "
+          "has not taken for {} (limits {} messages, {} bytes); ending the stream",
+          agent_id_, queue_.size(), queued_bytes_,
+          absl::FormatDuration(absl::Now() - write_started_), limits_.max_messages,
+          limits_.max_bytes);
+      queue_.clear();
+      queued_bytes_ = 0;
+      finish_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "the agent stopped reading its stream");
+      // The write in flight may never complete, so a Finish after it might
+      // never come: cancel, which fails that write and ends the stream.
+      ctx_->TryCancel();
+    }
   }
 
-  void Close(const absl::Status& why) override { Finish(ToGrpcStatus(why)); }
-
-  // The agent said Hello.batches.
-  void EnableBatches() {
+  // Ends the stream now: with `why` when no write is in flight, else by
+  // cancelling it, since that write may never complete (an agent gone
+  // silent may have stopped reading too).
+  void Close(const absl::Status& why) override {
     std::lock_guard<std::mutex> lock(mu_);
-    batches_ = true;
+    if (reactor_ == nullptr || finish_.has_value()) return;
+    finish_ = ToGrpcStatus(why);
+    if (writing_) {
+      ctx_->TryCancel();
+    } else {
+      reactor_->Finish(*finish_);
+    }
+  }
+
+  // After Hello: whose stream it is (for the log), and whether it reads
+  // batches.
+  void SetAgentId(std::string agent_id, bool batches) {
+    std::lock_guard<std::mutex> lock(mu_);
+    agent_id_ = std::move(agent_id);
+    batches_ = batches;
   }
 
   // Finishes the stream, after the write in flight if there is one.
@@ -75,6 +115,7 @@ class Outbox final : public engine::AgentChannel {
       // that waited for this write is due now too: without it the reactor
       // never finishes and the server's shutdown waits for it forever.
       queue_.clear();
+      queued_bytes_ = 0;
       if (!finish_.has_value()) {
         finish_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
       }
@@ -93,44 +134,45 @@ class Outbox final : public engine::AgentChannel {
     std::lock_guard<std::mutex> lock(mu_);
     reactor_ = nullptr;
     queue_.clear();
+    queued_bytes_ = 0;
   }
 
  private:
   void StartNextWriteLocked() {
-    if (queue_.size() == 1 || !batches_) {
-      in_flight_ = std::move(queue_.front());
-      queue_.pop_front();
-    } else {
-      in_flight_.Clear();
-      auto* msgs = in_flight_.mutable_batch()->mutable_msgs();
-      msgs->Reserve(static_cast<int>(queue_.size()));
-      for (v1::SchedulerMessage& m : queue_) *msgs->Add() = std::move(m);
-      queue_.clear();
-    }
+    size_t taken = 0;
+    in_flight_ = TakeBatch(queue_, batches_, kMaxBatchBytes, &taken);
+    queued_bytes_ -= static_cast<int64_t>(taken);
     writing_ = true;
+    write_started_ = absl::Now();
     reactor_->StartWrite(&in_flight_);
   }
 
   std::mutex mu_;
   Reactor* reactor_;                        // guarded by mu_; null after Detach
-  std::deque<v1::SchedulerMessage> queue_;  // guarded by mu_; not yet written
-  v1::SchedulerMessage in_flight_;          // guarded by mu_; valid while writing_
-  bool writing_ = false;                    // guarded by mu_
-  bool batches_ = false;                    // guarded by mu_
-  std::optional<grpc::Status> finish_;      // guarded by mu_
+  grpc::CallbackServerContext* const ctx_;  // valid while reactor_ is
+  const OutboxLimits limits_;
+  std::deque<v1::SchedulerMessage> queue_;   // guarded by mu_; not yet written
+  int64_t queued_bytes_ = 0;                 // guarded by mu_; of queue_
+  v1::SchedulerMessage in_flight_;           // guarded by mu_; valid while writing_
+  bool writing_ = false;                     // guarded by mu_
+  absl::Time write_started_;                 // guarded by mu_; of in_flight_
+  bool batches_ = false;                     // guarded by mu_
+  std::string agent_id_ = "(before hello)";  // guarded by mu_; for the log
+  std::optional<grpc::Status> finish_;       // guarded by mu_
 };
 
 class AgentStream final : public Reactor {
  public:
   // cert_names: the verified client certificate's names when agent ids are
   // bound to certificates (mTLS), else nullopt.
-  AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns, std::string peer,
+  AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns,
+              grpc::CallbackServerContext* ctx, OutboxLimits limits,
               std::optional<std::vector<std::string>> cert_names)
       : engine_(engine),
         logged_interval_ns_(logged_interval_ns),
-        peer_(std::move(peer)),
+        peer_(ctx->peer()),
         cert_names_(std::move(cert_names)),
-        outbox_(std::make_shared<Outbox>(this)) {
+        outbox_(std::make_shared<Outbox>(this, ctx, limits)) {
     conn_ = engine_->AttachAgent(outbox_);
     StartRead(&in_);
   }
@@ -156,8 +198,8 @@ class AgentStream final : public Reactor {
         return;
       }
       hello_seen_ = true;
-      if (in_.hello().batches()) outbox_->EnableBatches();
       agent_id_ = in_.hello().agent_id();
+      outbox_->SetAgentId(agent_id_, in_.hello().batches());
       spdlog::info("agent {} connected from {} with {} slots", agent_id_, peer_,
                    in_.hello().slots());
       LogHeartbeatInterval(*engine_, *logged_interval_ns_);
@@ -204,7 +246,7 @@ Reactor* AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
     std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
     cert_names = auth == nullptr ? std::vector<std::string>{} : PeerCertificateNames(*auth);
   }
-  return new AgentStream(engine_, &logged_interval_ns_, ctx->peer(), std::move(cert_names));
+  return new AgentStream(engine_, &logged_interval_ns_, ctx, outbox_limits_, std::move(cert_names));
 }
 
 }  // namespace taskgrid::service

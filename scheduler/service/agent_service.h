@@ -9,25 +9,39 @@
 //   3. Every later message goes to the Engine; reads continue until the
 //      agent half-closes or the stream breaks.
 //   4. The Engine sends through the Outbox from any thread: the Outbox
-//      queues and keeps one write in flight. Close() (a silent agent)
-//      finishes the stream once the write in flight is done.
+//      queues and keeps one write in flight (a batch of at most
+//      kMaxBatchBytes). Close() (a silent agent, a shutdown) finishes the
+//      stream, cancelling it when a write is in flight. An agent that stops reading, so that
+//      more than OutboxLimits wait behind that write, has its stream
+//      cancelled.
 //   5. OnDone: detach from the Engine (it starts the agent's reconnect
 //      grace), cut the Outbox loose, delete the reactor.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
+#include "absl/time/time.h"
 #include "scheduler/engine/engine.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
 namespace taskgrid::service {
 
+// What may wait for an agent behind a write it has not taken for
+// `stuck_after`, before its stream is cancelled.
+struct OutboxLimits {
+  int64_t max_bytes = 64 << 20;
+  int64_t max_messages = 100'000;
+  absl::Duration stuck_after = absl::Seconds(10);
+};
+
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
   // bind_agent_ids: clients present verified certificates (mTLS), and a
   // Hello's agent_id must be one of the certificate's names.
-  explicit AgentServiceImpl(engine::Engine* engine, bool bind_agent_ids = false)
-      : engine_(engine), bind_agent_ids_(bind_agent_ids) {}
+  explicit AgentServiceImpl(engine::Engine* engine, bool bind_agent_ids = false,
+                            OutboxLimits outbox_limits = {})
+      : engine_(engine), bind_agent_ids_(bind_agent_ids), outbox_limits_(outbox_limits) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
@@ -35,6 +49,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
  private:
   engine::Engine* const engine_;
   const bool bind_agent_ids_;
+  const OutboxLimits outbox_limits_;
   // The heartbeat interval last logged (0: none yet).
   std::atomic<int64_t> logged_interval_ns_{0};
 };

@@ -27,11 +27,11 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
     if (opts.tls.cert.empty()) return absl::InvalidArgumentError("tokens need TLS (--tls_cert)");
     creds->SetAuthMetadataProcessor(opts.tokens);
   }
-  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine, !opts.tls.ca.empty()));
+  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.listen, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
-  builder.SetMaxSendMessageSize(opts.max_message_bytes);
+  builder.SetMaxSendMessageSize(opts.max_message_bytes + kReplyHeadroomBytes);
   // Agents send keepalive pings only after a stretch with nothing read (30 s
   // for taskgrid-agent, agent/agent.cc); gRPC's default would answer a
   // second ping within 5 minutes with no data sent meanwhile as abuse

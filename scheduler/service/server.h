@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/message_limits.h"
 #include "common/tls.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/agent_service.h"
@@ -22,7 +23,11 @@ namespace taskgrid::service {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
-  int max_message_bytes = 64 << 20;
+  // The largest request; replies may be kReplyHeadroomBytes larger.
+  int max_message_bytes = kMaxRequestBytes;
+  // What may queue for an agent that stops reading before its stream is
+  // cancelled.
+  OutboxLimits agent_outbox;
   // No cert/key: plaintext. cert+key: TLS. ca too: mTLS, every client shows
   // a certificate signed by the CA, and an agent's id must be one of its
   // certificate's names.
@@ -45,10 +50,10 @@ class SchedulerServer {
   void Shutdown(absl::Duration deadline);
 
  private:
-  SchedulerServer(engine::Engine* engine, bool bind_agent_ids)
+  SchedulerServer(engine::Engine* engine, bool bind_agent_ids, OutboxLimits agent_outbox)
       : engine_(engine),
         tasks_(engine),
-        agents_(engine, bind_agent_ids),
+        agents_(engine, bind_agent_ids, agent_outbox),
         cluster_(engine),
         jobs_(engine) {}
   engine::Engine* const engine_;

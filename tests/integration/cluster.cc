@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/message_limits.h"
 #include "scheduler/core/state_machine.h"
 
 namespace taskgrid::testing {
@@ -14,18 +15,20 @@ engine::EngineOptions InProcessCluster::DefaultOptions() {
   return o;
 }
 
-InProcessCluster::InProcessCluster(engine::EngineOptions opts) {
+InProcessCluster::InProcessCluster(engine::EngineOptions opts, service::ServerOptions so) {
   auto s = store::SqliteStore::Open({dir_.path(), store::Durability::kFull});
   EXPECT_TRUE(s.ok()) << s.status();
   store_ = std::move(*s);
   engine_ = std::make_unique<engine::Engine>(store_.get(), RealClock::Get(), opts);
   EXPECT_TRUE(engine_->Start().ok());
-  service::ServerOptions so;
   so.listen = "127.0.0.1:0";
   auto srv = service::SchedulerServer::Start(engine_.get(), so);
   EXPECT_TRUE(srv.ok()) << srv.status();
   server_ = std::move(*srv);
-  stub_ = v1::TaskService::NewStub(grpc::CreateChannel(addr(), grpc::InsecureChannelCredentials()));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
+  stub_ = v1::TaskService::NewStub(
+      grpc::CreateCustomChannel(addr(), grpc::InsecureChannelCredentials(), args));
 }
 
 InProcessCluster::~InProcessCluster() {

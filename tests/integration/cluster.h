@@ -23,7 +23,9 @@ namespace taskgrid::testing {
 
 class InProcessCluster {
  public:
-  explicit InProcessCluster(engine::EngineOptions opts = DefaultOptions());
+  // `server`: its listen address is replaced by 127.0.0.1 and a free port.
+  explicit InProcessCluster(engine::EngineOptions opts = DefaultOptions(),
+                            service::ServerOptions server = {});
   ~InProcessCluster();
 
   static engine::EngineOptions DefaultOptions();

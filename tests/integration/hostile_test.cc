@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "taskgrid/v1/agent_service.grpc.pb.h"
+#include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
 #include "tests/integration/cluster.h"
 
@@ -305,6 +306,67 @@ TEST(Hostile, BadAgentMessagesEndTheStreamWithAClearStatus) {
   c.AddAgent("good-agent", 2);
   c.WaitFor("waiting-1", v1::TASK_STATE_SUCCEEDED, absl::Seconds(60));
   c.WaitFor("waiting-2", v1::TASK_STATE_SUCCEEDED, absl::Seconds(60));
+}
+
+TEST(Hostile, AnAgentThatStopsReadingIsCutOffAndLosesNothing) {
+  // It says Hello for 1,000 slots and heartbeats, but never reads: what
+  // the scheduler sends it piles up behind a write it never takes. Past
+  // the outbox limit the stream is cancelled, and once the reconnect grace
+  // is over its tasks run on an agent that reads.
+  engine::EngineOptions eo = InProcessCluster::DefaultOptions();
+  eo.scheduler.reconnect_grace = absl::Seconds(3);
+  service::ServerOptions so;
+  so.agent_outbox.max_bytes = 1 << 20;
+  so.agent_outbox.stuck_after = absl::Seconds(1);
+  InProcessCluster c(eo, so);
+  auto agents =
+      v1::AgentService::NewStub(grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  auto ctx = InProcessCluster::Ctx(absl::Seconds(60));
+  auto stream = agents->Connect(ctx.get());
+  ASSERT_TRUE(stream->Write(HelloFrom("deaf-agent", 1000)));
+  auto cluster = v1::ClusterService::NewStub(
+      grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  auto deaf_state = [&] {
+    v1::ListAgentsResponse resp;
+    if (!cluster->ListAgents(InProcessCluster::Ctx().get(), {}, &resp).ok()) {
+      return v1::AGENT_STATE_UNSPECIFIED;
+    }
+    for (const v1::Agent& a : resp.agents()) {
+      if (a.id() == "deaf-agent") return a.state();
+    }
+    return v1::AGENT_STATE_UNSPECIFIED;
+  };
+  ASSERT_TRUE(InProcessCluster::Eventually([&] { return deaf_state() == v1::AGENT_STATE_ACTIVE; }));
+  // 200 tasks of 512 KiB: about 100 MiB for it to take.
+  std::vector<std::string> ids;
+  for (int batch = 0; batch < 10; ++batch) {
+    std::vector<v1::TaskSpec> specs;
+    for (int i = 0; i < 20; ++i) {
+      ids.push_back("deaf-" + std::to_string(batch) + "-" + std::to_string(i));
+      specs.push_back(Noop(ids.back()));
+      specs.back().set_payload(std::string(512 << 10, 'p'));
+    }
+    grpc::Status st = c.Submit(specs);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  // It keeps heartbeating; the scheduler ends the stream for not reading.
+  v1::AgentMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  bool cut = InProcessCluster::Eventually(
+      [&] {
+        if (deaf_state() == v1::AGENT_STATE_LOST) return true;
+        stream->Write(heartbeat);
+        return false;
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(cut) << "the scheduler kept a stream that read nothing";
+  ctx->TryCancel();
+  stream->Finish();
+  // Nothing lost: every task runs on an agent that reads.
+  c.AddAgent("reading-agent", 8);
+  for (const std::string& id : ids) {
+    c.WaitFor(id, v1::TASK_STATE_SUCCEEDED, absl::Seconds(60));
+  }
 }
 
 }  // namespace

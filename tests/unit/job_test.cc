@@ -605,6 +605,37 @@ TEST_F(JobTest, ChainsStopAtTheLengthLimitAndAtBranches) {
   ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
 }
 
+TEST_F(JobTest, AChainStopsBeforeItsAssignWouldPass32MiB) {
+  // 40 links of 1 MiB payload: one Assign may carry at most 32 MiB, so the
+  // chain is cut there and the rest follows once the links before it ran.
+  std::vector<v1::TaskSpec> specs;
+  for (int i = 1; i <= 40; ++i) {
+    v1::TaskSpec s =
+        i == 1 ? Spec("c1") : Dep("c" + std::to_string(i), {"c" + std::to_string(i - 1)});
+    s.set_payload(std::string(1 << 20, 'p'));
+    specs.push_back(std::move(s));
+  }
+  ASSERT_TRUE(SubmitJob("big", std::move(specs)).ok());
+  const uint64_t conn = ConnectChains("w", 1);
+  const Effects fx = Take();
+  size_t bytes = 0;
+  for (const Outgoing& o : fx.messages) {
+    if (o.conn == conn && o.msg.has_assign()) bytes += o.msg.assign().ByteSizeLong();
+  }
+  const auto as = Assignments(fx, conn);
+  EXPECT_LE(bytes, size_t{32} << 20);
+  EXPECT_GE(as.size(), 30u);
+  ASSERT_LT(as.size(), 40u);
+  const size_t first = as.size();
+  EXPECT_EQ(State("c" + std::to_string(first + 1)), v1::TASK_STATE_BLOCKED);
+  // Running the sent links releases the rest, which goes as a new chain.
+  for (size_t i = 1; i <= first; ++i) Finish(conn, "c" + std::to_string(i));
+  const auto rest = Assignments(Take(), conn);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest[0].task_id(), "c" + std::to_string(first + 1));
+  EXPECT_EQ(rest[0].run_after(), "");
+}
+
 // --- Outputs flow downstream. ---
 
 TEST_F(JobTest, OutputsReachDependentsPreferringTheResultFile) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
+#include "common/message_limits.h"
 #include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
 #include "tools/ctl/job_tree.h"
@@ -264,6 +265,7 @@ Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
   std::shared_ptr<grpc::ChannelCredentials> creds =
       opts_.credentials != nullptr ? opts_.credentials : grpc::InsecureChannelCredentials();
   channel_ = grpc::CreateCustomChannel(opts_.addr, creds, args);
