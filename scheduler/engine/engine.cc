@@ -32,6 +32,24 @@ absl::Status ParsePage(int32_t page_size, const std::string& page_token, int* si
 }
 }  // namespace
 
+template <typename Record, typename Proto, typename DescribeFn>
+void Engine::TakeWithinBytes(const std::vector<const Record*>& records,
+                             google::protobuf::RepeatedPtrField<Proto>* out,
+                             int64_t* next_after_seq, const DescribeFn& describe) const {
+  size_t bytes = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    Proto* p = out->Add();
+    describe(records[i], p);
+    const size_t size = p->ByteSizeLong() + 6;  // with its tag and length
+    if (i > 0 && bytes + size > opts_.max_page_bytes) {
+      out->RemoveLast();
+      *next_after_seq = records[i - 1]->seq;
+      return;
+    }
+    bytes += size;
+  }
+}
+
 Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
     : clock_(clock),
       opts_(std::move(opts)),
@@ -375,7 +393,9 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
     core::ListPage page = sched_.List(filter);
     v1::ListTasksResponse resp;
     const std::vector<const core::AgentRecord*> agents = sched_.Agents();
-    for (const core::TaskRecord* t : page.tasks) sched_.Describe(*t, resp.add_tasks(), &agents);
+    TakeWithinBytes(
+        page.tasks, resp.mutable_tasks(), &page.next_after_seq,
+        [&](const core::TaskRecord* t, v1::Task* out) { sched_.Describe(*t, out, &agents); });
     if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
     result = std::move(resp);
   }
@@ -486,7 +506,8 @@ void Engine::ListJobs(const v1::ListJobsRequest& req, Reply<v1::ListJobsResponse
   } else {
     core::JobListPage page = sched_.ListJobs(filter);
     v1::ListJobsResponse resp;
-    for (const core::JobRecord* j : page.jobs) sched_.DescribeJob(*j, resp.add_jobs());
+    TakeWithinBytes(page.jobs, resp.mutable_jobs(), &page.next_after_seq,
+                    [&](const core::JobRecord* j, v1::Job* out) { sched_.DescribeJob(*j, out); });
     if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
     result = std::move(resp);
   }

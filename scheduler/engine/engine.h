@@ -58,6 +58,10 @@ struct EngineOptions {
   size_t max_watches = 10'000;
   size_t max_waits = 100'000;
   absl::Duration tick_interval = absl::Milliseconds(10);
+  // A list page ends before it would pass this many bytes (a single larger
+  // task or job comes alone), so it stays below gRPC's default 4 MiB
+  // receive limit whatever the tasks hold.
+  size_t max_page_bytes = 3 << 20;
   store::GroupCommitWriter::Options writer;
   // Check every invariant of the Scheduler after each operation and abort
   // on the first broken one. O(tasks) per operation: on in the engines that
@@ -150,6 +154,13 @@ class Engine {
   void TickNow();
 
  private:
+  // Describes `records` into `out`, in order, until the next one would take
+  // the page past opts_.max_page_bytes (the first always goes); when it
+  // stops early, *next_after_seq becomes the seq of the last one taken.
+  template <typename Record, typename Proto, typename DescribeFn>
+  void TakeWithinBytes(const std::vector<const Record*>& records,
+                       google::protobuf::RepeatedPtrField<Proto>* out, int64_t* next_after_seq,
+                       const DescribeFn& describe) const;
   // Takes the Scheduler's effects (with mu_ held) and queues them; `after`
   // runs once they are committed and delivered.
   void CommitLocked(std::function<void(const absl::Status&)> after);

@@ -62,8 +62,7 @@ class EngineTest : public ::testing::Test {
  protected:
   EngineTest() : faulty_(&mem_) {}
 
-  std::unique_ptr<Engine> NewEngine() {
-    EngineOptions opts;
+  std::unique_ptr<Engine> NewEngine(EngineOptions opts = {}) {
     opts.tick_interval = absl::Hours(1);  // the test drives time with TickNow()
     auto e = std::make_unique<Engine>(&faulty_, &clock_, opts);
     e->set_on_fatal([this](const absl::Status&) { ++fatal_; });
@@ -183,6 +182,42 @@ TEST_F(EngineTest, ListValidatesItsArguments) {
   bad.Clear();
   bad.set_page_size(-1);
   EXPECT_EQ(list(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, ListPagesStopBeforeTheirByteLimitAndMissNothing) {
+  EngineOptions opts;
+  opts.max_page_bytes = 100 << 10;
+  auto e = NewEngine(opts);
+  // 40 KiB each: two fit in a page, three do not; "big" alone passes it.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) {
+    v1::SubmitTasksRequest req = OneTask(i == 3 ? "big" : "t" + std::to_string(i));
+    req.mutable_tasks(0)->set_payload(std::string(i == 3 ? 150 << 10 : 40 << 10, 'p'));
+    ids.push_back(req.tasks(0).id());
+    ASSERT_TRUE(Await<v1::SubmitTasksResponse>([&](Engine::Reply<v1::SubmitTasksResponse> r) {
+                  e->SubmitTasks(req, r);
+                }).ok());
+  }
+  auto list = [&](v1::ListTasksRequest req) {
+    return Await<v1::ListTasksResponse>(
+        [&](Engine::Reply<v1::ListTasksResponse> r) { e->ListTasks(req, r); });
+  };
+  v1::ListTasksRequest req;
+  req.set_page_size(1000);
+  std::vector<std::string> seen;
+  std::vector<int> sizes;
+  for (int pages = 0; pages < 20; ++pages) {
+    auto page = list(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_TRUE(page->tasks_size() == 1 || page->ByteSizeLong() <= opts.max_page_bytes)
+        << page->ByteSizeLong();
+    sizes.push_back(page->tasks_size());
+    for (const v1::Task& t : page->tasks()) seen.push_back(t.spec().id());
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(seen, ids);  // each once, in submit order
+  EXPECT_EQ(sizes, (std::vector<int>{2, 1, 1, 2, 1}));
 }
 
 TEST_F(EngineTest, TickDrivesDeadlines) {
