@@ -44,6 +44,8 @@ ABSL_FLAG(int64_t, max_spec_bytes, 64 << 10,
 ABSL_FLAG(int32_t, max_job_tasks, 10'000, "Most tasks in one job (SubmitJob)");
 ABSL_FLAG(int32_t, max_chain_length, 100,
           "Most tasks of a dependency chain pushed to one agent in one Assign");
+ABSL_FLAG(int32_t, max_attempt_history, 100,
+          "Finished attempts kept per task (the newest); older ones are dropped and counted");
 ABSL_FLAG(bool, insecure, false,
           "Allow --listen on an address other machines can reach, with no TLS and no tokens: "
           "anyone who reaches the port can then run programs on every agent");
@@ -151,6 +153,7 @@ int main(int argc, char** argv) {
   so.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
   so.max_job_tasks = absl::GetFlag(FLAGS_max_job_tasks);
   so.max_chain_length = absl::GetFlag(FLAGS_max_chain_length);
+  so.max_attempt_history = absl::GetFlag(FLAGS_max_attempt_history);
   so.max_agent_slots = absl::GetFlag(FLAGS_max_agent_slots);
   so.default_queue_max_length = absl::GetFlag(FLAGS_default_queue_max_length);
   so.default_max_attempts = absl::GetFlag(FLAGS_default_max_attempts);
@@ -216,8 +219,11 @@ int main(int argc, char** argv) {
         listen, tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
     return 2;
   }
-  if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1) {
-    spdlog::error("--max_job_tasks, --max_chain_length and --max_agent_slots must be at least 1");
+  if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1 ||
+      so.max_attempt_history < 1) {
+    spdlog::error(
+        "--max_job_tasks, --max_chain_length, --max_agent_slots and --max_attempt_history must be "
+        "at least 1");
     return 2;
   }
   if (so.heartbeat_interval <= absl::ZeroDuration() ||

@@ -34,6 +34,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(tasks, other.tasks);
   MoveAppend(attempts, other.attempts);
   MoveAppend(clear_attempts, other.clear_attempts);
+  MoveAppend(trim_attempts, other.trim_attempts);
   MoveAppend(events, other.events);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
@@ -56,6 +57,8 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.pause_requested = t.pause_requested;
   if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) t.result.SerializeToString(&r.result);
   r.attempt_base = t.attempt_base;
+  r.attempts_dropped = t.attempts_dropped;
+  r.interrupted_dropped = t.interrupted_dropped;
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
@@ -93,6 +96,8 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
   t.reason = std::move(r.reason);
   t.pause_requested = r.pause_requested;
   t.attempt_base = r.attempt_base;
+  t.attempts_dropped = r.attempts_dropped;
+  t.interrupted_dropped = r.interrupted_dropped;
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }
@@ -119,6 +124,7 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
   out->set_reason(t.reason);
   if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) *out->mutable_result() = t.result;
   for (const v1::Attempt& a : t.attempts) *out->add_attempts() = a;
+  out->set_attempts_dropped(t.attempts_dropped);
 }
 
 }  // namespace taskgrid::core

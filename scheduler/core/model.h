@@ -41,8 +41,15 @@ struct TaskRecord {
   std::string reason;
   // A pause is waiting for the agent to stop the live attempt.
   bool pause_requested = false;
-  v1::TaskResult result;              // of the last finished attempt
-  std::vector<v1::Attempt> attempts;  // finished attempts, oldest first
+  v1::TaskResult result;  // of the last finished attempt
+  // Finished attempts, oldest first: the newest max_attempt_history.
+  std::vector<v1::Attempt> attempts;
+  // Finished attempts older than `attempts`, dropped to bound the history
+  // (since the last reset), and how many of those were interrupted and
+  // numbered above attempt_base (AttemptsUsed leaves them out, as it does
+  // the interrupted ones still in `attempts`).
+  int32_t attempts_dropped = 0;
+  int32_t interrupted_dropped = 0;
   // Attempts numbered up to this one were made before a reset or a
   // RetryJob and no longer count against max_attempts.
   int32_t attempt_base = 0;
@@ -103,6 +110,8 @@ struct TaskRow {
   std::string spec;    // serialized v1::TaskSpec (set on insert)
   std::string job_id;  // (set on insert)
   int32_t attempt_base = 0;
+  int32_t attempts_dropped = 0;
+  int32_t interrupted_dropped = 0;
 };
 
 // One finished attempt.
@@ -130,16 +139,20 @@ struct WriteBatch {
   std::vector<TaskRow> tasks;
   std::vector<AttemptRow> attempts;
   std::vector<std::string> clear_attempts;  // task ids whose history is cleared (reset)
+  // (task id, n): delete the task's attempts numbered below n (the oldest,
+  // past the history bound). Applied after `attempts`.
+  std::vector<std::pair<std::string, int32_t>> trim_attempts;
   std::vector<EventRow> events;
   // Event history retention: delete events with revision <= this (0: none).
   int64_t prune_events_through = 0;
 
   bool empty() const {
-    return tasks.empty() && attempts.empty() && clear_attempts.empty() && events.empty() &&
-           prune_events_through == 0;
+    return tasks.empty() && attempts.empty() && clear_attempts.empty() && trim_attempts.empty() &&
+           events.empty() && prune_events_through == 0;
   }
   size_t size() const {
-    return tasks.size() + attempts.size() + clear_attempts.size() + events.size();
+    return tasks.size() + attempts.size() + clear_attempts.size() + trim_attempts.size() +
+           events.size();
   }
   // Moves every row of `other` to the end of this batch.
   void Append(WriteBatch&& other);

@@ -28,6 +28,9 @@ struct SchedulerOptions {
   // Jobs. At most this many tasks of a chain go to one agent in one Assign
   // (the rest follow as the chain proceeds).
   int max_chain_length = 100;
+  // Finished attempts kept per task (--max_attempt_history); older ones are
+  // dropped and counted.
+  int max_attempt_history = 100;
   // The most slots one agent may announce (--max_agent_slots).
   int32_t max_agent_slots = 1024;
   // Outputs of a task's dependencies sent with it (all together); a task

@@ -711,6 +711,8 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
   // frozen past its lease) with a result that must not end the new run.
   t->attempt_base = t->attempt;
   t->attempts.clear();
+  t->attempts_dropped = 0;
+  t->interrupted_dropped = 0;
   t->result.Clear();
   t->next_run_time = absl::InfinitePast();
   effects_.batch.clear_attempts.push_back(t->id());
@@ -828,6 +830,7 @@ absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
     DeferSettling defer(this);
     for (TaskRecord* t : retry) {
       t->attempt_base = t->attempt;  // a fresh budget of attempts
+      t->interrupted_dropped = 0;    // every dropped attempt is below the base now
       t->next_run_time = absl::InfinitePast();
       const v1::TaskState to = NextWaitingState(*t);
       Transition(*t, to, "retried with its job");
@@ -979,10 +982,26 @@ void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
   if (!t.spec.has_schedule_timeout()) return;  // most tasks: restore asks for each
   const absl::Duration timeout = FromProto(t.spec.schedule_timeout());
   if (timeout <= absl::ZeroDuration()) return;
+  // Once history was dropped, whether it ever started is not known: it has
+  // had its chances.
+  if (t.attempts_dropped > 0) return;
   for (const v1::Attempt& a : t.attempts) {
     if (FromProto(a.start_time()) != absl::InfinitePast()) return;  // it has started before
   }
   start_deadlines_.Set(t.id(), (from + timeout) - absl::UnixEpoch());
+}
+
+void Scheduler::TrimHistory(TaskRecord& t) {
+  const size_t keep = static_cast<size_t>(std::max(opts_.max_attempt_history, 1));
+  if (t.attempts.size() <= keep) return;
+  const size_t drop = t.attempts.size() - keep;
+  for (size_t i = 0; i < drop; ++i) {
+    const v1::Attempt& a = t.attempts[i];
+    ++t.attempts_dropped;
+    if (a.interrupted() && a.attempt() > t.attempt_base) ++t.interrupted_dropped;
+  }
+  t.attempts.erase(t.attempts.begin(), t.attempts.begin() + static_cast<ptrdiff_t>(drop));
+  effects_.batch.trim_attempts.emplace_back(t.id(), t.attempts.front().attempt());
 }
 
 int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
@@ -990,7 +1009,7 @@ int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
   for (const v1::Attempt& a : t.attempts) {
     interrupted += a.attempt() > t.attempt_base && a.interrupted() ? 1 : 0;
   }
-  return t.attempt - t.attempt_base - interrupted;
+  return t.attempt - t.attempt_base - interrupted - t.interrupted_dropped;
 }
 
 TaskRecord* Scheduler::Mutable(const std::string& id) {
@@ -1389,9 +1408,11 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
   if (t.start_time != absl::InfinitePast()) SetTimestamp(t.start_time, done.mutable_start_time());
   SetTimestamp(Now(), done.mutable_finish_time());
   *done.mutable_result() = result;
+  done.mutable_result()->clear_output();  // t.result keeps it; history need not
   done.set_interrupted(interrupted);
   effects_.batch.attempts.push_back(ToAttemptRow(t.id(), done));
   t.attempts.push_back(std::move(done));
+  TrimHistory(t);
   t.result = std::move(result);
   const std::string agent = std::move(t.agent_id);
   t.agent_id.clear();
@@ -1942,8 +1963,14 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " and the chain link after it disagree");
     }
     if (t.job != nullptr && t.job->id != t.job_id()) return fail("task ", id, " is in another job");
-    if (static_cast<int32_t>(t.attempts.size()) > t.attempt) {
+    if (static_cast<int32_t>(t.attempts.size()) + t.attempts_dropped > t.attempt) {
       return fail("task ", id, " has more finished attempts than its counter");
+    }
+    if (static_cast<int64_t>(t.attempts.size()) > std::max(opts_.max_attempt_history, 1)) {
+      return fail("task ", id, " keeps ", t.attempts.size(), " attempts, past the bound");
+    }
+    if (t.interrupted_dropped > t.attempts_dropped || t.attempts_dropped < 0) {
+      return fail("task ", id, " counts more interrupted dropped attempts than dropped ones");
     }
   }
   size_t in_ready = 0;

@@ -335,6 +335,9 @@ class Scheduler {
   void SendDrain(const AgentRecord& a);
 
   // Attempts that count against max_attempts (interrupted ones do not).
+  // Drops the oldest finished attempts past opts_.max_attempt_history,
+  // counting them, and has the store drop them too.
+  void TrimHistory(TaskRecord& t);
   int32_t AttemptsUsed(const TaskRecord& t) const;
   // RESOURCE_EXHAUSTED when `what` would put `n` more unfinished tasks in
   // a queue that has no room for them.

@@ -32,6 +32,9 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.upper_bound({id, INT32_MAX}));
   }
   for (const core::AttemptRow& a : batch.attempts) attempts_[{a.task_id, a.attempt}] = a;
+  for (const auto& [id, below] : batch.trim_attempts) {
+    attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.lower_bound({id, below}));
+  }
   for (const core::EventRow& e : batch.events) events_.push_back({e.revision, e});
   if (batch.prune_events_through > 0) {
     auto keep = std::find_if(events_.begin(), events_.end(), [&](const StoredEvent& e) {

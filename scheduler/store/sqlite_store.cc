@@ -139,6 +139,12 @@ const std::vector<const char*>& Migrations() {
       INSERT INTO meta (key, value)
         SELECT 'newest_pruned_revision', min(revision) - 1 FROM events HAVING count(*) > 0;
       )sql",
+      // 5 -> 6: the attempt history is bounded. A task counts the oldest
+      // attempts it dropped, and the interrupted ones among them.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN attempts_dropped INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE tasks ADD COLUMN interrupted_dropped INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return *kMigrations;
 }
@@ -310,15 +316,18 @@ absl::Status SqliteStore::Prepare() {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
-       "attempt_base) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"},
+       "attempt_base, attempts_dropped, interrupted_dropped) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+       "?19)"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
-       "pause_requested = ?11, attempt_base = ?12 WHERE seq = ?13 AND id = ?1"},
+       "pause_requested = ?11, attempt_base = ?12, attempts_dropped = ?14, "
+       "interrupted_dropped = ?15 WHERE seq = ?13 AND id = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
+      {&trim_attempts_, "DELETE FROM attempts WHERE task_id = ?1 AND attempt < ?2"},
       {&insert_event_,
        "INSERT INTO events (task_id, queue, from_state, to_state, attempt, agent_id, time_us, "
        "reason, revision, job_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
@@ -399,7 +408,7 @@ SqliteStore::~SqliteStore() {
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
   for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
-                           insert_event_, prune_events_, note_pruned_}) {
+                           trim_attempts_, insert_event_, prune_events_, note_pruned_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -449,6 +458,8 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 15, now.pause_requested ? 1 : 0);
       BindText(st, 16, r.job_id);
       sqlite3_bind_int(st, 17, now.attempt_base);
+      sqlite3_bind_int(st, 18, now.attempts_dropped);
+      sqlite3_bind_int(st, 19, now.interrupted_dropped);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;
@@ -465,6 +476,8 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 11, r.pause_requested ? 1 : 0);
       sqlite3_bind_int(st, 12, r.attempt_base);
       sqlite3_bind_int64(st, 13, r.seq);
+      sqlite3_bind_int(st, 14, r.attempts_dropped);
+      sqlite3_bind_int(st, 15, r.interrupted_dropped);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
@@ -480,6 +493,11 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
     sqlite3_bind_int(insert_attempt_, 2, a.attempt);
     BindBlob(insert_attempt_, 3, a.data);
     if (absl::Status s = Step(db_, insert_attempt_, "inserting an attempt"); !s.ok()) return s;
+  }
+  for (const auto& [id, below] : batch.trim_attempts) {
+    BindText(trim_attempts_, 1, id);
+    sqlite3_bind_int(trim_attempts_, 2, below);
+    if (absl::Status s = Step(db_, trim_attempts_, "trimming attempts"); !s.ok()) return s;
   }
   for (const core::EventRow& e : batch.events) {
     sqlite3_stmt* st = insert_event_;
@@ -531,7 +549,8 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
   if (sqlite3_prepare_v2(db.get(),
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
-                         "pause_requested, job_id, attempt_base FROM tasks ORDER BY seq",
+                         "pause_requested, job_id, attempt_base, attempts_dropped, "
+                         "interrupted_dropped FROM tasks ORDER BY seq",
                          -1, &raw_st, nullptr) != SQLITE_OK) {
     return SqlError(db.get(), "loading tasks");
   }
@@ -562,6 +581,8 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
     r.pause_requested = sqlite3_column_int(st, 14) != 0;
     AssignColumn(st, 15, &r.job_id);
     r.attempt_base = sqlite3_column_int(st, 16);
+    r.attempts_dropped = sqlite3_column_int(st, 17);
+    r.interrupted_dropped = sqlite3_column_int(st, 18);
     if (n == kScanChunkRows) {
       status = sink(&rows);
       if (!status.ok()) break;

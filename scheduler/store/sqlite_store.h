@@ -70,6 +70,7 @@ class SqliteStore final : public Store {
   sqlite3_stmt* update_task_ = nullptr;
   sqlite3_stmt* insert_attempt_ = nullptr;
   sqlite3_stmt* clear_attempts_ = nullptr;
+  sqlite3_stmt* trim_attempts_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
   sqlite3_stmt* note_pruned_ = nullptr;

@@ -61,6 +61,15 @@ TEST(CtlOutput, DetailShowsTheAttemptNumberApartFromTheBudgetUsed) {
   EXPECT_THAT(fresh, ContainsRegex("\nAttempts used: +0 / 2\n"));
 }
 
+TEST(CtlOutput, DetailSaysWhenOlderAttemptsWereNotKept) {
+  v1::Task t = RunningTask();
+  t.add_attempts()->set_attempt(3);
+  EXPECT_THAT(FormatTaskDetail(t), ContainsRegex("\nAttempts:\n"));
+  t.set_attempts_dropped(2);
+  EXPECT_THAT(FormatTaskDetail(t),
+              ContainsRegex("\nAttempts \\(the newest 1; 2 older not kept\\):\n"));
+}
+
 TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
   v1::Task t = RunningTask();
   t.set_pause_requested(true);

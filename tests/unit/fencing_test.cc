@@ -45,8 +45,7 @@ class FencingTest : public SchedulerTest {
 TEST_F(FencingTest, AGeneratedIdNeverTakesAnIdGivenInTheSameBatch) {
   // The id the scheduler would generate next, given by the client beside a
   // task that asks for a generated one.
-  const std::string next =
-      absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(clock_.Now()), 1);
+  const std::string next = absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(clock_.Now()), 1);
   v1::TaskSpec unnamed = Spec("");
   v1::TaskSpec named = Spec(next);
   auto r = Submit({unnamed, named});
@@ -63,8 +62,7 @@ TEST_F(FencingTest, AGeneratedIdNeverTakesAnIdGivenInTheSameBatch) {
 }
 
 TEST_F(FencingTest, AGeneratedIdNeverTakesAnIdGivenInAnEarlierBatch) {
-  const std::string next =
-      absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(clock_.Now()), 1);
+  const std::string next = absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(clock_.Now()), 1);
   SubmitOk(Spec(next));
   auto r = Submit({Spec("")});
   ASSERT_TRUE(r.ok()) << r.status();

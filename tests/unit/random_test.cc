@@ -51,6 +51,7 @@ SchedulerOptions Options() {
   o.heartbeat_timeout = absl::Seconds(5);
   o.reconnect_grace = absl::Seconds(5);
   o.random = [] { return 0.0; };
+  o.max_attempt_history = 2;  // small, so histories are trimmed all the time
   return o;
 }
 
@@ -373,6 +374,16 @@ class Walk {
   // agents' streams are gone, their memory of what they hold is not.
   void Restart(bool reopen_store) {
     Persist();
+    // Each task's history as the scheduler has it: a restart must read the
+    // same back (what the store trimmed, and the counts of what it dropped).
+    std::map<std::string, std::tuple<std::vector<int32_t>, int32_t, int32_t>> history;
+    for (const std::string& id : acked_) {
+      const TaskRecord* rec = sched_->Find(id);
+      if (rec == nullptr) continue;
+      std::vector<int32_t> numbers;
+      for (const v1::Attempt& a : rec->attempts) numbers.push_back(a.attempt());
+      history[id] = {numbers, rec->attempts_dropped, rec->interrupted_dropped};
+    }
     ++restarts_;
     conns_.clear();
     held_.clear();
@@ -402,6 +413,14 @@ class Walk {
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_TRUE(sched_->FinishRestore().ok());
     ASSERT_EQ(sched_->last_revision(), last_revision_);
+    for (const auto& [id, before] : history) {
+      const TaskRecord* rec = sched_->Find(id);
+      ASSERT_NE(rec, nullptr) << id;
+      std::vector<int32_t> numbers;
+      for (const v1::Attempt& a : rec->attempts) numbers.push_back(a.attempt());
+      EXPECT_EQ(std::make_tuple(numbers, rec->attempts_dropped, rec->interrupted_dropped), before)
+          << "the history of " << id << " changed across a restart";
+    }
   }
 
   std::mt19937_64 rng_;

@@ -250,6 +250,38 @@ TYPED_TEST(StoreConformance, ClearAttemptsRemovesHistory) {
   EXPECT_EQ((*tasks)[0].attempts[0].data, "after reset");
 }
 
+TYPED_TEST(StoreConformance, TrimmedAttemptsAreGoneAndTheCountsKept) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("t", 1));
+  b.tasks.push_back(Row("other", 2));
+  for (int i = 1; i <= 4; ++i) b.attempts.push_back({"t", i, absl::StrCat("t", i)});
+  b.attempts.push_back({"other", 1, "o1"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  // The attempt that passes the bound and the trim in one batch, as the
+  // scheduler writes them.
+  core::WriteBatch c;
+  core::TaskRow r = Row("t", 1);
+  r.insert = false;
+  r.attempt = 5;
+  r.attempts_dropped = 3;
+  r.interrupted_dropped = 1;
+  c.tasks.push_back(r);
+  c.attempts.push_back({"t", 5, "t5"});
+  c.trim_attempts.emplace_back("t", 4);
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  this->Reopen();
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 2u);
+  const core::StoredTask& t = (*tasks)[0];
+  ASSERT_EQ(t.attempts.size(), 2u);
+  EXPECT_EQ(t.attempts[0].data, "t4");
+  EXPECT_EQ(t.attempts[1].data, "t5");
+  EXPECT_EQ(t.row.attempts_dropped, 3);
+  EXPECT_EQ(t.row.interrupted_dropped, 1);
+  ASSERT_EQ((*tasks)[1].attempts.size(), 1u);  // another task's history is left alone
+}
+
 TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t", 1));

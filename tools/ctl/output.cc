@@ -309,7 +309,9 @@ std::string FormatTaskDetail(const v1::Task& t) {
     Field(&out, "Attempts", "none finished");
     return out;
   }
-  out += "Attempts:\n";
+  out += t.attempts_dropped() > 0 ? absl::StrCat("Attempts (the newest ", t.attempts_size(), "; ",
+                                                 t.attempts_dropped(), " older not kept):\n")
+                                  : "Attempts:\n";
   Table table({"ATTEMPT", "AGENT", "OUTCOME", "EXIT", "STARTED", "FINISHED", "ERROR"});
   for (const v1::Attempt& a : t.attempts()) {
     const v1::TaskResult& ar = a.result();
