@@ -13,6 +13,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "scheduler/core/retry_policy.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
 
@@ -55,21 +56,6 @@ v1::TaskResult LostResult(std::string error) {
   return r;
 }
 
-const char* OutcomeWord(v1::Outcome o) {
-  switch (o) {
-    case v1::OUTCOME_SUCCEEDED:
-      return "succeeded";
-    case v1::OUTCOME_TIMED_OUT:
-      return "timed out";
-    case v1::OUTCOME_CANCELLED:
-      return "was cancelled";
-    case v1::OUTCOME_LOST:
-      return "was lost";
-    default:
-      return "failed";
-  }
-}
-
 // How a dependency's state counts for its dependents.
 enum class DepClass { kOpen, kSucceeded, kFailed };
 
@@ -82,15 +68,6 @@ DepClass ClassOf(v1::TaskState s) {
 // What a dependent receives from a finished dependency.
 const std::string& OutputOf(const TaskRecord& t) {
   return t.result.has_output() ? t.result.output() : t.result.stdout_tail();
-}
-
-bool IsRetryableFailure(const TaskRecord& t, const v1::TaskResult& r) {
-  if (r.outcome() == v1::OUTCOME_FAILED) {
-    for (int32_t code : t.spec.retry().non_retryable_exit_codes()) {
-      if (code == r.exit_code()) return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -1100,33 +1077,11 @@ int64_t Scheduler::QueueLength(const std::string& queue) const {
   return n;
 }
 
-int32_t Scheduler::MaxAttempts(const TaskRecord& t) const {
-  return t.spec.max_attempts() > 0 ? t.spec.max_attempts() : opts_.default_max_attempts;
-}
+int32_t Scheduler::MaxAttempts(const TaskRecord& t) const { return MaxAttemptsOf(t, opts_); }
 
 absl::Duration Scheduler::AckTimeout(const TaskRecord& t) const {
   const absl::Duration d = FromProto(t.spec.ack_timeout());
   return d > absl::ZeroDuration() ? d : opts_.default_ack_timeout;
-}
-
-absl::Duration Scheduler::InitialBackoff(const TaskRecord& t) const {
-  const v1::RetryPolicy& r = t.spec.retry();
-  return r.has_initial_backoff() ? FromProto(r.initial_backoff()) : opts_.default_initial_backoff;
-}
-
-absl::Duration Scheduler::Backoff(const TaskRecord& t) {
-  const v1::RetryPolicy& r = t.spec.retry();
-  const absl::Duration initial = InitialBackoff(t);
-  absl::Duration max = FromProto(r.max_backoff());
-  if (!r.has_max_backoff()) max = opts_.default_max_backoff;
-  const double mult = r.multiplier() > 0 ? r.multiplier() : opts_.default_backoff_multiplier;
-  // attempt 1 failed -> initial; attempt 2 failed -> initial * mult; ...
-  const double factor = std::pow(mult, std::max(0, t.attempt - t.attempt_base - 1));
-  absl::Duration d = std::min(std::isfinite(factor) ? initial * factor : max, max);
-  const double u =
-      opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
-  d *= 1.0 - opts_.backoff_jitter * std::clamp(u, 0.0, 1.0);
-  return d;
 }
 
 std::string Scheduler::NewJobId() {
@@ -1419,52 +1374,39 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
   t.dispatch_time = absl::InfinitePast();
   t.start_time = absl::InfinitePast();
 
-  const v1::TaskResult& r = t.result;
-  const std::string what = absl::StrCat("attempt ", t.attempt, " on agent ", agent);
-  if (t.state == v1::TASK_STATE_CANCELLING) {
-    if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
-      Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded before the cancel reached it",
+  const AfterAttempt after = DecideAfterAttempt(
+      t, absl::StrCat("attempt ", t.attempt, " on agent ", agent),
+      {interrupted, pausing, requeue_after}, AttemptsUsed(t), opts_, Now(), [this] {
+        return opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
+      });
+  switch (after.next) {
+    case AfterAttempt::Next::kSucceeded:
+      Transition(t, v1::TASK_STATE_SUCCEEDED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kCancelled:
+      Transition(t, v1::TASK_STATE_CANCELLED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kPaused:
+      Transition(t, v1::TASK_STATE_PAUSED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kFailed:
+      Transition(t, v1::TASK_STATE_FAILED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kRequeue: {
+      t.next_run_time = after.next_run_time;
+      const v1::TaskState to = NextWaitingState(t);
+      Transition(t, to,
+                 absl::StrCat(after.reason, to == v1::TASK_STATE_BLOCKED
+                                                ? "; not counted, " + BlockedReason(t)
+                                                : "; re-queued, not counted"),
                  &agent);
-    } else {
-      Transition(t, v1::TASK_STATE_CANCELLED, "cancelled by request", &agent);
+      return;
     }
-    return;
+    case AfterAttempt::Next::kRetry:
+      t.next_run_time = after.next_run_time;
+      Transition(t, NextWaitingState(t), after.reason, &agent);
+      return;
   }
-  if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
-    Transition(t, v1::TASK_STATE_SUCCEEDED, what + " succeeded", &agent);
-    return;
-  }
-  std::string why = absl::StrCat(what, " ", OutcomeWord(r.outcome()));
-  if (!r.error().empty()) absl::StrAppend(&why, ": ", r.error());
-  if (pausing) {
-    Transition(t, v1::TASK_STATE_PAUSED, absl::StrCat("paused by request (", why, ")"), &agent);
-    return;
-  }
-  if (interrupted) {
-    t.next_run_time =
-        requeue_after > absl::ZeroDuration() ? Now() + requeue_after : absl::InfinitePast();
-    const v1::TaskState to = NextWaitingState(t);
-    Transition(
-        t, to,
-        absl::StrCat(why, to == v1::TASK_STATE_BLOCKED ? "; not counted, " : "",
-                     to == v1::TASK_STATE_BLOCKED ? BlockedReason(t) : "; re-queued, not counted"),
-        &agent);
-    return;
-  }
-  if (!IsRetryableFailure(t, r)) {
-    Transition(t, v1::TASK_STATE_FAILED,
-               absl::StrCat(why, " (exit code ", r.exit_code(), " is not retryable)"), &agent);
-    return;
-  }
-  if (AttemptsUsed(t) >= MaxAttempts(t)) {
-    Transition(t, v1::TASK_STATE_FAILED,
-               absl::StrCat(why, "; all ", MaxAttempts(t), " attempts used"), &agent);
-    return;
-  }
-  // A lost attempt (agent gone, hand-over not confirmed) says nothing about
-  // the task: it counts, but is re-queued at once rather than backed off.
-  t.next_run_time = r.outcome() == v1::OUTCOME_LOST ? absl::InfinitePast() : Now() + Backoff(t);
-  Transition(t, NextWaitingState(t), absl::StrCat(why, "; will retry"), &agent);
 }
 
 // ---------------------------------------------------------------------------
@@ -1756,7 +1698,7 @@ void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
     case v1::REJECT_CODE_NO_SLOTS:
       // The agent's state, not the task's: not counted, and back after the
       // initial backoff (at once, it could meet the same state again).
-      FinishAttempt(*t, std::move(r), /*interrupted=*/true, InitialBackoff(*t));
+      FinishAttempt(*t, std::move(r), /*interrupted=*/true, InitialBackoffOf(*t, opts_));
       return;
     default:
       FinishAttempt(*t, std::move(r));

@@ -334,18 +334,16 @@ class Scheduler {
   void ImpliedAccept(AgentRecord& a, const TaskRecord& t);
   void SendDrain(const AgentRecord& a);
 
-  // Attempts that count against max_attempts (interrupted ones do not).
   // Drops the oldest finished attempts past opts_.max_attempt_history,
   // counting them, and has the store drop them too.
   void TrimHistory(TaskRecord& t);
+  // Attempts that count against max_attempts (interrupted ones do not).
   int32_t AttemptsUsed(const TaskRecord& t) const;
   // RESOURCE_EXHAUSTED when `what` would put `n` more unfinished tasks in
   // a queue that has no room for them.
   absl::Status CheckRoom(const std::string& queue, int64_t n, absl::string_view what) const;
   int32_t MaxAttempts(const TaskRecord& t) const;
   absl::Duration AckTimeout(const TaskRecord& t) const;
-  absl::Duration InitialBackoff(const TaskRecord& t) const;
-  absl::Duration Backoff(const TaskRecord& t);
   int64_t QueueLength(const std::string& queue) const;
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);

@@ -24,12 +24,6 @@ class ResultBoundsTest : public SchedulerTest {
   }
   ResultBoundsTest() : SchedulerTest(Small()) {}
 
-  v1::Task Describe(const std::string& id) {
-    v1::Task view;
-    sched_.Describe(*sched_.Find(id), &view);
-    return view;
-  }
-
   // Runs "t" to a result carrying `r`.
   void Finish(const v1::TaskResult& r) {
     SubmitOk(Spec("t"));
@@ -105,12 +99,6 @@ class HistoryBoundTest : public SchedulerTest {
     return o;
   }
   HistoryBoundTest() : SchedulerTest(KeepThree()) {}
-
-  v1::Task Describe(const std::string& id) {
-    v1::Task view;
-    sched_.Describe(*sched_.Find(id), &view);
-    return view;
-  }
 };
 
 TEST_F(HistoryBoundTest, OldAttemptsAreDroppedAndCountedAndNumbersGoOn) {

@@ -173,6 +173,12 @@ class SchedulerTest : public ::testing::Test {
     return t == nullptr ? v1::TASK_STATE_UNSPECIFIED : t->state;
   }
   const TaskRecord& Task(const std::string& id) { return *sched_.Find(id); }
+  // The API view of a task.
+  v1::Task Describe(const std::string& id) {
+    v1::Task view;
+    sched_.Describe(*sched_.Find(id), &view);
+    return view;
+  }
 
   FakeClock clock_;
   Scheduler sched_;
