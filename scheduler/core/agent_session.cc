@@ -1,0 +1,387 @@
+// The agent session protocol: Hello, the messages of a stream, fencing by
+// (task, attempt), losing and forgetting agents, drain.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "scheduler/core/retry_policy.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/scheduler_internal.h"
+#include "scheduler/core/state_machine.h"
+#include "scheduler/core/validate.h"
+
+namespace taskgrid::core {
+
+absl::StatusOr<const AgentRecord*> Scheduler::Drain(const std::string& agent_id) {
+  if (agent_id.empty()) return absl::InvalidArgumentError("id is empty");
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent \"", agent_id, "\" is not known"));
+  }
+  AgentRecord& a = *it->second;
+  if (!a.draining) {
+    a.draining = true;
+    SendDrain(a);
+  }
+  return &a;
+}
+
+void Scheduler::SendDrain(const AgentRecord& a) {
+  v1::SchedulerMessage msg;
+  msg.mutable_drain();
+  Send(a.conn, std::move(msg));
+}
+
+void Scheduler::Send(uint64_t conn, v1::SchedulerMessage msg) {
+  if (conn == 0) return;
+  effects_.messages.push_back({conn, std::move(msg)});
+}
+
+void Scheduler::SendCancel(const TaskRecord& t) {
+  auto it = agents_.find(t.agent_id);
+  if (it == agents_.end()) return;
+  v1::SchedulerMessage msg;
+  msg.mutable_cancel()->set_task_id(t.id());
+  msg.mutable_cancel()->set_attempt(t.attempt);
+  Send(it->second->conn, std::move(msg));
+}
+
+absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
+  RETURN_IF_ERROR(ValidateHello(hello, opts_));
+  if (by_conn_.contains(conn)) {
+    return absl::FailedPreconditionError("hello was already sent on this stream");
+  }
+  auto& slot = agents_[hello.agent_id()];
+  if (!slot) {
+    slot = std::make_unique<AgentRecord>();
+    slot->id = hello.agent_id();
+  }
+  AgentRecord& a = *slot;
+  if (a.connected() && Mono() - a.last_seen < 2 * a.judged_interval()) {
+    // The old stream is alive: a second agent with the same id, not a
+    // reconnect. Taking over would make the two evict each other forever.
+    return absl::AlreadyExistsError(
+        absl::StrCat("agent \"", a.id, "\" is connected on another stream (heard from ",
+                     absl::FormatDuration(absl::Trunc(Mono() - a.last_seen, absl::Milliseconds(1))),
+                     " ago); give each agent its own --id"));
+  }
+  if (a.connected()) {
+    // A reconnect that beat the old (silent) stream's end: the new one wins.
+    by_conn_.erase(a.conn);
+    effects_.close_conns.push_back(a.conn);
+  }
+  a.conn = conn;
+  by_conn_[conn] = &a;
+  a.lost = false;
+  a.leaving = false;
+  a.draining = hello.draining();
+  a.version = hello.version();
+  a.chains = hello.chains();
+  a.labels = {hello.labels().begin(), hello.labels().end()};
+  a.slots = hello.slots();
+  a.last_seen = Mono();
+  a.connect_time = Now();
+  a.last_seen_time = a.connect_time;
+  UpdateHeartbeatFactor();
+  // Agents that cannot adapt keep the base interval, as before.
+  a.adaptive_heartbeat = hello.adaptive_heartbeat();
+  a.told_interval = a.adaptive_heartbeat ? heartbeat_interval() : opts_.heartbeat_interval;
+  a.agent_interval = a.told_interval;              // it takes Welcome's at once
+  a.silence_deadline = -absl::InfiniteDuration();  // a new stream
+  ExtendSilenceDeadline(a);
+
+  v1::SchedulerMessage welcome;
+  v1::Welcome* w = welcome.mutable_welcome();
+  w->set_session_id(absl::StrCat(a.id, "/", conn));
+  *w->mutable_heartbeat_interval() = ToProto(a.told_interval);
+  w->set_max_output_bytes(opts_.max_output_bytes);
+  w->set_batches(true);
+  // The agent stops its tasks itself before the grace ends and they move.
+  *w->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
+  *w->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
+  Send(conn, std::move(welcome));
+
+  // Reconcile what the agent still runs with what it holds here.
+  absl::flat_hash_map<std::string, const v1::AttemptRef*> running;
+  for (const v1::AttemptRef& r : hello.running()) running[r.task_id()] = &r;
+  const std::vector<std::string> held(a.tasks.begin(), a.tasks.end());
+  std::vector<std::string> gone;
+  for (const std::string& id : held) {
+    TaskRecord& t = *Mutable(id);
+    auto it = running.find(id);
+    if (it != running.end() && it->second->attempt() == t.attempt) {
+      const bool started = !it->second->waiting();
+      running.erase(it);
+      // Cancels and pauses are durable: said again until the agent confirms.
+      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested) SendCancel(t);
+      // Listed as started: its Accept may have been lost with the old stream.
+      if (started && t.state == v1::TASK_STATE_DISPATCHED) {
+        if (t.chained_after == nullptr) {
+          ImpliedAccept(a, t);
+        } else {
+          // A link cannot start before its predecessor succeeded: that
+          // Result is on its way (resent), and the link runs already.
+          t.link_started = true;
+        }
+      }
+      continue;
+    }
+    gone.push_back(id);
+  }
+  EndHeld(a, gone, LostResult(absl::StrCat("agent ", a.id, " came back without it")));
+  for (const auto& [id, ref] : running) {
+    const int32_t attempt = ref->attempt();
+    // Not the live attempt here: the agent must stop it.
+    v1::SchedulerMessage msg;
+    msg.mutable_cancel()->set_task_id(id);
+    msg.mutable_cancel()->set_attempt(attempt);
+    Send(conn, std::move(msg));
+  }
+  // Classes no agent could take until now: this one may.
+  if (a.takes_work()) {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      ReadyClass& c = **it;
+      if (!Matches(c.placement, a)) {
+        ++it;
+        continue;
+      }
+      parked_.erase(it++);
+      BackToHeads(c);
+    }
+  }
+  Dispatch();
+  return absl::OkStatus();
+}
+
+void Scheduler::Disconnect(uint64_t conn) {
+  auto it = by_conn_.find(conn);
+  if (it == by_conn_.end()) return;
+  AgentRecord& a = *it->second;
+  by_conn_.erase(it);
+  a.conn = 0;
+  agent_deadlines_.Set(a.id, Mono() + opts_.reconnect_grace);
+  UpdateHeartbeatFactor();
+}
+
+void Scheduler::UpdateHeartbeatFactor() {
+  const int64_t agents = static_cast<int64_t>(by_conn_.size());
+  heartbeat_factor_ = opts_.HeartbeatFactor(agents, heartbeat_factor_);
+}
+
+void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
+  // Chain heads first would end their links anyway; EndHeld skips those.
+  EndHeld(a, std::vector<std::string>(a.tasks.begin(), a.tasks.end()), LostResult(why));
+  // Listed as LOST for a while, then forgotten.
+  a.lost = true;
+  agent_deadlines_.Set(a.id, Mono() + opts_.lost_agent_retention);
+}
+
+TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task_id,
+                                   int32_t attempt) {
+  TaskRecord* t = Mutable(task_id);
+  if (t == nullptr || !IsInFlight(t->state) || t->attempt != attempt || t->agent_id != a.id) {
+    return nullptr;
+  }
+  return t;
+}
+
+void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
+  auto it = by_conn_.find(conn);
+  if (it == by_conn_.end()) return;
+  AgentRecord& a = *it->second;
+  a.last_seen = Mono();
+  a.last_seen_time = Now();
+  bool frees = false;
+  if (msg.has_batch()) {
+    // One Dispatch for the whole batch: the slots its results free are
+    // filled together, in one Assign.
+    for (const v1::AgentMessage& m : msg.batch().msgs()) frees |= OnOneAgentMessage(a, m);
+  } else {
+    frees = OnOneAgentMessage(a, msg);
+  }
+  ExtendSilenceDeadline(a);
+  if (a.leaving && a.tasks.empty()) ForgetAgent(a);  // `a` is gone
+  // Only an ended attempt frees room (here or, re-queued, elsewhere).
+  // Dispatching on every heartbeat made heartbeats cost O(agents) each,
+  // O(agents^2) in all (taskgrid-bench W6).
+  if (frees) Dispatch();
+}
+
+bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
+  switch (msg.msg_case()) {
+    case v1::AgentMessage::kHeartbeat: {
+      v1::SchedulerMessage ack;
+      v1::HeartbeatAck* h = ack.mutable_heartbeat_ack();
+      if (a.adaptive_heartbeat) {
+        // The interval it says it uses, never longer than any it was told
+        // (an agent cannot stretch its own timeout).
+        const absl::Duration used = FromProto(msg.heartbeat().heartbeat_interval());
+        if (used > absl::ZeroDuration()) {
+          a.agent_interval = std::clamp(used, opts_.heartbeat_interval, a.judged_interval());
+        }
+        a.told_interval = heartbeat_interval();
+        *h->mutable_heartbeat_interval() = ToProto(a.told_interval);
+        *h->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
+      }
+      Send(a.conn, std::move(ack));
+      break;
+    }
+    case v1::AgentMessage::kDraining:
+      a.draining = true;
+      break;
+    case v1::AgentMessage::kGoodbye:
+      // It stops for good; forgotten once it holds nothing (see
+      // OnAgentMessage). Until then it is draining.
+      a.draining = true;
+      a.leaving = true;
+      break;
+    case v1::AgentMessage::kRelease:
+      OnRelease(a, msg.release());
+      break;
+    case v1::AgentMessage::kAccept:
+      OnAccept(a, msg.accept());
+      break;
+    case v1::AgentMessage::kReject:
+      OnReject(a, msg.reject());
+      break;
+    case v1::AgentMessage::kResult:
+      OnResult(a, msg.result());
+      break;
+    default:  // a Hello or a batch inside a batch: refused by the service
+      break;
+  }
+  return msg.has_result() || msg.has_release() || msg.has_reject();
+}
+
+void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {
+  TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  // A chain link cannot start before its predecessor's result arrived.
+  if (t != nullptr && t->chained_after != nullptr) t = nullptr;
+  if (t == nullptr) {
+    ++stale_messages_;
+    v1::SchedulerMessage cancel;
+    cancel.mutable_cancel()->set_task_id(m.task_id());
+    cancel.mutable_cancel()->set_attempt(m.attempt());
+    Send(a.conn, std::move(cancel));
+    return;
+  }
+  if (t->state != v1::TASK_STATE_DISPATCHED) return;  // a repeated Accept
+  t->start_time = Now();
+  const absl::Duration timeout = FromProto(t->spec.attempt_timeout());
+  if (timeout > absl::ZeroDuration()) {
+    task_deadlines_.Set(t->id(), Mono() + timeout + opts_.attempt_timeout_slack);
+  } else {
+    task_deadlines_.Remove(t->id());
+  }
+  start_deadlines_.Remove(t->id());
+  Transition(*t, v1::TASK_STATE_RUNNING,
+             absl::StrCat("attempt ", t->attempt, " running on agent ", a.id));
+  if (t->pause_requested) SendCancel(*t);
+}
+
+void Scheduler::ImpliedAccept(AgentRecord& a, const TaskRecord& t) {
+  v1::Accept implied;
+  implied.set_task_id(t.id());
+  implied.set_attempt(t.attempt);
+  OnAccept(a, implied);
+}
+
+void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
+  v1::SchedulerMessage ack;
+  ack.mutable_result_ack()->set_task_id(m.task_id());
+  ack.mutable_result_ack()->set_attempt(m.attempt());
+  TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  if (t == nullptr) {
+    ++stale_messages_;
+  } else {
+    v1::TaskResult r;
+    r.set_outcome(v1::OUTCOME_CANCELLED);
+    r.set_exit_code(-1);
+    r.set_error(absl::StrCat("released by the agent: ", Bounded(m.reason(), kMaxReasonBytes)));
+    FinishAttempt(*t, std::move(r), /*interrupted=*/true);
+    ack.mutable_result_ack()->set_accepted(true);
+  }
+  Send(a.conn, std::move(ack));
+}
+
+void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
+  TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  if (t == nullptr) {
+    ++stale_messages_;
+    return;
+  }
+  v1::TaskResult r =
+      LostResult(absl::StrCat("rejected by the agent: ", Bounded(m.reason(), kMaxReasonBytes)));
+  switch (m.code()) {
+    case v1::REJECT_CODE_DRAINING:
+    case v1::REJECT_CODE_BUSY:
+    case v1::REJECT_CODE_NO_SLOTS:
+      // The agent's state, not the task's: not counted, and back after the
+      // initial backoff (at once, it could meet the same state again).
+      FinishAttempt(*t, std::move(r), /*interrupted=*/true, InitialBackoffOf(*t, opts_));
+      return;
+    default:
+      FinishAttempt(*t, std::move(r));
+  }
+}
+
+void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
+  v1::SchedulerMessage ack;
+  ack.mutable_result_ack()->set_task_id(m.task_id());
+  ack.mutable_result_ack()->set_attempt(m.attempt());
+  TaskRecord* t = LiveAttempt(a, m.task_id(), m.attempt());
+  if (t != nullptr && t->chained_after != nullptr) t = nullptr;  // out of order: not started here
+  if (t != nullptr) {
+    // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
+    if (t->state == v1::TASK_STATE_DISPATCHED) ImpliedAccept(a, *t);
+    v1::TaskResult r = m.result();
+    // Whatever the agent was told, what is stored stays readable.
+    const int64_t max = opts_.max_output_bytes;
+    r.set_stdout_cut_bytes(r.stdout_cut_bytes() + CutTail(r.mutable_stdout_tail(), max));
+    r.set_stderr_cut_bytes(r.stderr_cut_bytes() + CutTail(r.mutable_stderr_tail(), max));
+    if (static_cast<int64_t>(r.error().size()) > max) r.set_error(Bounded(r.error(), max));
+    if (r.outcome() == v1::OUTCOME_UNSPECIFIED || r.outcome() == v1::OUTCOME_LOST) {
+      r.set_outcome(v1::OUTCOME_FAILED);
+    }
+    if (r.has_output() && static_cast<int64_t>(r.output().size()) > opts_.max_task_output_bytes) {
+      r.set_error(absl::StrCat("its output is ", r.output().size(), " bytes; the limit is ",
+                               opts_.max_task_output_bytes));
+      r.clear_output();
+      r.set_outcome(v1::OUTCOME_FAILED);
+    }
+    FinishAttempt(*t, std::move(r));
+    ack.mutable_result_ack()->set_accepted(true);
+  } else {
+    // A result resent after its ack was lost is already committed: say so.
+    const TaskRecord* known = Find(m.task_id());
+    bool committed = false;
+    if (known != nullptr) {
+      for (const v1::Attempt& done : known->attempts) {
+        if (done.attempt() == m.attempt() && done.agent_id() == a.id &&
+            done.result().outcome() != v1::OUTCOME_LOST) {
+          committed = true;
+        }
+      }
+    }
+    if (!committed) ++stale_messages_;
+    ack.mutable_result_ack()->set_accepted(committed);
+  }
+  Send(a.conn, std::move(ack));
+}
+
+void Scheduler::ForgetAgent(AgentRecord& a) {
+  TASKGRID_CHECK(a.tasks.empty(), absl::StrCat("agent ", a.id, " is forgotten holding tasks"));
+  if (a.connected()) {
+    by_conn_.erase(a.conn);
+    effects_.close_conns.push_back(a.conn);
+  }
+  agent_deadlines_.Remove(a.id);
+  const std::string id = a.id;
+  agents_.erase(id);
+  UpdateHeartbeatFactor();
+}
+
+}  // namespace taskgrid::core

@@ -1,0 +1,160 @@
+// The end of an attempt: its history (bounded), and what follows it
+// (core/retry_policy decides; this applies it).
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "scheduler/core/retry_policy.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/scheduler_internal.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+
+void Scheduler::TrimHistory(TaskRecord& t) {
+  const size_t keep = static_cast<size_t>(std::max(opts_.max_attempt_history, 1));
+  if (t.attempts.size() <= keep) return;
+  const size_t drop = t.attempts.size() - keep;
+  for (size_t i = 0; i < drop; ++i) {
+    const v1::Attempt& a = t.attempts[i];
+    ++t.attempts_dropped;
+    if (a.interrupted() && a.attempt() > t.attempt_base) ++t.interrupted_dropped;
+  }
+  t.attempts.erase(t.attempts.begin(), t.attempts.begin() + static_cast<ptrdiff_t>(drop));
+  effects_.batch.trim_attempts.emplace_back(t.id(), t.attempts.front().attempt());
+}
+
+int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
+  int32_t interrupted = 0;
+  for (const v1::Attempt& a : t.attempts) {
+    interrupted += a.attempt() > t.attempt_base && a.interrupted() ? 1 : 0;
+  }
+  return t.attempt - t.attempt_base - interrupted - t.interrupted_dropped;
+}
+
+void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
+                              absl::Duration requeue_after) {
+  const bool waiting = t.chained_after != nullptr;
+  if (waiting) {
+    // Never started: it says nothing about the task.
+    t.chained_after->chain_next = nullptr;
+    t.chained_after = nullptr;
+    interrupted = true;
+  }
+  TaskRecord* next = std::exchange(t.chain_next, nullptr);
+  const std::string agent = t.agent_id;
+  EndAttempt(t, std::move(result), interrupted, /*holds_slot=*/!waiting, requeue_after);
+  if (next == nullptr) return;
+  next->chained_after = nullptr;
+  auto ait = agents_.find(agent);
+  if (!waiting && t.state == v1::TASK_STATE_SUCCEEDED && IsInFlight(next->state) &&
+      next->agent_id == agent && ait != agents_.end()) {
+    // The next link starts on the agent now, in the slot t freed: from here
+    // on it is an ordinary dispatched attempt.
+    ait->second->used += SlotsOf(next->spec.placement());
+    task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
+    if (next->link_started) ImpliedAccept(*ait->second, *next);
+    return;
+  }
+  // t did not succeed: the links after it will not start (the agent drops
+  // them without a word). End them here, first unlinking them all.
+  std::vector<TaskRecord*> rest;
+  for (TaskRecord* p = next; p != nullptr;) {
+    rest.push_back(p);
+    TaskRecord* n = std::exchange(p->chain_next, nullptr);
+    if (n != nullptr) n->chained_after = nullptr;
+    p = n;
+  }
+  for (TaskRecord* p : rest) {
+    if (!IsInFlight(p->state) || p->agent_id != agent) continue;
+    SendCancel(*p);
+    v1::TaskResult r;
+    r.set_outcome(v1::OUTCOME_CANCELLED);
+    r.set_exit_code(-1);
+    r.set_error(absl::StrCat("not started: ", t.id(), " before it in the chain did not succeed"));
+    EndAttempt(*p, std::move(r), /*interrupted=*/true, /*holds_slot=*/false);
+  }
+}
+
+void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
+                        const v1::TaskResult& result) {
+  for (const std::string& id : ids) {
+    TaskRecord* t = Mutable(id);
+    // Ending one task may already have ended the chain links behind it.
+    if (t == nullptr || !IsInFlight(t->state) || t->agent_id != a.id) continue;
+    FinishAttempt(*t, result);
+  }
+}
+
+void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
+                           absl::Duration requeue_after) {
+  TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
+  auto it = agents_.find(t.agent_id);
+  TASKGRID_CHECK(it != agents_.end(), absl::StrCat("task ", t.id(), ": unknown agent"));
+  AgentRecord& a = *it->second;
+  if (holds_slot) a.used -= SlotsOf(t.spec.placement());
+  a.tasks.erase(t.id());
+  task_deadlines_.Remove(t.id());
+
+  t.link_started = false;
+  const bool pausing = t.pause_requested;
+  t.pause_requested = false;
+  // A pause that stopped the attempt interrupts it, like a drain's release.
+  interrupted |= pausing && result.outcome() == v1::OUTCOME_CANCELLED;
+  v1::Attempt done;
+  done.set_attempt(t.attempt);
+  done.set_agent_id(t.agent_id);
+  SetTimestamp(t.dispatch_time, done.mutable_dispatch_time());
+  // Unset when it never started (e.g. a chain link whose predecessor failed).
+  if (t.start_time != absl::InfinitePast()) SetTimestamp(t.start_time, done.mutable_start_time());
+  SetTimestamp(Now(), done.mutable_finish_time());
+  *done.mutable_result() = result;
+  done.mutable_result()->clear_output();  // t.result keeps it; history need not
+  done.set_interrupted(interrupted);
+  effects_.batch.attempts.push_back(ToAttemptRow(t.id(), done));
+  t.attempts.push_back(std::move(done));
+  TrimHistory(t);
+  t.result = std::move(result);
+  const std::string agent = std::move(t.agent_id);
+  t.agent_id.clear();
+  t.dispatch_time = absl::InfinitePast();
+  t.start_time = absl::InfinitePast();
+
+  const AfterAttempt after = DecideAfterAttempt(
+      t, absl::StrCat("attempt ", t.attempt, " on agent ", agent),
+      {interrupted, pausing, requeue_after}, AttemptsUsed(t), opts_, Now(), [this] {
+        return opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
+      });
+  switch (after.next) {
+    case AfterAttempt::Next::kSucceeded:
+      Transition(t, v1::TASK_STATE_SUCCEEDED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kCancelled:
+      Transition(t, v1::TASK_STATE_CANCELLED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kPaused:
+      Transition(t, v1::TASK_STATE_PAUSED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kFailed:
+      Transition(t, v1::TASK_STATE_FAILED, after.reason, &agent);
+      return;
+    case AfterAttempt::Next::kRequeue: {
+      t.next_run_time = after.next_run_time;
+      const v1::TaskState to = NextWaitingState(t);
+      Transition(t, to,
+                 absl::StrCat(after.reason, to == v1::TASK_STATE_BLOCKED
+                                                ? "; not counted, " + BlockedReason(t)
+                                                : "; re-queued, not counted"),
+                 &agent);
+      return;
+    }
+    case AfterAttempt::Next::kRetry:
+      t.next_run_time = after.next_run_time;
+      Transition(t, NextWaitingState(t), after.reason, &agent);
+      return;
+  }
+}
+
+}  // namespace taskgrid::core

@@ -1,0 +1,183 @@
+// Dispatch: the ready queues by placement class, and handing their heads
+// (with the chains below them) to agents.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/scheduler_internal.h"
+
+namespace taskgrid::core {
+
+bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
+                               int64_t* input_bytes) const {
+  *input_bytes = 0;
+  for (const TaskRecord* d : t.deps) {
+    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    *input_bytes += static_cast<int64_t>(OutputOf(*d).size());
+  }
+  if (*input_bytes > opts_.max_input_bytes) return false;
+  as->set_task_id(t.id());
+  as->set_queue(t.queue());
+  *as->mutable_steps() = t.spec.steps();
+  as->set_payload(t.spec.payload());
+  *as->mutable_attempt_timeout() = t.spec.attempt_timeout();
+  as->set_slots(SlotsOf(t.spec.placement()));
+  if (run_after != nullptr) as->set_run_after(run_after->id());
+  for (const TaskRecord* d : t.deps) {
+    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    (*as->mutable_inputs())[d->id()] = OutputOf(*d);
+  }
+  return true;
+}
+
+void Scheduler::AddReady(TaskRecord& t) {
+  std::unique_ptr<ReadyClass>& slot = ready_[t.placement_class];
+  if (slot == nullptr) {
+    slot = std::make_unique<ReadyClass>();
+    slot->key = t.placement_class;
+    slot->placement = t.spec.placement();
+  }
+  ReadyClass& c = *slot;
+  const ReadyKey key = ReadyKeyOf(t);
+  const bool new_head = c.tasks.empty() || key < *c.tasks.begin();
+  if (new_head && c.where == ReadyClass::Where::kHeads) {
+    if (!c.tasks.empty()) heads_.erase({*c.tasks.begin(), &c});
+    heads_.insert({key, &c});
+  }
+  c.tasks.insert(key);
+}
+
+void Scheduler::RemoveReady(const TaskRecord& t) {
+  auto it = ready_.find(t.placement_class);
+  TASKGRID_CHECK(it != ready_.end(), absl::StrCat("PENDING task ", t.id(), " has no ready class"));
+  ReadyClass& c = *it->second;
+  const ReadyKey key = ReadyKeyOf(t);
+  const bool was_head = *c.tasks.begin() == key;
+  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.erase({key, &c});
+  c.tasks.erase(key);
+  if (c.tasks.empty()) {
+    parked_.erase(&c);
+    ready_.erase(it);
+    return;
+  }
+  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.insert({*c.tasks.begin(), &c});
+}
+
+void Scheduler::BackToHeads(ReadyClass& c) {
+  c.where = ReadyClass::Where::kHeads;
+  heads_.insert({*c.tasks.begin(), &c});
+}
+
+bool Scheduler::AnyAgentCouldTake(const v1::Placement& p) const {
+  auto could = [&](const AgentRecord& a) { return a.takes_work() && Matches(p, a); };
+  if (!p.agent_ids().empty()) {
+    // Pinned: only the named agents need looking at.
+    return std::any_of(p.agent_ids().begin(), p.agent_ids().end(), [&](const std::string& id) {
+      auto it = agents_.find(id);
+      return it != agents_.end() && could(*it->second);
+    });
+  }
+  return std::any_of(agents_.begin(), agents_.end(),
+                     [&](const auto& e) { return could(*e.second); });
+}
+
+void Scheduler::Dispatch() {
+  // Called on every tick: nothing ready (or only classes no agent could
+  // take) must cost nothing, however many agents there are.
+  if (heads_.empty()) return;
+  std::vector<AgentRecord*> agents;
+  for (auto& [id, a] : agents_) {
+    if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
+  }
+  if (agents.empty()) return;
+  // Per agent, Assign messages of about kAssignBytes each (a chain is never
+  // split between two).
+  constexpr size_t kAssignBytes = 4 << 20;
+  constexpr size_t kMaxAssignBytes = 32 << 20;
+  absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>> assigns;
+  std::vector<std::string> aside;  // classes no agent has room for now
+  const absl::Duration mono = Mono();
+  const absl::Time now = Now();
+  while (!heads_.empty()) {
+    auto [key, cls] = *heads_.begin();
+    TaskRecord& t = *std::get<2>(key);
+    ++placement_attempts_;
+    AgentRecord* a = Pick(cls->placement, agents);
+    if (a == nullptr) {
+      heads_.erase(heads_.begin());
+      if (AnyAgentCouldTake(cls->placement)) {
+        cls->where = ReadyClass::Where::kAside;
+        aside.push_back(cls->key);
+      } else {
+        cls->where = ReadyClass::Where::kParked;
+        parked_.insert(cls);
+      }
+      continue;
+    }
+    v1::Assignment head;
+    int64_t input_bytes = 0;
+    if (!FillAssignment(t, nullptr, &head, &input_bytes)) {
+      Transition(t, v1::TASK_STATE_FAILED,
+                 absl::StrCat("the outputs of its dependencies total ", input_bytes,
+                              " bytes; the limit is ", opts_.max_input_bytes));
+      start_deadlines_.Remove(t.id());
+      continue;
+    }
+    head.set_attempt(++t.attempt);
+    t.agent_id = a->id;
+    t.dispatch_time = now;
+    t.start_time = absl::InfinitePast();
+    a->used += SlotsOf(t.spec.placement());
+    a->tasks.insert(t.id());
+    a->last_assigned = ++assign_counter_;
+    task_deadlines_.Set(t.id(), mono + AckTimeout(t));
+    Transition(t, v1::TASK_STATE_DISPATCHED,
+               absl::StrCat("attempt ", t.attempt, " dispatched to agent ", a->id));
+    auto& msgs = assigns[a];
+    if (msgs.empty() || msgs.back().second >= kAssignBytes) msgs.emplace_back();
+    msgs.back().second += head.ByteSizeLong();
+    *msgs.back().first.add_tasks() = std::move(head);
+    if (!a->chains) continue;
+    // The chain below t goes along, each link to start when the one
+    // before it succeeded there.
+    TaskRecord* cur = &t;
+    for (int len = 1; len < opts_.max_chain_length; ++len) {
+      TaskRecord* d = ChainSuccessor(*cur);
+      if (d == nullptr) break;
+      v1::Assignment link;
+      FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
+      // The rest of the chain goes in a later Assign, once cur succeeded:
+      // one message stays well under what an agent accepts (64 MiB).
+      if (msgs.back().second + link.ByteSizeLong() > kMaxAssignBytes) break;
+      link.set_attempt(++d->attempt);
+      d->agent_id = a->id;
+      d->dispatch_time = now;
+      d->start_time = absl::InfinitePast();
+      a->tasks.insert(d->id());
+      cur->chain_next = d;
+      d->chained_after = cur;
+      Transition(*d, v1::TASK_STATE_DISPATCHED,
+                 absl::StrCat("attempt ", d->attempt, " dispatched to agent ", a->id,
+                              ", to run after ", cur->id()));
+      msgs.back().second += link.ByteSizeLong();
+      *msgs.back().first.add_tasks() = std::move(link);
+      cur = d;
+    }
+  }
+  for (const std::string& k : aside) {
+    auto it = ready_.find(k);  // emptied meanwhile: gone
+    if (it == ready_.end() || it->second->where != ReadyClass::Where::kAside) continue;
+    BackToHeads(*it->second);
+  }
+  for (auto& [a, msgs] : assigns) {
+    for (auto& [assign, bytes] : msgs) {
+      v1::SchedulerMessage msg;
+      *msg.mutable_assign() = std::move(assign);
+      Send(a->conn, std::move(msg));
+    }
+  }
+}
+
+}  // namespace taskgrid::core

@@ -1,0 +1,150 @@
+// The invariants of the task table, its indexes and the agents, checked
+// after every operation in tests (and with --check_invariants).
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+
+absl::Status Scheduler::CheckInvariants() const {
+  auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
+  absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts;
+  size_t pending = 0, scheduled = 0;
+  for (const auto& [id, tp] : tasks_) {
+    const TaskRecord& t = *tp;
+    if (id.data() != t.id().data()) return fail("task ", id, " is not keyed by its own id");
+    ++counts[t.queue()][t.state];
+    if (t.state == v1::TASK_STATE_PENDING) {
+      ++pending;
+      auto it = ready_.find(t.placement_class);
+      if (it == ready_.end() || !it->second->tasks.contains(ReadyKeyOf(t))) {
+        return fail("PENDING task ", id, " is not in its ready queue");
+      }
+    }
+    if (t.state == v1::TASK_STATE_SCHEDULED) {
+      ++scheduled;
+      if (scheduled_.count({t.next_run_time, t.seq, const_cast<TaskRecord*>(&t)}) == 0) {
+        return fail("SCHEDULED task ", id, " is not in the timer");
+      }
+    }
+    if (IsInFlight(t.state)) {
+      if (t.attempt < 1) return fail("in-flight task ", id, " has attempt ", t.attempt);
+      const AgentRecord* a = FindAgent(t.agent_id);
+      if (a == nullptr) return fail("task ", id, " is held by unknown agent ", t.agent_id);
+      if (!a->tasks.contains(id)) return fail("agent ", a->id, " does not list task ", id);
+    } else if (!t.agent_id.empty()) {
+      return fail("task ", id, " is ", StateName(t.state), " but names agent ", t.agent_id);
+    }
+    if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
+        !task_deadlines_.Contains(t.id())) {
+      return fail("DISPATCHED task ", id, " has no ack deadline");
+    }
+    // Dependencies.
+    int32_t unsucceeded = 0, unfinished = 0;
+    for (const TaskRecord* d : t.deps) {
+      unsucceeded += d->state != v1::TASK_STATE_SUCCEEDED;
+      unfinished += !IsTerminal(d->state);
+      if (std::find(d->dependents.begin(), d->dependents.end(), &t) == d->dependents.end()) {
+        return fail("task ", d->id(), " does not list its dependent ", id);
+      }
+    }
+    if (unsucceeded != t.deps_unsucceeded || unfinished != t.deps_unfinished) {
+      return fail("task ", id, " counts ", t.deps_unsucceeded, "/", t.deps_unfinished,
+                  " open dependencies, not ", unsucceeded, "/", unfinished);
+    }
+    if (t.deps.size() != static_cast<size_t>(t.spec.depends_on_size())) {
+      return fail("task ", id, " has ", t.deps.size(), " linked dependencies");
+    }
+    if (t.state == v1::TASK_STATE_BLOCKED &&
+        (DepsMet(t) && !(DepFailed(t) && CancelsOnUpstreamFailure(t)))) {
+      return fail("BLOCKED task ", id, " could run");
+    }
+    if (t.state == v1::TASK_STATE_BLOCKED && DepFailed(t) && CancelsOnUpstreamFailure(t)) {
+      return fail("BLOCKED task ", id, " has a failed dependency and was not cancelled");
+    }
+    if ((t.state == v1::TASK_STATE_PENDING || t.state == v1::TASK_STATE_SCHEDULED) && !DepsMet(t)) {
+      return fail(StateName(t.state), " task ", id, " has dependencies still open");
+    }
+    if (t.chained_after != nullptr) {
+      const TaskRecord& p = *t.chained_after;
+      if (t.state != v1::TASK_STATE_DISPATCHED && t.state != v1::TASK_STATE_CANCELLING) {
+        return fail("chain link ", id, " is ", StateName(t.state));
+      }
+      if (p.chain_next != &t || !IsInFlight(p.state) || p.agent_id != t.agent_id) {
+        return fail("chain link ", id, " and its predecessor ", p.id(), " disagree");
+      }
+    }
+    if (t.chain_next != nullptr && t.chain_next->chained_after != &t) {
+      return fail("task ", id, " and the chain link after it disagree");
+    }
+    if (t.job != nullptr && t.job->id != t.job_id()) return fail("task ", id, " is in another job");
+    if (static_cast<int32_t>(t.attempts.size()) + t.attempts_dropped > t.attempt) {
+      return fail("task ", id, " has more finished attempts than its counter");
+    }
+    if (static_cast<int64_t>(t.attempts.size()) > std::max(opts_.max_attempt_history, 1)) {
+      return fail("task ", id, " keeps ", t.attempts.size(), " attempts, past the bound");
+    }
+    if (t.interrupted_dropped > t.attempts_dropped || t.attempts_dropped < 0) {
+      return fail("task ", id, " counts more interrupted dropped attempts than dropped ones");
+    }
+  }
+  size_t in_ready = 0;
+  size_t in_heads = 0, parked = 0;
+  for (const auto& [key, c] : ready_) {
+    if (c->tasks.empty()) return fail("ready class ", key, " is empty but kept");
+    if (c->key != key) return fail("ready class ", key, " is keyed as ", c->key);
+    in_ready += c->tasks.size();
+    switch (c->where) {
+      case ReadyClass::Where::kHeads:
+        ++in_heads;
+        if (!heads_.contains({*c->tasks.begin(), c.get()})) {
+          return fail("ready class ", key, " is not in the heads by its first task");
+        }
+        break;
+      case ReadyClass::Where::kAside:
+        return fail("ready class ", key, " was left aside after a dispatch");
+      case ReadyClass::Where::kParked:
+        ++parked;
+        if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
+        if (AnyAgentCouldTake(c->placement)) {
+          return fail("parked class ", key, " could be taken by a connected agent");
+        }
+        break;
+    }
+  }
+  if (heads_.size() != in_heads)
+    return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
+  if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
+  if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
+  if (scheduled_.size() != scheduled) return fail("timer holds ", scheduled_.size(), " tasks");
+  for (const auto& [queue, arr] : counts_) {
+    auto it = counts.find(queue);
+    for (int s = 0; s < kNumStates; ++s) {
+      const int64_t want = it == counts.end() ? 0 : it->second[s];
+      if (arr[s] != want) return fail("count of ", queue, "/", s, " is ", arr[s], " not ", want);
+    }
+  }
+  for (const auto& [id, j] : jobs_) {
+    std::array<int64_t, kNumStates> jc{};
+    for (const TaskRecord* t : j->tasks) ++jc[t->state];
+    if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
+  }
+  for (const auto& [id, a] : agents_) {
+    int32_t used = 0;
+    for (const std::string& tid : a->tasks) {
+      const TaskRecord* t = Find(tid);
+      if (t == nullptr || !IsInFlight(t->state) || t->agent_id != id) {
+        return fail("agent ", id, " lists task ", tid, " it does not hold");
+      }
+      if (t->chained_after == nullptr) used += SlotsOf(t->spec.placement());
+    }
+    if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
+    if (a->connected() != by_conn_.contains(a->conn)) return fail("agent ", id, " conn mismatch");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace taskgrid::core

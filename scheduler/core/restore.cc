@@ -1,0 +1,140 @@
+// Recovery: the table read back from the store at start-up.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+
+absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revision,
+                                int64_t oldest_revision) {
+  RETURN_IF_ERROR(BeginRestore(tasks.size(), last_revision, oldest_revision));
+  std::vector<std::unique_ptr<TaskRecord>> owned;
+  owned.reserve(tasks.size());
+  for (TaskRecord& t : tasks) owned.push_back(std::make_unique<TaskRecord>(std::move(t)));
+  RETURN_IF_ERROR(RestoreTasks(&owned));
+  return FinishRestore();
+}
+
+absl::Status Scheduler::BeginRestore(size_t expected_tasks, int64_t last_revision,
+                                     int64_t oldest_revision) {
+  if (!tasks_.empty() || restoring_ != nullptr) {
+    return absl::FailedPreconditionError("Restore needs an empty scheduler");
+  }
+  restoring_ = std::make_unique<Restoring>();
+  tasks_.reserve(expected_tasks);
+  last_revision_ = last_revision;
+  oldest_revision_ = std::max<int64_t>(oldest_revision, 1);
+  // History from before the restart counts as of now for retention.
+  if (last_revision > 0) revision_marks_.push_back({last_revision, Now()});
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* tasks) {
+  if (restoring_ == nullptr)
+    return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
+  for (std::unique_ptr<TaskRecord>& owned : *tasks) {
+    TaskRecord& t = *owned;
+    t.placement_class = PlacementClass(t.spec.placement());
+    if (!tasks_.emplace(t.id(), std::move(owned)).second) {
+      return absl::DataLossError(absl::StrCat("task ", t.id(), " is stored twice"));
+    }
+    by_seq_.emplace_hint(by_seq_.end(), t.seq, &t);
+    next_seq_ = std::max(next_seq_, t.seq + 1);
+    ++counts_[t.queue()][t.state];
+    if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
+    if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
+    if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
+    if (t.state == v1::TASK_STATE_PENDING) {
+      AddReady(t);
+    } else if (t.state == v1::TASK_STATE_SCHEDULED) {
+      scheduled_.insert({t.next_run_time, t.seq, &t});
+    }
+    if (!t.job_id().empty()) {
+      auto& j = jobs_[t.job_id()];
+      if (!j) {
+        j = std::make_unique<JobRecord>();
+        j->id = t.job_id();
+        j->seq = t.seq;
+        j->create_time = t.create_time;
+        jobs_by_seq_[j->seq] = j.get();
+      }
+      t.job = j.get();
+      j->tasks.push_back(&t);
+      ++j->counts[t.state];
+      j->update_time = std::max(j->update_time, t.update_time);
+    }
+  }
+  tasks->clear();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::FinishRestore() {
+  if (restoring_ == nullptr)
+    return absl::FailedPreconditionError("FinishRestore before BeginRestore");
+  const std::unique_ptr<Restoring> r = std::move(restoring_);
+  std::vector<TaskRecord*>& with_deps = r->with_deps;
+  const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
+  // Dependencies may name tasks stored later (a request lists them in any
+  // order): link once every task is back, in submit order.
+  const auto by_seq = [](const TaskRecord* x, const TaskRecord* y) { return x->seq < y->seq; };
+  std::sort(with_deps.begin(), with_deps.end(), by_seq);
+  for (TaskRecord* t : with_deps) {
+    for (const std::string& id : t->spec.depends_on()) {
+      if (Find(id) == nullptr) {
+        return absl::DataLossError(
+            absl::StrCat("task ", t->id(), " depends on ", id, ", which is not stored"));
+      }
+    }
+    LinkDependencies(*t);
+  }
+  for (TaskRecord* tp : r->in_flight) {
+    TaskRecord& t = *tp;
+    if (t.agent_id.empty()) {
+      return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
+    }
+    // A chain link still waiting on its agent for its predecessor (in
+    // flight there too) holds no slot.
+    if (t.deps.size() == 1 && IsInFlight(t.deps[0]->state) && t.deps[0]->agent_id == t.agent_id &&
+        t.deps[0]->dependents.size() == 1 && t.state == v1::TASK_STATE_DISPATCHED) {
+      t.chained_after = t.deps[0];
+      t.deps[0]->chain_next = &t;
+    }
+    // The agent is not connected yet: it gets the grace window to come
+    // back and claim its attempts; after it they are re-queued.
+    auto& a = agents_[t.agent_id];
+    if (!a) {
+      a = std::make_unique<AgentRecord>();
+      a->id = t.agent_id;
+      a->last_seen = Mono();
+      agent_deadlines_.Set(a->id, grace_end);
+    }
+    a->tasks.insert(t.id());
+    if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
+    if (t.chained_after == nullptr) {
+      if (t.start_time == absl::InfinitePast()) {
+        // Not accepted yet (DISPATCHED, or cancelled before it was): its
+        // agent's Hello settles it; should the agent come back without
+        // ever accepting it, the ack timeout still applies.
+        task_deadlines_.Set(t.id(), grace_end + AckTimeout(t));
+      } else if (const absl::Duration timeout = FromProto(t.spec.attempt_timeout());
+                 timeout > absl::ZeroDuration()) {
+        // Started: what is left of its attempt timeout, counted from the
+        // stored start time, but never ending before its agent had the
+        // grace to come back with a result it may hold.
+        const absl::Duration left = std::max(t.start_time + timeout - Now(), absl::ZeroDuration());
+        task_deadlines_.Set(t.id(),
+                            std::max(grace_end, Mono() + left) + opts_.attempt_timeout_slack);
+      }
+    }
+    a->slots = std::max(a->slots, a->used);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace taskgrid::core

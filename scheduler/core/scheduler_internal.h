@@ -1,0 +1,66 @@
+// Helpers shared by the files that implement the Scheduler (scheduler.cc,
+// dependencies.cc, dispatch.cc, attempts.cc, agent_session.cc, restore.cc,
+// views.cc, invariants.cc). Not for code outside the Scheduler.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/core/model.h"
+
+// A broken internal invariant is a bug: fail loudly, never limp on.
+#define TASKGRID_CHECK(cond, msg)                                                 \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      fprintf(stderr, "CHECK failed: %s: %s\n", #cond, std::string(msg).c_str()); \
+      std::abort();                                                               \
+    }                                                                             \
+  } while (0)
+
+namespace taskgrid::core {
+
+// The most of an agent's free-text reason (reject, release) kept.
+inline constexpr int64_t kMaxReasonBytes = 1024;
+
+// Text an agent sent, at most `max` bytes: a longer one keeps its start
+// and says how much went.
+inline std::string Bounded(absl::string_view text, int64_t max) {
+  if (static_cast<int64_t>(text.size()) <= max) return std::string(text);
+  return absl::StrCat(text.substr(0, max), "... (", text.size() - max, " bytes cut)");
+}
+
+// The tail of an output stream, at most `max` bytes; returns how many went.
+inline int64_t CutTail(std::string* tail, int64_t max) {
+  if (static_cast<int64_t>(tail->size()) <= max) return 0;
+  const int64_t cut = static_cast<int64_t>(tail->size()) - max;
+  tail->erase(0, cut);
+  return cut;
+}
+
+inline v1::TaskResult LostResult(std::string error) {
+  v1::TaskResult r;
+  r.set_outcome(v1::OUTCOME_LOST);
+  r.set_exit_code(-1);
+  r.set_error(std::move(error));
+  return r;
+}
+
+// How a dependency's state counts for its dependents.
+enum class DepClass { kOpen, kSucceeded, kFailed };
+
+inline DepClass ClassOf(v1::TaskState s) {
+  if (s == v1::TASK_STATE_SUCCEEDED) return DepClass::kSucceeded;
+  if (s == v1::TASK_STATE_FAILED || s == v1::TASK_STATE_CANCELLED) return DepClass::kFailed;
+  return DepClass::kOpen;
+}
+
+// What a dependent receives from a finished dependency.
+inline const std::string& OutputOf(const TaskRecord& t) {
+  return t.result.has_output() ? t.result.output() : t.result.stdout_tail();
+}
+
+}  // namespace taskgrid::core

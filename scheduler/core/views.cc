@@ -1,0 +1,192 @@
+// Views: lookups, the API views of tasks, jobs and agents, lists and stats.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/proto_time.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+
+const JobRecord* Scheduler::FindJob(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
+  for (int s = 1; s < kNumStates; ++s) {
+    if (j.counts[s] > 0 && !IsTerminal(static_cast<v1::TaskState>(s))) {
+      return v1::JOB_STATE_RUNNING;
+    }
+  }
+  if (j.counts[v1::TASK_STATE_FAILED] > 0) return v1::JOB_STATE_FAILED;
+  if (j.counts[v1::TASK_STATE_CANCELLED] > 0) return v1::JOB_STATE_CANCELLED;
+  return v1::JOB_STATE_SUCCEEDED;
+}
+
+void Scheduler::DescribeJob(const JobRecord& j, v1::Job* out) const {
+  out->set_id(j.id);
+  out->set_state(JobStateOf(j));
+  out->set_task_count(static_cast<int32_t>(j.tasks.size()));
+  for (int s = 1; s < kNumStates; ++s) {
+    if (j.counts[s] != 0) {
+      (*out->mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = j.counts[s];
+    }
+  }
+  SetTimestamp(j.create_time, out->mutable_create_time());
+  SetTimestamp(j.update_time, out->mutable_update_time());
+}
+
+JobListPage Scheduler::ListJobs(const JobListFilter& filter) const {
+  JobListPage page;
+  const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
+  for (auto it = jobs_by_seq_.upper_bound(filter.after_seq); it != jobs_by_seq_.end(); ++it) {
+    const JobRecord* j = it->second;
+    if (!states.empty() && !states.contains(JobStateOf(*j))) continue;
+    if (static_cast<int>(page.jobs.size()) == filter.page_size) {
+      page.next_after_seq = page.jobs.back()->seq;
+      break;
+    }
+    page.jobs.push_back(j);
+  }
+  return page;
+}
+
+const TaskRecord* Scheduler::Find(const std::string& id) const {
+  auto it = tasks_.find(id);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
+                         const std::vector<const AgentRecord*>* agents) const {
+  ToTaskProto(t, out);
+  out->set_max_attempts(MaxAttempts(t));
+  out->set_attempts_used(AttemptsUsed(t));
+  out->set_pause_requested(t.pause_requested);
+  if (t.state == v1::TASK_STATE_PENDING) {
+    // Placeable tasks keep their stored reason (e.g. why the last attempt
+    // failed); the others say what no agent offers.
+    const std::string why =
+        WhyUnplaceable(t.spec.placement(), agents != nullptr ? *agents : Agents());
+    if (!why.empty()) out->set_reason("waiting: " + why);
+  } else if (t.state == v1::TASK_STATE_BLOCKED) {
+    out->set_reason(BlockedReason(t));
+  }
+}
+
+std::vector<const AgentRecord*> Scheduler::Agents() const {
+  std::vector<const AgentRecord*> out;
+  out.reserve(agents_.size());
+  for (const auto& [id, a] : agents_) out.push_back(a.get());
+  std::sort(out.begin(), out.end(),
+            [](const AgentRecord* x, const AgentRecord* y) { return x->id < y->id; });
+  return out;
+}
+
+void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
+  out->set_id(a.id);
+  for (const auto& [k, v] : a.labels) (*out->mutable_labels())[k] = v;
+  out->set_slots(a.slots);
+  out->set_slots_used(a.used);
+  std::vector<std::string> running(a.tasks.begin(), a.tasks.end());
+  std::sort(running.begin(), running.end());
+  for (std::string& id : running) out->add_running(std::move(id));
+  out->set_state(!a.connected() ? v1::AGENT_STATE_LOST
+                 : a.draining   ? v1::AGENT_STATE_DRAINING
+                                : v1::AGENT_STATE_ACTIVE);
+  SetTimestamp(a.last_seen_time, out->mutable_last_heartbeat_time());
+  SetTimestamp(a.connect_time, out->mutable_connect_time());
+  out->set_version(a.version);
+}
+
+v1::ClusterStats Scheduler::ClusterStats() const {
+  v1::ClusterStats st;
+  for (const auto& [id, a] : agents_) {
+    if (!a->connected()) {
+      st.set_agents_lost(st.agents_lost() + 1);
+      continue;
+    }
+    if (a->draining) {
+      st.set_agents_draining(st.agents_draining() + 1);
+    } else {
+      st.set_agents_active(st.agents_active() + 1);
+    }
+    st.set_slots_total(st.slots_total() + a->slots);
+    st.set_slots_used(st.slots_used() + a->used);
+  }
+  st.set_stale_messages(stale_messages_);
+  *st.mutable_heartbeat_interval() = ToProto(heartbeat_interval());
+  for (const auto& [queue, counts] : counts_) {
+    for (int s = 1; s < kNumStates; ++s) {
+      if (counts[s] != 0) {
+        (*st.mutable_tasks())[StateName(static_cast<v1::TaskState>(s))] += counts[s];
+      }
+    }
+  }
+  return st;
+}
+
+ListPage Scheduler::List(const ListFilter& filter) const {
+  ListPage page;
+  const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
+  // Returns false when the page is full.
+  auto take = [&](const TaskRecord* t) {
+    if (!filter.queue.empty() && t->queue() != filter.queue) return true;
+    if (!states.empty() && !states.contains(t->state)) return true;
+    if (static_cast<int>(page.tasks.size()) == filter.page_size) {
+      page.next_after_seq = page.tasks.back()->seq;
+      return false;
+    }
+    page.tasks.push_back(t);
+    return true;
+  };
+  if (!filter.job_id.empty()) {
+    const JobRecord* j = FindJob(filter.job_id);
+    if (j == nullptr) return page;
+    auto it = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq,
+                               [](int64_t seq, const TaskRecord* t) { return seq < t->seq; });
+    for (; it != j->tasks.end(); ++it) {
+      if (!take(*it)) break;
+    }
+    return page;
+  }
+  for (auto it = by_seq_.upper_bound(filter.after_seq); it != by_seq_.end(); ++it) {
+    if (!take(it->second)) break;
+  }
+  return page;
+}
+
+std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
+  std::map<std::string, v1::QueueStats> by_name;
+  auto add = [&](const std::string& name) {
+    v1::QueueStats& qs = by_name[name];
+    qs.set_queue(name);
+    qs.set_max_length(opts_.QueueMaxLength(name));
+    qs.set_length(QueueLength(name));
+    auto it = counts_.find(name);
+    if (it == counts_.end()) return;
+    for (int s = 1; s < kNumStates; ++s) {
+      if (it->second[s] != 0) {
+        (*qs.mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = it->second[s];
+      }
+    }
+  };
+  if (!queue.empty()) {
+    add(queue);
+  } else {
+    for (const auto& [name, unused] : counts_) add(name);
+    for (const auto& [name, unused] : opts_.queue_max_length) add(name);
+  }
+  std::vector<v1::QueueStats> out;
+  for (auto& [name, qs] : by_name) out.push_back(std::move(qs));
+  return out;
+}
+
+const AgentRecord* Scheduler::FindAgent(const std::string& id) const {
+  auto it = agents_.find(id);
+  return it == agents_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace taskgrid::core
