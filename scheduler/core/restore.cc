@@ -46,15 +46,9 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     }
     by_seq_.emplace_hint(by_seq_.end(), t.seq, &t);
     next_seq_ = std::max(next_seq_, t.seq + 1);
-    ++counts_[t.queue()][t.state];
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
     if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
-    if (t.state == v1::TASK_STATE_PENDING) {
-      AddReady(t);
-    } else if (t.state == v1::TASK_STATE_SCHEDULED) {
-      scheduled_.insert({t.next_run_time, t.seq, &t});
-    }
     if (!t.job_id().empty()) {
       auto& j = jobs_[t.job_id()];
       if (!j) {
@@ -66,9 +60,9 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       }
       t.job = j.get();
       j->tasks.push_back(&t);
-      ++j->counts[t.state];
       j->update_time = std::max(j->update_time, t.update_time);
     }
+    EnterStateIndexes(t);  // as Transition does
   }
   tasks->clear();
   return absl::OkStatus();

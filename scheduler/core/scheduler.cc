@@ -30,27 +30,12 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   const v1::TaskState from = t.state;
   TASKGRID_CHECK(IsAllowedTransition(from, to),
                  absl::StrCat("task ", t.id(), ": ", StateName(from), " -> ", StateName(to)));
-  auto& counts = counts_[t.queue()];
-  if (from == v1::TASK_STATE_PENDING) {
-    RemoveReady(t);
-  } else if (from == v1::TASK_STATE_SCHEDULED) {
-    scheduled_.erase({t.next_run_time, t.seq, &t});
-  }
-  if (from != v1::TASK_STATE_UNSPECIFIED) --counts[from];
+  if (from != v1::TASK_STATE_UNSPECIFIED) LeaveStateIndexes(t);
   t.state = to;
   t.reason = std::move(reason);
   t.update_time = Now();
-  ++counts[to];
-  if (t.job != nullptr) {
-    if (from != v1::TASK_STATE_UNSPECIFIED) --t.job->counts[from];
-    ++t.job->counts[to];
-    t.job->update_time = t.update_time;
-  }
-  if (to == v1::TASK_STATE_PENDING) {
-    AddReady(t);
-  } else if (to == v1::TASK_STATE_SCHEDULED) {
-    scheduled_.insert({t.next_run_time, t.seq, &t});
-  }
+  EnterStateIndexes(t);
+  if (t.job != nullptr) t.job->update_time = t.update_time;
   effects_.batch.tasks.push_back(ToRow(t, from == v1::TASK_STATE_UNSPECIFIED));
   EventRow e;
   e.revision = ++last_revision_;
@@ -82,6 +67,26 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   }
   if (to == v1::TASK_STATE_BLOCKED) settle_queue_.push_back(&t);
   if (defer_settling_ == 0) SettleDependents();
+}
+
+void Scheduler::EnterStateIndexes(TaskRecord& t) {
+  ++counts_[t.queue()][t.state];
+  if (t.job != nullptr) ++t.job->counts[t.state];
+  if (t.state == v1::TASK_STATE_PENDING) {
+    AddReady(t);
+  } else if (t.state == v1::TASK_STATE_SCHEDULED) {
+    scheduled_.insert({t.next_run_time, t.seq, &t});
+  }
+}
+
+void Scheduler::LeaveStateIndexes(TaskRecord& t) {
+  if (t.state == v1::TASK_STATE_PENDING) {
+    RemoveReady(t);
+  } else if (t.state == v1::TASK_STATE_SCHEDULED) {
+    scheduled_.erase({t.next_run_time, t.seq, &t});
+  }
+  --counts_[t.queue()][t.state];
+  if (t.job != nullptr) --t.job->counts[t.state];
 }
 
 v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {

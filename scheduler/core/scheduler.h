@@ -233,6 +233,11 @@ class Scheduler {
   // one (the attempt that just ended).
   void Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                   const std::string* event_agent = nullptr);
+  // The indexes t.state puts a task in: the per-queue and per-job counts,
+  // the ready queues (PENDING), the timer (SCHEDULED). Transition leaves
+  // them for the old state and enters them for the new; restore enters.
+  void EnterStateIndexes(TaskRecord& t);
+  void LeaveStateIndexes(TaskRecord& t);
   // PENDING or SCHEDULED, depending on next_run_time.
   v1::TaskState ReadyOrScheduled(TaskRecord& t);
   // Where a task waits when it is not in flight: BLOCKED until its
