@@ -17,11 +17,11 @@ namespace taskgrid::core {
 
 absl::StatusOr<const AgentRecord*> Scheduler::Drain(const std::string& agent_id) {
   if (agent_id.empty()) return absl::InvalidArgumentError("id is empty");
-  auto it = agents_.find(agent_id);
-  if (it == agents_.end()) {
+  AgentRecord* found = agents_.Find(agent_id);
+  if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat("agent \"", agent_id, "\" is not known"));
   }
-  AgentRecord& a = *it->second;
+  AgentRecord& a = *found;
   if (!a.draining) {
     a.draining = true;
     SendDrain(a);
@@ -41,25 +41,20 @@ void Scheduler::Send(uint64_t conn, v1::SchedulerMessage msg) {
 }
 
 void Scheduler::SendCancel(const TaskRecord& t) {
-  auto it = agents_.find(t.agent_id);
-  if (it == agents_.end()) return;
+  const AgentRecord* a = agents_.Find(t.agent_id);
+  if (a == nullptr) return;
   v1::SchedulerMessage msg;
   msg.mutable_cancel()->set_task_id(t.id());
   msg.mutable_cancel()->set_attempt(t.attempt);
-  Send(it->second->conn, std::move(msg));
+  Send(a->conn, std::move(msg));
 }
 
 absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   RETURN_IF_ERROR(ValidateHello(hello, opts_));
-  if (by_conn_.contains(conn)) {
+  if (agents_.HasConn(conn)) {
     return absl::FailedPreconditionError("hello was already sent on this stream");
   }
-  auto& slot = agents_[hello.agent_id()];
-  if (!slot) {
-    slot = std::make_unique<AgentRecord>();
-    slot->id = hello.agent_id();
-  }
-  AgentRecord& a = *slot;
+  AgentRecord& a = agents_.FindOrAdd(hello.agent_id());
   if (a.connected() && Mono() - a.last_seen < 2 * a.judged_interval()) {
     // The old stream is alive: a second agent with the same id, not a
     // reconnect. Taking over would make the two evict each other forever.
@@ -68,13 +63,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
                      absl::FormatDuration(absl::Trunc(Mono() - a.last_seen, absl::Milliseconds(1))),
                      " ago); give each agent its own --id"));
   }
-  if (a.connected()) {
-    // A reconnect that beat the old (silent) stream's end: the new one wins.
-    by_conn_.erase(a.conn);
-    effects_.close_conns.push_back(a.conn);
-  }
-  a.conn = conn;
-  by_conn_[conn] = &a;
+  // A reconnect that beat the old (silent) stream's end: the new one wins.
+  if (const uint64_t old = agents_.Bind(a, conn); old != 0) effects_.close_conns.push_back(old);
   a.lost = false;
   a.leaving = false;
   a.draining = hello.draining();
@@ -85,13 +75,12 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.last_seen = Mono();
   a.connect_time = Now();
   a.last_seen_time = a.connect_time;
-  UpdateHeartbeatFactor();
   // Agents that cannot adapt keep the base interval, as before.
   a.adaptive_heartbeat = hello.adaptive_heartbeat();
   a.told_interval = a.adaptive_heartbeat ? heartbeat_interval() : opts_.heartbeat_interval;
   a.agent_interval = a.told_interval;              // it takes Welcome's at once
   a.silence_deadline = -absl::InfiniteDuration();  // a new stream
-  ExtendSilenceDeadline(a);
+  agents_.Heard(a);
 
   v1::SchedulerMessage welcome;
   v1::Welcome* w = welcome.mutable_welcome();
@@ -157,26 +146,16 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
 }
 
 void Scheduler::Disconnect(uint64_t conn) {
-  auto it = by_conn_.find(conn);
-  if (it == by_conn_.end()) return;
-  AgentRecord& a = *it->second;
-  by_conn_.erase(it);
-  a.conn = 0;
-  agent_deadlines_.Set(a.id, Mono() + opts_.reconnect_grace);
-  UpdateHeartbeatFactor();
-}
-
-void Scheduler::UpdateHeartbeatFactor() {
-  const int64_t agents = static_cast<int64_t>(by_conn_.size());
-  heartbeat_factor_ = opts_.HeartbeatFactor(agents, heartbeat_factor_);
+  AgentRecord* a = agents_.ByConn(conn);
+  if (a == nullptr) return;
+  agents_.Unbind(*a, Mono() + opts_.reconnect_grace);
 }
 
 void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
   // Chain heads first would end their links anyway; EndHeld skips those.
   EndHeld(a, std::vector<std::string>(a.tasks.begin(), a.tasks.end()), LostResult(why));
   // Listed as LOST for a while, then forgotten.
-  a.lost = true;
-  agent_deadlines_.Set(a.id, Mono() + opts_.lost_agent_retention);
+  agents_.MarkLost(a, Mono() + opts_.lost_agent_retention);
 }
 
 TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task_id,
@@ -189,9 +168,9 @@ TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task
 }
 
 void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
-  auto it = by_conn_.find(conn);
-  if (it == by_conn_.end()) return;
-  AgentRecord& a = *it->second;
+  AgentRecord* found = agents_.ByConn(conn);
+  if (found == nullptr) return;
+  AgentRecord& a = *found;
   a.last_seen = Mono();
   a.last_seen_time = Now();
   bool frees = false;
@@ -202,7 +181,7 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   } else {
     frees = OnOneAgentMessage(a, msg);
   }
-  ExtendSilenceDeadline(a);
+  agents_.Heard(a);
   if (a.leaving && a.tasks.empty()) ForgetAgent(a);  // `a` is gone
   // Only an ended attempt frees room (here or, re-queued, elsewhere).
   // Dispatching on every heartbeat made heartbeats cost O(agents) each,
@@ -374,14 +353,8 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
 
 void Scheduler::ForgetAgent(AgentRecord& a) {
   TASKGRID_CHECK(a.tasks.empty(), absl::StrCat("agent ", a.id, " is forgotten holding tasks"));
-  if (a.connected()) {
-    by_conn_.erase(a.conn);
-    effects_.close_conns.push_back(a.conn);
-  }
-  agent_deadlines_.Remove(a.id);
   const std::string id = a.id;
-  agents_.erase(id);
-  UpdateHeartbeatFactor();
+  if (const uint64_t conn = agents_.Forget(id); conn != 0) effects_.close_conns.push_back(conn);
 }
 
 }  // namespace taskgrid::core

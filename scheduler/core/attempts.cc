@@ -48,14 +48,14 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
   EndAttempt(t, std::move(result), interrupted, /*holds_slot=*/!waiting, requeue_after);
   if (next == nullptr) return;
   next->chained_after = nullptr;
-  auto ait = agents_.find(agent);
+  AgentRecord* holder = agents_.Find(agent);
   if (!waiting && t.state == v1::TASK_STATE_SUCCEEDED && IsInFlight(next->state) &&
-      next->agent_id == agent && ait != agents_.end()) {
+      next->agent_id == agent && holder != nullptr) {
     // The next link starts on the agent now, in the slot t freed: from here
     // on it is an ordinary dispatched attempt.
-    ait->second->used += SlotsOf(next->spec.placement());
+    holder->used += SlotsOf(next->spec.placement());
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
-    if (next->link_started) ImpliedAccept(*ait->second, *next);
+    if (next->link_started) ImpliedAccept(*holder, *next);
     return;
   }
   // t did not succeed: the links after it will not start (the agent drops
@@ -91,9 +91,9 @@ void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
 void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
                            absl::Duration requeue_after) {
   TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
-  auto it = agents_.find(t.agent_id);
-  TASKGRID_CHECK(it != agents_.end(), absl::StrCat("task ", t.id(), ": unknown agent"));
-  AgentRecord& a = *it->second;
+  AgentRecord* holder = agents_.Find(t.agent_id);
+  TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
+  AgentRecord& a = *holder;
   if (holds_slot) a.used -= SlotsOf(t.spec.placement());
   a.tasks.erase(t.id());
   task_deadlines_.Remove(t.id());

@@ -75,11 +75,11 @@ bool Scheduler::AnyAgentCouldTake(const v1::Placement& p) const {
   if (!p.agent_ids().empty()) {
     // Pinned: only the named agents need looking at.
     return std::any_of(p.agent_ids().begin(), p.agent_ids().end(), [&](const std::string& id) {
-      auto it = agents_.find(id);
-      return it != agents_.end() && could(*it->second);
+      const AgentRecord* a = agents_.Find(id);
+      return a != nullptr && could(*a);
     });
   }
-  return std::any_of(agents_.begin(), agents_.end(),
+  return std::any_of(agents_.all().begin(), agents_.all().end(),
                      [&](const auto& e) { return could(*e.second); });
 }
 
@@ -88,7 +88,7 @@ void Scheduler::Dispatch() {
   // take) must cost nothing, however many agents there are.
   if (heads_.empty()) return;
   std::vector<AgentRecord*> agents;
-  for (auto& [id, a] : agents_) {
+  for (const auto& [id, a] : agents_.all()) {
     if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
   }
   if (agents.empty()) return;

@@ -132,7 +132,7 @@ absl::Status Scheduler::CheckInvariants() const {
     for (const TaskRecord* t : j->tasks) ++jc[t->state];
     if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
   }
-  for (const auto& [id, a] : agents_) {
+  for (const auto& [id, a] : agents_.all()) {
     int32_t used = 0;
     for (const std::string& tid : a->tasks) {
       const TaskRecord* t = Find(tid);
@@ -142,7 +142,7 @@ absl::Status Scheduler::CheckInvariants() const {
       if (t->chained_after == nullptr) used += SlotsOf(t->spec.placement());
     }
     if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
-    if (a->connected() != by_conn_.contains(a->conn)) return fail("agent ", id, " conn mismatch");
+    if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
   }
   return absl::OkStatus();
 }

@@ -101,13 +101,7 @@ absl::Status Scheduler::FinishRestore() {
     }
     // The agent is not connected yet: it gets the grace window to come
     // back and claim its attempts; after it they are re-queued.
-    auto& a = agents_[t.agent_id];
-    if (!a) {
-      a = std::make_unique<AgentRecord>();
-      a->id = t.agent_id;
-      a->last_seen = Mono();
-      agent_deadlines_.Set(a->id, grace_end);
-    }
+    AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), grace_end);
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
     if (t.chained_after == nullptr) {

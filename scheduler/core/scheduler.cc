@@ -576,23 +576,14 @@ void Scheduler::Tick() {
       FinishAttempt(*t, std::move(r));
     }
   }
-  for (const std::string& id : agent_deadlines_.PopExpired(mono)) {
-    auto it = agents_.find(id);
-    if (it == agents_.end()) continue;
-    AgentRecord& a = *it->second;
-    if (a.connected()) {
-      // Silent past heartbeat_timeout: lost; end its stream, start the grace.
-      effects_.close_conns.push_back(a.conn);
-      by_conn_.erase(a.conn);
-      a.conn = 0;
-      agent_deadlines_.Set(a.id, mono + opts_.reconnect_grace);
-      UpdateHeartbeatFactor();
-    } else if (!a.lost) {
-      LoseAgent(a, absl::StrCat("agent ", id, " was lost and did not come back within ",
-                                absl::FormatDuration(opts_.reconnect_grace)));
-    } else {
-      agents_.erase(it);  // lost long enough: forgotten
-    }
+  AgentRegistry::Expired expired = agents_.Expire(mono);
+  // Silent past heartbeat_timeout: their streams end, and the grace starts.
+  for (uint64_t conn : expired.silent_conns) effects_.close_conns.push_back(conn);
+  for (const std::string& id : expired.grace_over) {
+    AgentRecord* a = agents_.Find(id);
+    if (a == nullptr) continue;
+    LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
+                               absl::FormatDuration(opts_.reconnect_grace)));
   }
   Dispatch();
 }

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
+#include "scheduler/core/agent_registry.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
@@ -157,7 +158,9 @@ class Scheduler {
   // The interval adaptive agents are told now: heartbeat_interval times
   // the factor that keeps the connected agents within
   // max_heartbeats_per_second.
-  absl::Duration heartbeat_interval() const { return opts_.heartbeat_interval * heartbeat_factor_; }
+  absl::Duration heartbeat_interval() const {
+    return opts_.heartbeat_interval * agents_.heartbeat_factor();
+  }
   void DescribeAgent(const AgentRecord& a, v1::Agent* out) const;
   v1::ClusterStats ClusterStats() const;
 
@@ -312,17 +315,6 @@ class Scheduler {
   // schedule_timeout: fail the task if it has not started by `from` + timeout.
   void ArmStartDeadline(const TaskRecord& t, absl::Time from);
   void LoseAgent(AgentRecord& a, const std::string& why);
-  // Recomputes the heartbeat factor after the connected agents changed.
-  // Agents hear a new interval in their next HeartbeatAck.
-  void UpdateHeartbeatFactor();
-  // `a` was heard from just now (a.last_seen): it counts as lost after its
-  // heartbeat timeout of silence, but never sooner than it would have
-  // before on this stream.
-  void ExtendSilenceDeadline(AgentRecord& a) {
-    a.silence_deadline =
-        std::max(a.silence_deadline, a.last_seen + opts_.HeartbeatTimeoutFor(a.judged_interval()));
-    agent_deadlines_.Set(a.id, a.silence_deadline);
-  }
   void Send(uint64_t conn, v1::SchedulerMessage msg);
   void SendCancel(const TaskRecord& t);
   // The live attempt held by the agent on `conn`, or nullptr.
@@ -384,13 +376,10 @@ class Scheduler {
   absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;   // SCHEDULED
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
 
-  absl::flat_hash_map<std::string, std::unique_ptr<AgentRecord>> agents_;
-  absl::flat_hash_map<uint64_t, AgentRecord*> by_conn_;
+  AgentRegistry agents_{&opts_};
   uint64_t assign_counter_ = 0;
-  int64_t heartbeat_factor_ = 1;  // see heartbeat_interval()
 
   DeadlineTable task_deadlines_;   // DISPATCHED: ack; RUNNING: attempt timeout
-  DeadlineTable agent_deadlines_;  // connected: heartbeat; disconnected: grace; lost: forget
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;

@@ -79,7 +79,7 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
 std::vector<const AgentRecord*> Scheduler::Agents() const {
   std::vector<const AgentRecord*> out;
   out.reserve(agents_.size());
-  for (const auto& [id, a] : agents_) out.push_back(a.get());
+  for (const auto& [id, a] : agents_.all()) out.push_back(a.get());
   std::sort(out.begin(), out.end(),
             [](const AgentRecord* x, const AgentRecord* y) { return x->id < y->id; });
   return out;
@@ -103,7 +103,7 @@ void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
 
 v1::ClusterStats Scheduler::ClusterStats() const {
   v1::ClusterStats st;
-  for (const auto& [id, a] : agents_) {
+  for (const auto& [id, a] : agents_.all()) {
     if (!a->connected()) {
       st.set_agents_lost(st.agents_lost() + 1);
       continue;
@@ -184,9 +184,6 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
   return out;
 }
 
-const AgentRecord* Scheduler::FindAgent(const std::string& id) const {
-  auto it = agents_.find(id);
-  return it == agents_.end() ? nullptr : it->second.get();
-}
+const AgentRecord* Scheduler::FindAgent(const std::string& id) const { return agents_.Find(id); }
 
 }  // namespace taskgrid::core
