@@ -13,9 +13,14 @@ absl::Status Scheduler::CheckInvariants() const {
   auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts;
   size_t pending = 0, scheduled = 0;
-  for (const auto& [id, tp] : tasks_) {
+  if (table_.by_seq().size() != table_.size()) {
+    return fail("the table holds ", table_.size(), " tasks but ", table_.by_seq().size(), " seqs");
+  }
+  for (const auto& [seq, tp] : table_.by_seq()) {
     const TaskRecord& t = *tp;
-    if (id.data() != t.id().data()) return fail("task ", id, " is not keyed by its own id");
+    const std::string& id = t.id();
+    if (t.seq != seq) return fail("task ", id, " is listed under seq ", seq);
+    if (table_.Find(id) != &t) return fail("task ", id, " is not found by its own id");
     ++counts[t.queue()][t.state];
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
@@ -26,7 +31,7 @@ absl::Status Scheduler::CheckInvariants() const {
     }
     if (t.state == v1::TASK_STATE_SCHEDULED) {
       ++scheduled;
-      if (scheduled_.count({t.next_run_time, t.seq, const_cast<TaskRecord*>(&t)}) == 0) {
+      if (table_.scheduled().count({t.next_run_time, t.seq, const_cast<TaskRecord*>(&t)}) == 0) {
         return fail("SCHEDULED task ", id, " is not in the timer");
       }
     }
@@ -119,15 +124,17 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
   if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
-  if (scheduled_.size() != scheduled) return fail("timer holds ", scheduled_.size(), " tasks");
-  for (const auto& [queue, arr] : counts_) {
+  if (table_.scheduled().size() != scheduled) {
+    return fail("timer holds ", table_.scheduled().size(), " tasks");
+  }
+  for (const auto& [queue, arr] : table_.counts()) {
     auto it = counts.find(queue);
     for (int s = 0; s < kNumStates; ++s) {
       const int64_t want = it == counts.end() ? 0 : it->second[s];
       if (arr[s] != want) return fail("count of ", queue, "/", s, " is ", arr[s], " not ", want);
     }
   }
-  for (const auto& [id, j] : jobs_) {
+  for (const auto& [id, j] : table_.jobs()) {
     std::array<int64_t, kNumStates> jc{};
     for (const TaskRecord* t : j->tasks) ++jc[t->state];
     if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");

@@ -23,15 +23,13 @@ absl::Status Scheduler::Restore(std::vector<TaskRecord> tasks, int64_t last_revi
 
 absl::Status Scheduler::BeginRestore(size_t expected_tasks, int64_t last_revision,
                                      int64_t oldest_revision) {
-  if (!tasks_.empty() || restoring_ != nullptr) {
+  if (table_.size() != 0 || restoring_ != nullptr) {
     return absl::FailedPreconditionError("Restore needs an empty scheduler");
   }
   restoring_ = std::make_unique<Restoring>();
-  tasks_.reserve(expected_tasks);
-  last_revision_ = last_revision;
-  oldest_revision_ = std::max<int64_t>(oldest_revision, 1);
+  table_.Reserve(expected_tasks);
   // History from before the restart counts as of now for retention.
-  if (last_revision > 0) revision_marks_.push_back({last_revision, Now()});
+  table_.SetRevisions(last_revision, oldest_revision, Now());
   return absl::OkStatus();
 }
 
@@ -39,30 +37,20 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
   if (restoring_ == nullptr)
     return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
   for (std::unique_ptr<TaskRecord>& owned : *tasks) {
-    TaskRecord& t = *owned;
-    t.placement_class = PlacementClass(t.spec.placement());
-    if (!tasks_.emplace(t.id(), std::move(owned)).second) {
-      return absl::DataLossError(absl::StrCat("task ", t.id(), " is stored twice"));
-    }
-    by_seq_.emplace_hint(by_seq_.end(), t.seq, &t);
-    next_seq_ = std::max(next_seq_, t.seq + 1);
+    owned->placement_class = PlacementClass(owned->spec.placement());
+    ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
+    TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
     if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (!t.job_id().empty()) {
-      auto& j = jobs_[t.job_id()];
-      if (!j) {
-        j = std::make_unique<JobRecord>();
-        j->id = t.job_id();
-        j->seq = t.seq;
-        j->create_time = t.create_time;
-        jobs_by_seq_[j->seq] = j.get();
-      }
-      t.job = j.get();
-      j->tasks.push_back(&t);
-      j->update_time = std::max(j->update_time, t.update_time);
+      JobRecord& j = table_.FindOrAddJob(t.job_id(), t.seq, t.create_time);
+      t.job = &j;
+      j.tasks.push_back(&t);
+      j.update_time = std::max(j.update_time, t.update_time);
     }
-    EnterStateIndexes(t);  // as Transition does
+    table_.Enter(t);  // as Transition does
+    if (t.state == v1::TASK_STATE_PENDING) AddReady(t);
   }
   tasks->clear();
   return absl::OkStatus();

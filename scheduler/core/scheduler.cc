@@ -27,34 +27,11 @@ absl::Time Scheduler::Now() const {
 
 void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                            const std::string* event_agent) {
-  const v1::TaskState from = t.state;
-  TASKGRID_CHECK(IsAllowedTransition(from, to),
-                 absl::StrCat("task ", t.id(), ": ", StateName(from), " -> ", StateName(to)));
-  if (from != v1::TASK_STATE_UNSPECIFIED) LeaveStateIndexes(t);
-  t.state = to;
-  t.reason = std::move(reason);
-  t.update_time = Now();
-  EnterStateIndexes(t);
-  if (t.job != nullptr) t.job->update_time = t.update_time;
-  effects_.batch.tasks.push_back(ToRow(t, from == v1::TASK_STATE_UNSPECIFIED));
-  EventRow e;
-  e.revision = ++last_revision_;
-  e.task_id = t.id();
-  e.queue = t.queue();
-  e.from_state = from;
-  e.to_state = to;
-  e.attempt = t.attempt;
-  e.agent_id = event_agent != nullptr ? *event_agent : t.agent_id;
-  e.time_us = ToUnixMicrosOrZero(t.update_time);
-  e.reason = t.reason;
-  e.job_id = t.job_id();
-  if (revision_marks_.empty() ||
-      e.time_us / 1'000'000 != ToUnixMicrosOrZero(revision_marks_.back().second) / 1'000'000) {
-    revision_marks_.push_back({e.revision, t.update_time});
-  } else {
-    revision_marks_.back().first = e.revision;
-  }
-  effects_.batch.events.push_back(std::move(e));
+  // The ready queues are Dispatch's index; the table keeps the others.
+  if (t.state == v1::TASK_STATE_PENDING) RemoveReady(t);
+  const v1::TaskState from =
+      table_.Apply(t, to, std::move(reason), Now(), event_agent, &effects_.batch);
+  if (to == v1::TASK_STATE_PENDING) AddReady(t);
 
   // Dependents see the change; a task that starts waiting is looked at too.
   const DepClass was = ClassOf(from), is = ClassOf(to);
@@ -67,26 +44,6 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   }
   if (to == v1::TASK_STATE_BLOCKED) settle_queue_.push_back(&t);
   if (defer_settling_ == 0) SettleDependents();
-}
-
-void Scheduler::EnterStateIndexes(TaskRecord& t) {
-  ++counts_[t.queue()][t.state];
-  if (t.job != nullptr) ++t.job->counts[t.state];
-  if (t.state == v1::TASK_STATE_PENDING) {
-    AddReady(t);
-  } else if (t.state == v1::TASK_STATE_SCHEDULED) {
-    scheduled_.insert({t.next_run_time, t.seq, &t});
-  }
-}
-
-void Scheduler::LeaveStateIndexes(TaskRecord& t) {
-  if (t.state == v1::TASK_STATE_PENDING) {
-    RemoveReady(t);
-  } else if (t.state == v1::TASK_STATE_SCHEDULED) {
-    scheduled_.erase({t.next_run_time, t.seq, &t});
-  }
-  --counts_[t.queue()][t.state];
-  if (t.job != nullptr) --t.job->counts[t.state];
 }
 
 v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
@@ -135,7 +92,7 @@ absl::StatusOr<const JobRecord*> Scheduler::SubmitJob(std::string job_id,
                                                      job_id, "\" (leave it empty)"));
     }
   }
-  if (job_id.empty()) job_id = NewJobId();
+  if (job_id.empty()) job_id = table_.NewJobId(clock_->Now());
   for (v1::TaskSpec& spec : specs) spec.set_job_id(job_id);
   if (const JobRecord* j = FindJob(job_id)) {
     // The same job again (a retried call): the same tasks in the same order.
@@ -202,39 +159,28 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
   // freed one).
   for (size_t i : fresh) {
     if (!specs[i].id().empty()) continue;
-    std::string id = NewTaskId();
-    while (seen.contains(id)) id = NewTaskId();
+    std::string id = table_.NewTaskId(clock_->Now());
+    while (seen.contains(id)) id = table_.NewTaskId(clock_->Now());
     specs[i].set_id(std::move(id));
   }
 
   const absl::Time now = Now();
   JobRecord* job = nullptr;
   if (job_id != nullptr) {
-    auto owned = std::make_unique<JobRecord>();
-    job = owned.get();
-    job->id = *job_id;
-    job->seq = next_seq_;
-    job->create_time = now;
-    job->update_time = now;
+    job = &table_.FindOrAddJob(*job_id, table_.next_seq(), now);
     job->tasks.reserve(fresh.size());
-    jobs_by_seq_[job->seq] = job;
-    jobs_.emplace(job->id, std::move(owned));
   }
   std::vector<const TaskRecord*> out(specs.size(), nullptr);
   std::vector<TaskRecord*> created;
   created.reserve(fresh.size());
   for (size_t i : fresh) {
     auto owned = std::make_unique<TaskRecord>();
-    TaskRecord& t = *owned;
-    t.spec = std::move(specs[i]);
-    t.seq = next_seq_++;
+    owned->spec = std::move(specs[i]);
+    TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
     t.placement_class = PlacementClass(t.spec.placement());
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
-    const bool inserted = tasks_.try_emplace(t.id(), std::move(owned)).second;
-    TASKGRID_CHECK(inserted, absl::StrCat("task ", t.id(), " was created twice"));
-    by_seq_[t.seq] = &t;
     created.push_back(&t);
     out[i] = &t;
   }
@@ -400,10 +346,9 @@ absl::StatusOr<const TaskRecord*> Scheduler::Resume(const std::string& id) {
 
 absl::StatusOr<JobRecord*> Scheduler::LookupJob(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id is empty");
-  auto it = jobs_.find(id);
-  if (it == jobs_.end())
-    return absl::NotFoundError(absl::StrCat("job \"", id, "\" does not exist"));
-  return it->second.get();
+  JobRecord* j = table_.FindJob(id);
+  if (j == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" does not exist"));
+  return j;
 }
 
 absl::StatusOr<const JobRecord*> Scheduler::CancelJob(const std::string& id) {
@@ -479,10 +424,7 @@ void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
   start_deadlines_.Set(t.id(), (from + timeout) - absl::UnixEpoch());
 }
 
-TaskRecord* Scheduler::Mutable(const std::string& id) {
-  auto it = tasks_.find(id);
-  return it == tasks_.end() ? nullptr : it->second.get();
-}
+TaskRecord* Scheduler::Mutable(const std::string& id) { return table_.Find(id); }
 
 absl::StatusOr<TaskRecord*> Scheduler::Lookup(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id is empty");
@@ -502,11 +444,10 @@ absl::Status Scheduler::CheckRoom(const std::string& queue, int64_t n,
 }
 
 int64_t Scheduler::QueueLength(const std::string& queue) const {
-  auto it = counts_.find(queue);
-  if (it == counts_.end()) return 0;
+  const TaskTable::Counts& counts = table_.CountsOf(queue);
   int64_t n = 0;
   for (int s = 1; s < kNumStates; ++s) {
-    if (!IsTerminal(static_cast<v1::TaskState>(s))) n += it->second[s];
+    if (!IsTerminal(static_cast<v1::TaskState>(s))) n += counts[s];
   }
   return n;
 }
@@ -518,37 +459,14 @@ absl::Duration Scheduler::AckTimeout(const TaskRecord& t) const {
   return d > absl::ZeroDuration() ? d : opts_.default_ack_timeout;
 }
 
-std::string Scheduler::NewJobId() {
-  for (;;) {
-    std::string id = absl::StrFormat("j%014d-%06d", absl::ToUnixMillis(clock_->Now()),
-                                     ++id_counter_ % 1'000'000);
-    if (!jobs_.contains(id)) return id;
-  }
-}
-
-std::string Scheduler::NewTaskId() {
-  // Time-ordered: sorts by creation time as text.
-  for (;;) {
-    std::string id = absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(clock_->Now()),
-                                     ++id_counter_ % 1'000'000);
-    if (!tasks_.contains(id)) return id;
-  }
-}
-
 void Scheduler::Tick() {
   const absl::Time now = Now();
   // Event retention: prune through the newest mark older than the window.
-  int64_t prune = 0;
-  while (!revision_marks_.empty() && revision_marks_.front().second < now - opts_.event_retention) {
-    prune = revision_marks_.front().first;
-    revision_marks_.pop_front();
-  }
-  if (prune > 0) {
+  if (const int64_t prune = table_.PruneBefore(now - opts_.event_retention); prune > 0) {
     effects_.batch.prune_events_through = prune;
-    oldest_revision_ = prune + 1;
   }
-  while (!scheduled_.empty() && std::get<0>(*scheduled_.begin()) <= now) {
-    TaskRecord& t = *std::get<2>(*scheduled_.begin());
+  while (TaskRecord* due = table_.NextDue(now)) {
+    TaskRecord& t = *due;
     Transition(t, v1::TASK_STATE_PENDING,
                t.attempt > t.attempt_base ? "retry backoff over" : "not_before reached");
   }

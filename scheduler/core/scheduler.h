@@ -40,6 +40,7 @@
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
+#include "scheduler/core/task_table.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
@@ -177,10 +178,10 @@ class Scheduler {
   // --- Introspection. ---
   const AgentRecord* FindAgent(const std::string& id) const;
   int64_t stale_messages() const { return stale_messages_; }
-  int64_t last_revision() const { return last_revision_; }
+  int64_t last_revision() const { return table_.last_revision(); }
   // The oldest event revision still kept (history before it was pruned).
-  int64_t oldest_revision() const { return oldest_revision_; }
-  size_t task_count() const { return tasks_.size(); }
+  int64_t oldest_revision() const { return table_.oldest_revision(); }
+  size_t task_count() const { return table_.size(); }
   // Placement classes holding PENDING tasks.
   size_t ready_classes() const { return ready_.size(); }
   // Of those, the ones set aside because no connected agent could ever
@@ -236,11 +237,6 @@ class Scheduler {
   // one (the attempt that just ended).
   void Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                   const std::string* event_agent = nullptr);
-  // The indexes t.state puts a task in: the per-queue and per-job counts,
-  // the ready queues (PENDING), the timer (SCHEDULED). Transition leaves
-  // them for the old state and enters them for the new; restore enters.
-  void EnterStateIndexes(TaskRecord& t);
-  void LeaveStateIndexes(TaskRecord& t);
   // PENDING or SCHEDULED, depending on next_run_time.
   v1::TaskState ReadyOrScheduled(TaskRecord& t);
   // Where a task waits when it is not in flight: BLOCKED until its
@@ -344,24 +340,13 @@ class Scheduler {
   int64_t QueueLength(const std::string& queue) const;
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
-  std::string NewTaskId();
-  std::string NewJobId();
   absl::StatusOr<JobRecord*> LookupJob(const std::string& id);
 
   const Clock* clock_;
   SchedulerOptions opts_;
   Effects effects_;
 
-  // Keyed by the record's own spec.id() (never changed once the task is in
-  // the map), so a million tasks do not hold a second copy of every id.
-  absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
-  // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
-  absl::btree_map<int64_t, TaskRecord*> by_seq_;
-  int64_t next_seq_ = 1;
-  uint64_t id_counter_ = 0;
-
-  absl::flat_hash_map<std::string, std::unique_ptr<JobRecord>> jobs_;
-  absl::btree_map<int64_t, JobRecord*> jobs_by_seq_;
+  TaskTable table_;
   // Tasks whose dependencies changed, for SettleDependents.
   std::deque<TaskRecord*> settle_queue_;
   int defer_settling_ = 0;
@@ -373,8 +358,6 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
   absl::btree_set<std::pair<ReadyKey, ReadyClass*>> heads_;
   absl::flat_hash_set<ReadyClass*> parked_;
-  absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;   // SCHEDULED
-  absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts_;  // queue -> state
 
   AgentRegistry agents_{&opts_};
   uint64_t assign_counter_ = 0;
@@ -384,10 +367,6 @@ class Scheduler {
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
   int64_t placement_attempts_ = 0;
-  int64_t last_revision_ = 0;
-  int64_t oldest_revision_ = 1;
-  // (revision, time) about once a second: what retention may prune.
-  std::deque<std::pair<int64_t, absl::Time>> revision_marks_;
 
   // Between BeginRestore and FinishRestore: the few tasks FinishRestore
   // needs, so a large table is walked once.

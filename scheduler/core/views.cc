@@ -10,10 +10,7 @@
 
 namespace taskgrid::core {
 
-const JobRecord* Scheduler::FindJob(const std::string& id) const {
-  auto it = jobs_.find(id);
-  return it == jobs_.end() ? nullptr : it->second.get();
-}
+const JobRecord* Scheduler::FindJob(const std::string& id) const { return table_.FindJob(id); }
 
 v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
   for (int s = 1; s < kNumStates; ++s) {
@@ -42,7 +39,8 @@ void Scheduler::DescribeJob(const JobRecord& j, v1::Job* out) const {
 JobListPage Scheduler::ListJobs(const JobListFilter& filter) const {
   JobListPage page;
   const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
-  for (auto it = jobs_by_seq_.upper_bound(filter.after_seq); it != jobs_by_seq_.end(); ++it) {
+  const auto& jobs = table_.jobs_by_seq();
+  for (auto it = jobs.upper_bound(filter.after_seq); it != jobs.end(); ++it) {
     const JobRecord* j = it->second;
     if (!states.empty() && !states.contains(JobStateOf(*j))) continue;
     if (static_cast<int>(page.jobs.size()) == filter.page_size) {
@@ -54,10 +52,7 @@ JobListPage Scheduler::ListJobs(const JobListFilter& filter) const {
   return page;
 }
 
-const TaskRecord* Scheduler::Find(const std::string& id) const {
-  auto it = tasks_.find(id);
-  return it == tasks_.end() ? nullptr : it->second.get();
-}
+const TaskRecord* Scheduler::Find(const std::string& id) const { return table_.Find(id); }
 
 void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
                          const std::vector<const AgentRecord*>* agents) const {
@@ -118,7 +113,7 @@ v1::ClusterStats Scheduler::ClusterStats() const {
   }
   st.set_stale_messages(stale_messages_);
   *st.mutable_heartbeat_interval() = ToProto(heartbeat_interval());
-  for (const auto& [queue, counts] : counts_) {
+  for (const auto& [queue, counts] : table_.counts()) {
     for (int s = 1; s < kNumStates; ++s) {
       if (counts[s] != 0) {
         (*st.mutable_tasks())[StateName(static_cast<v1::TaskState>(s))] += counts[s];
@@ -152,7 +147,8 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     }
     return page;
   }
-  for (auto it = by_seq_.upper_bound(filter.after_seq); it != by_seq_.end(); ++it) {
+  const auto& by_seq = table_.by_seq();
+  for (auto it = by_seq.upper_bound(filter.after_seq); it != by_seq.end(); ++it) {
     if (!take(it->second)) break;
   }
   return page;
@@ -165,18 +161,17 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
     qs.set_queue(name);
     qs.set_max_length(opts_.QueueMaxLength(name));
     qs.set_length(QueueLength(name));
-    auto it = counts_.find(name);
-    if (it == counts_.end()) return;
+    const TaskTable::Counts& counts = table_.CountsOf(name);
     for (int s = 1; s < kNumStates; ++s) {
-      if (it->second[s] != 0) {
-        (*qs.mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = it->second[s];
+      if (counts[s] != 0) {
+        (*qs.mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = counts[s];
       }
     }
   };
   if (!queue.empty()) {
     add(queue);
   } else {
-    for (const auto& [name, unused] : counts_) add(name);
+    for (const auto& [name, unused] : table_.counts()) add(name);
     for (const auto& [name, unused] : opts_.queue_max_length) add(name);
   }
   std::vector<v1::QueueStats> out;

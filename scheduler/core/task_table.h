@@ -1,0 +1,104 @@
+// The task table: every task and job record, the indexes by state that do
+// not belong to dispatching (per-queue and per-job counts, the timer of
+// SCHEDULED tasks), submit order, id minting, and the revision counter of
+// the event log. Apply() is the one door for a task's state: it updates
+// these indexes and appends the task and event rows, and returns what
+// changed; the Scheduler does the rest (ready queues, dependents).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "scheduler/core/model.h"
+
+namespace taskgrid::core {
+
+class TaskTable {
+ public:
+  using Counts = std::array<int64_t, kNumTaskStates>;
+
+  // --- Records. ---
+  TaskRecord* Find(absl::string_view id) const;
+  size_t size() const { return tasks_.size(); }
+  void Reserve(size_t n) { tasks_.reserve(n); }
+  // A new task (state UNSPECIFIED until its first Apply): takes the next
+  // submit seq. The id must be free.
+  TaskRecord& Insert(std::unique_ptr<TaskRecord> t);
+  // A stored task read back, keeping its seq and state (not yet in the
+  // state indexes: Enter() it once its job is linked). DataLoss when its
+  // id is stored twice.
+  absl::StatusOr<TaskRecord*> Adopt(std::unique_ptr<TaskRecord> t);
+  // Submit order.
+  const absl::btree_map<int64_t, TaskRecord*>& by_seq() const { return by_seq_; }
+  // The seq the next inserted task gets (a new job takes its first task's).
+  int64_t next_seq() const { return next_seq_; }
+  // A free generated id; time-ordered, so ids sort by creation time.
+  std::string NewTaskId(absl::Time now);
+
+  // --- Jobs. ---
+  JobRecord* FindJob(const std::string& id) const;
+  // A job with this id (new if need be), first seen at `seq`.
+  JobRecord& FindOrAddJob(const std::string& id, int64_t seq, absl::Time create_time);
+  const absl::btree_map<int64_t, JobRecord*>& jobs_by_seq() const { return jobs_by_seq_; }
+  const absl::flat_hash_map<std::string, std::unique_ptr<JobRecord>>& jobs() const { return jobs_; }
+  std::string NewJobId(absl::Time now);
+
+  // --- State. ---
+  // The one door: moves `t` to `to` (an allowed transition, or the first
+  // state of a new task), leaving and entering the state indexes, and
+  // appends its row and an event row to `batch`. `event_agent`: the agent
+  // the event names when the task no longer has one. Returns the old state.
+  v1::TaskState Apply(TaskRecord& t, v1::TaskState to, std::string reason, absl::Time now,
+                      const std::string* event_agent, WriteBatch* batch);
+  // The indexes t.state puts a task in (counts, the timer). Apply leaves
+  // and enters them; a restore enters each task once.
+  void Enter(TaskRecord& t);
+  void Leave(TaskRecord& t);
+  // The SCHEDULED task due first if it is due by `now`, else nullptr.
+  TaskRecord* NextDue(absl::Time now) const;
+  const absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>>& scheduled() const {
+    return scheduled_;
+  }
+  // Tasks of `queue` by state; all zero for a queue never seen.
+  const Counts& CountsOf(const std::string& queue) const;
+  const absl::flat_hash_map<std::string, Counts>& counts() const { return counts_; }
+
+  // --- Revisions of the event log. ---
+  int64_t last_revision() const { return last_revision_; }
+  int64_t oldest_revision() const { return oldest_revision_; }
+  // Restore: the log as stored; history from before counts as of `now`.
+  void SetRevisions(int64_t last, int64_t oldest, absl::Time now);
+  // Event retention: the newest revision older than `cutoff` to prune
+  // through (0: none); the oldest kept moves past it.
+  int64_t PruneBefore(absl::Time cutoff);
+
+ private:
+  // Keyed by the record's own spec.id() (never changed once the task is in
+  // the map), so a million tasks do not hold a second copy of every id.
+  absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
+  // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
+  absl::btree_map<int64_t, TaskRecord*> by_seq_;
+  int64_t next_seq_ = 1;
+  uint64_t id_counter_ = 0;
+  absl::flat_hash_map<std::string, std::unique_ptr<JobRecord>> jobs_;
+  absl::btree_map<int64_t, JobRecord*> jobs_by_seq_;
+  absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED
+  absl::flat_hash_map<std::string, Counts> counts_;                          // queue -> state
+  int64_t last_revision_ = 0;
+  int64_t oldest_revision_ = 1;
+  // (revision, time) about once a second: what retention may prune.
+  std::deque<std::pair<int64_t, absl::Time>> revision_marks_;
+};
+
+}  // namespace taskgrid::core
