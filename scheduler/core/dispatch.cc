@@ -144,7 +144,7 @@ void Scheduler::Dispatch() {
     // before it succeeded there.
     TaskRecord* cur = &t;
     for (int len = 1; len < opts_.max_chain_length; ++len) {
-      TaskRecord* d = ChainSuccessor(*cur);
+      TaskRecord* d = ChainSuccessor(*cur, now);
       if (d == nullptr) break;
       v1::Assignment link;
       FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's

@@ -34,14 +34,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
 
   // Dependents see the change; a task that starts waiting is looked at too.
-  const DepClass was = ClassOf(from), is = ClassOf(to);
-  if (was != is) {
-    for (TaskRecord* d : t.dependents) {
-      d->deps_unsucceeded += (was == DepClass::kSucceeded) - (is == DepClass::kSucceeded);
-      d->deps_unfinished += (is == DepClass::kOpen) - (was == DepClass::kOpen);
-      settle_queue_.push_back(d);
-    }
-  }
+  NoteStateChange(t, from, to, &settle_queue_);
   if (to == v1::TASK_STATE_BLOCKED) settle_queue_.push_back(&t);
   if (defer_settling_ == 0) SettleDependents();
 }
@@ -148,7 +141,11 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     fresh.push_back(i);
     ++adds[spec.queue()];
   }
-  if (absl::Status s = CheckDependencies(specs, fresh, seen); !s.ok()) return s;
+  if (absl::Status s =
+          CheckDependencies(specs, fresh, seen, [this](const std::string& id) { return Find(id); });
+      !s.ok()) {
+    return s;
+  }
   for (const auto& [queue, n] : adds) {
     RETURN_IF_ERROR(CheckRoom(queue, n, "this batch"));
   }

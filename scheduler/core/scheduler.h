@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "scheduler/core/agent_registry.h"
 #include "scheduler/core/deadline_table.h"
+#include "scheduler/core/dependency_graph.h"
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
@@ -244,23 +245,11 @@ class Scheduler {
   v1::TaskState NextWaitingState(TaskRecord& t);
 
   // --- Dependencies. ---
-  static bool CancelsOnUpstreamFailure(const TaskRecord& t);
-  // Its dependencies allow it to run (all SUCCEEDED; or, for
-  // on_upstream_failure = run, all terminal).
-  static bool DepsMet(const TaskRecord& t);
-  // Some dependency ended FAILED or CANCELLED.
-  static bool DepFailed(const TaskRecord& t) { return t.deps_unsucceeded > t.deps_unfinished; }
   // Runs the queue of tasks whose dependencies changed: BLOCKED ones are
   // released or cancelled, ready ones whose dependency was reset are
   // blocked again. Iterative (a 100,000-task chain cancels in one loop).
   void SettleDependents();
   void Settle(TaskRecord& t);
-  // New tasks of one request (specs[i] for the indexes in `fresh`): every
-  // depends_on entry names a task of the request or an existing one, and
-  // the new tasks form no cycle.
-  absl::Status CheckDependencies(const std::vector<v1::TaskSpec>& specs,
-                                 const std::vector<size_t>& fresh,
-                                 const absl::flat_hash_map<std::string, size_t>& index) const;
   // Shared by Submit and SubmitJob.
   absl::StatusOr<std::vector<const TaskRecord*>> AddTasks(std::vector<v1::TaskSpec> specs,
                                                           const std::string* job_id);
@@ -268,15 +257,11 @@ class Scheduler {
   void LinkDependencies(TaskRecord& t);
   // Cancels one task (CancelTask, CancelJob). Needs it non-terminal.
   void CancelOne(TaskRecord& t, const std::string& reason);
-  // The next link of a chain after `cur` (dispatched to an agent now), or
-  // nullptr: its only dependent, BLOCKED on it alone, same placement.
-  TaskRecord* ChainSuccessor(const TaskRecord& cur) const;
   // Fills `as` for dispatching `t`, all but the attempt (inputs from its
   // dependencies, except a run_after predecessor). False when the inputs are
   // over the limit.
   bool FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
                       int64_t* input_bytes) const;
-  std::string BlockedReason(const TaskRecord& t) const;
 
   void Dispatch();
   // Drops an agent that holds nothing (after its Goodbye): it ends its
