@@ -604,13 +604,16 @@ absl::StatusOr<std::shared_ptr<Watch>> Engine::StartWatch(const v1::WatchTasksRe
     after = published_revision_.load();
   } else if (after + 1 < oldest) {
     watch_count_.fetch_sub(1);
-    return absl::OutOfRangeError(
-        absl::StrCat("revision ", after, " is older than the kept history, which starts at ",
-                     oldest, "; watch from now (leave after_revision unset)"));
+    return WithResumeAfter(
+        absl::OutOfRangeError(
+            absl::StrCat("revision ", after, " is older than the kept history, which starts at ",
+                         oldest, "; watch from now (leave after_revision unset)")),
+        oldest - 1);
   } else if (after > newest) {
     watch_count_.fetch_sub(1);
-    return absl::OutOfRangeError(
-        absl::StrCat("revision ", after, " is ahead of the newest, ", newest));
+    return WithResumeAfter(absl::OutOfRangeError(absl::StrCat("revision ", after,
+                                                              " is ahead of the newest, ", newest)),
+                           newest);
   }
   auto watch = std::make_shared<Watch>(
       req, after, store_, opts_.watch_queue, [this, wake = std::move(wake)] { PostWake(wake); },

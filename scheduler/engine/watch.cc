@@ -3,10 +3,30 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::engine {
+
+namespace {
+constexpr char kResumeAfterPayload[] = "taskgrid.dev/resume-after";
+}  // namespace
+
+absl::Status WithResumeAfter(absl::Status status, int64_t after_revision) {
+  status.SetPayload(kResumeAfterPayload, absl::Cord(absl::StrCat(after_revision)));
+  return status;
+}
+
+std::optional<int64_t> ResumeAfterOf(const absl::Status& status) {
+  const auto payload = status.GetPayload(kResumeAfterPayload);  // absl::optional
+  int64_t revision = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &revision)) {
+    return std::nullopt;
+  }
+  return revision;
+}
 
 namespace {
 constexpr int kReplayChunk = 512;
@@ -67,9 +87,10 @@ void Watch::Offer(const std::vector<v1::TaskEvent>& events, int64_t through) {
         cursor_ = e.revision();
         if (!Matches(e)) continue;
         if (queue_events_.size() >= max_queue_) {
-          failed_ = absl::ResourceExhaustedError(
-              absl::StrCat("this watcher fell more than ", max_queue_,
-                           " events behind; resume with after_revision=", sent_));
+          failed_ = WithResumeAfter(absl::ResourceExhaustedError(absl::StrCat(
+                                        "this watcher fell more than ", max_queue_,
+                                        " events behind; resume with after_revision=", sent_)),
+                                    sent_);
           queue_events_.clear();
           break;
         }
@@ -126,12 +147,14 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (oldest_kept > 0) {
-      failed_ = absl::OutOfRangeError(absl::StrCat(
-          "the history after revision ", from,
-          " was pruned (--event_retention) while this watch replayed it; the oldest revision "
-          "still kept is ",
-          oldest_kept, ": resume with after_revision=", oldest_kept - 1,
-          " (skipping what was lost) or watch from now"));
+      failed_ = WithResumeAfter(
+          absl::OutOfRangeError(absl::StrCat(
+              "the history after revision ", from,
+              " was pruned (--event_retention) while this watch replayed it; the oldest "
+              "revision still kept is ",
+              oldest_kept, ": resume with after_revision=", oldest_kept - 1,
+              " (skipping what was lost) or watch from now")),
+          oldest_kept - 1);
       queue_events_.clear();
       if (out.empty()) return failed_;
       return out;

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::engine {
+
+// A watch that ends early says where a client may resume: the revision to
+// pass as after_revision, carried in the status itself (a payload), so no
+// one parses it out of the message. The service sends it to clients as
+// trailing metadata "taskgrid-resume-after".
+absl::Status WithResumeAfter(absl::Status status, int64_t after_revision);
+std::optional<int64_t> ResumeAfterOf(const absl::Status& status);
 
 class Watch {
  public:

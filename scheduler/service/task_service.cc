@@ -170,7 +170,7 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
     });
     if (!watch.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      FinishLocked(ToGrpcStatus(watch.status()));
+      FailLocked(watch.status());
       return;
     }
     watch_ = *watch;
@@ -220,21 +220,22 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
     WatchStream* stream = nullptr;
   };
 
+  // Ends the watch with `why`; where it may resume goes along as trailing
+  // metadata (the message names it too, for people). Needs mu_.
+  void FailLocked(const absl::Status& why) {
+    if (const std::optional<int64_t> after = engine::ResumeAfterOf(why)) {
+      ctx_->AddTrailingMetadata(kResumeAfterKey, absl::StrCat(*after));
+    }
+    FinishLocked(ToGrpcStatus(why));
+  }
+
   // Needs handle_->mu.
   void SendMore() {
     std::lock_guard<std::mutex> lock(mu_);
     if (writing_ || finished_) return;
     auto next = watch_->Next(64);
     if (!next.ok()) {
-      if (next.status().code() == absl::StatusCode::kResourceExhausted) {
-        // The message names the revision too; the metadata is for programs.
-        const std::string msg(next.status().message());
-        const size_t eq = msg.rfind('=');
-        if (eq != std::string::npos) {
-          ctx_->AddTrailingMetadata(kResumeAfterKey, msg.substr(eq + 1));
-        }
-      }
-      FinishLocked(ToGrpcStatus(next.status()));
+      FailLocked(next.status());
       return;
     }
     if (next->empty()) return;  // the Watch wakes us when a commit brings events

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "common/grpc_status.h"
 #include "tests/integration/cluster.h"
 
@@ -190,7 +191,22 @@ TEST(Watch, RevisionsOutsideTheHistoryAreOutOfRange) {
   v1::TaskEvent e;
   EXPECT_FALSE(w.reader->Read(&e));
   EXPECT_EQ(w.reader->Finish().error_code(), grpc::StatusCode::OUT_OF_RANGE);
-  // Once the history of "old" is pruned, resuming before it is refused.
+  // Where to resume comes as metadata, not only in the message: the newest.
+  auto resume_after = [](const grpc::ClientContext& ctx) -> int64_t {
+    auto md = ctx.GetServerTrailingMetadata().find("taskgrid-resume-after");
+    int64_t revision = -1;
+    if (md == ctx.GetServerTrailingMetadata().end() ||
+        !absl::SimpleAtoi(absl::string_view(md->second.data(), md->second.size()), &revision)) {
+      return -1;
+    }
+    return revision;
+  };
+  const int64_t newest = resume_after(*w.ctx);
+  EXPECT_GE(newest, 1);
+  EXPECT_LT(newest, 1'000'000);
+  // Once the history of "old" is pruned, resuming before it is refused,
+  // naming the revision before the oldest kept.
+  int64_t skip_to = -1;
   ASSERT_TRUE(InProcessCluster::Eventually(
       [&] {
         c.Submit({BuiltinSpec("new" + std::to_string(absl::ToUnixMicros(absl::Now())), "noop")});
@@ -200,9 +216,12 @@ TEST(Watch, RevisionsOutsideTheHistoryAreOutOfRange) {
         const bool got = w2.reader->Read(&e);
         if (got) w2.ctx->TryCancel();
         grpc::Status s = w2.reader->Finish();
-        return !got && s.error_code() == grpc::StatusCode::OUT_OF_RANGE;
+        if (got || s.error_code() != grpc::StatusCode::OUT_OF_RANGE) return false;
+        skip_to = resume_after(*w2.ctx);
+        return true;
       },
       absl::Seconds(10)));
+  EXPECT_GE(skip_to, 1);  // revision 1 is gone: the oldest kept is 2 or later
 }
 
 TEST(Wait, ReturnsWhenTheTaskFinishesAndWhenTheWaitEnds) {

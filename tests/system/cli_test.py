@@ -1108,6 +1108,12 @@ class WatchHistoryTest(CliTestCase):
         self.assertRegex(res.stderr, r"^error: OUT_OF_RANGE: ")
         self.assertIn("--after=0", res.stderr)
         self.assertIn("--event_retention", res.stderr)
+        # Where to resume comes from the scheduler's metadata: past the
+        # revision asked for, and the command it prints works.
+        m = re.search(r"resume after revision (\d+)", res.stderr)
+        self.assertIsNotNone(m, res.stderr)
+        self.assertGreaterEqual(int(m.group(1)), first)
+        self.assertIn(f"taskgridctl watch --after={m.group(1)}", res.stderr)
 
 
 class WatchFollowTest(CliTestCase):

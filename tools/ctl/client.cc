@@ -534,6 +534,11 @@ int Client::Watch(const WatchOptions& o) {
                   << "\n(watch --follow reconnects by itself.)\n";
         break;
       case grpc::StatusCode::OUT_OF_RANGE:
+        if (const std::optional<int64_t> hint = ResumeAfter(ctx); hint.has_value()) {
+          std::cerr << "The scheduler says to resume after revision " << *hint
+                    << " (what was pruned before it is lost):\n  "
+                    << WatchCommand(hint, o.filter_flags) << "\n";
+        }
         std::cerr << "Watch without --after for the changes from now on, or with --after=0 for "
                      "all the history the scheduler keeps (its --event_retention).\n";
         break;
