@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "tools/ctl/help.h"
 #include "tools/ctl/output.h"
 
 namespace taskgrid::ctl {
@@ -76,6 +78,26 @@ TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
   const std::string out = FormatTaskList({t});
   EXPECT_THAT(out, ContainsRegex("^ID +QUEUE +STATE +ATTEMPTS +AGENT"));
   EXPECT_THAT(out, ContainsRegex("\nt1 +q +PAUSING +2/3 +a1 "));
+}
+
+}  // namespace
+}  // namespace taskgrid::ctl
+
+namespace taskgrid::ctl {
+namespace {
+
+TEST(CtlHelp, EveryCommandIsListedFoundAndExplained) {
+  const std::string usage = UsageText();
+  for (const Command& c : Commands()) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(absl::StartsWith(c.synopsis, c.name));
+    EXPECT_EQ(FindCommand(c.name), &c);
+    EXPECT_THAT(usage, ::testing::HasSubstr(c.synopsis));
+    EXPECT_THAT(CommandHelp(c), ::testing::HasSubstr(c.example));
+    EXPECT_EQ(absl::StartsWith(c.name, "job "),
+              JobUsageText().find(c.synopsis) != std::string::npos);
+  }
+  EXPECT_EQ(FindCommand("frobnicate"), nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// taskgridctl's help: every command with its synopsis, summary, example,
+// the flags it takes and its details, and the usage texts built from them.
+// Kept apart from the command flow so the words can be read (and changed)
+// in one place.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace taskgrid::ctl {
+
+extern const char kStates[];
+extern const char kJobStates[];
+extern const char kJobCommands[];
+
+struct Command {
+  const char* name;
+  const char* synopsis;
+  const char* summary;
+  const char* example;
+  std::vector<std::string> flags;  // besides the global ones
+  const char* details;             // more for `help NAME`, may be empty
+};
+
+// Every command, in the order `taskgridctl help` lists them.
+const std::vector<Command>& Commands();
+// nullptr when there is no such command ("job submit" is one name).
+const Command* FindCommand(const std::string& name);
+// `taskgridctl help`.
+std::string UsageText();
+// `taskgridctl help job`: the job commands.
+std::string JobUsageText();
+// `taskgridctl help NAME`.
+std::string CommandHelp(const Command& c);
+
+}  // namespace taskgrid::ctl
