@@ -1,11 +1,13 @@
 #include "agent/builtins.h"
 
-#include <cmath>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/builtins.h"
 
 namespace taskgrid::agent::internal {
 namespace {
@@ -29,45 +31,44 @@ BuiltinResult RunBuiltin(const taskgrid::v1::BuiltinStep& step, int index,
   const auto& args = step.args();
   BuiltinResult r;
 
-  if (name == "noop") {
-    if (!args.empty()) return Usage(index, name, "takes no arguments");
+  if (!builtins::IsKnown(name)) {
+    r.exit_code = -1;
+    r.error = absl::StrCat("step ", index, ": unknown builtin ", Quoted(name));
     return r;
   }
+  // The scheduler checked these too; an older one may not have.
+  const std::vector<std::string> arg_list(args.begin(), args.end());
+  if (const std::optional<builtins::ArgProblem> bad = builtins::CheckArgs(name, arg_list)) {
+    return Usage(
+        index, name,
+        bad->index < 0 ? bad->rule : absl::StrCat(Quoted(arg_list[bad->index]), " ", bad->rule));
+  }
+
+  if (name == "noop") return r;
 
   if (name == "sleep") {
-    if (args.size() > 1) return Usage(index, name, "takes at most one argument (SECONDS)");
     double seconds = 0;
-    if (!args.empty() &&
-        (!absl::SimpleAtod(args[0], &seconds) || !std::isfinite(seconds) || seconds < 0)) {
-      return Usage(index, name, absl::StrCat("invalid seconds ", Quoted(args[0])));
-    }
-    r.stopped_by = sleep(absl::Seconds(seconds));  // huge values: InfiniteDuration
+    if (!args.empty()) (void)absl::SimpleAtod(args[0], &seconds);  // checked above
+    r.stopped_by = sleep(absl::Seconds(seconds));
     return r;
   }
 
   if (name == "fail") {
-    if (args.size() > 1) return Usage(index, name, "takes at most one argument (CODE)");
     int32_t code = 1;
-    if (!args.empty() && !absl::SimpleAtoi(args[0], &code)) {
-      return Usage(index, name, absl::StrCat("invalid exit code ", Quoted(args[0])));
-    }
+    if (!args.empty()) (void)absl::SimpleAtoi(args[0], &code);  // checked above
     r.exit_code = code;
     r.error = "builtin fail";
     return r;
   }
 
-  if (name == "echo") {
-    if (args.empty()) {
-      r.output = std::string(stdin_data);
-    } else {
-      r.output = absl::StrCat(absl::StrJoin(args, " "), "\n");
-    }
-    return r;
+  // echo
+  if (args.empty()) {
+    r.output = std::string(stdin_data);
+  } else {
+    r.output = absl::StrCat(absl::StrJoin(args, " "), "\n");
   }
 
-  r.exit_code = -1;
-  r.error = absl::StrCat("step ", index, ": unknown builtin ", Quoted(name));
-  return r;
+  return r;  // echo, the last of them
 }
 
 }  // namespace taskgrid::agent::internal

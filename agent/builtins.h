@@ -1,11 +1,6 @@
 // The builtin steps of task.proto's BuiltinStep, run inside the agent
-// process. Internal to the executor (TaskRun::Run's thread).
-//
-//   noop              succeeds
-//   sleep  [SECONDS]  sleeps (fractional allowed; default 0), then succeeds
-//   fail   [CODE]     fails with exit code CODE (default 1)
-//   echo   [WORDS..]  writes WORDS joined by single spaces plus "\n"; with no
-//                     WORDS, the step's stdin (the payload for step 0) as is
+// process. Internal to the executor (TaskRun::Run's thread). Their names
+// and argument rules are in common/builtins.h.
 #pragma once
 
 #include <functional>

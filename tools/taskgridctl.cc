@@ -29,6 +29,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/address.h"
+#include "common/builtins.h"
 #include "common/flags_help.h"
 #include "common/proto_time.h"
 #include "common/tls.h"
@@ -114,8 +115,6 @@ using taskgrid::ctl::JobUsageText;
 using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 using taskgrid::ctl::kJobCommands;
-using taskgrid::ctl::kJobStates;
-using taskgrid::ctl::kStates;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
 
@@ -253,9 +252,9 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   v1::TaskSpec* spec = req->add_tasks();
   v1::Step* step = spec->add_steps();
   if (set.count("builtin")) {
-    if (!taskgrid::core::IsKnownBuiltin(builtin)) {
+    if (!taskgrid::builtins::IsKnown(builtin)) {
       return UsageError(absl::StrCat("--builtin=", builtin, ": not a builtin"),
-                        "Builtins: noop, sleep SECONDS, fail [CODE], echo [WORDS...]");
+                        absl::StrCat("Builtins: ", taskgrid::builtins::Usages()));
     }
     if (!words.empty() && !argv.empty()) {
       return UsageError("give the builtin's arguments either before or after --, not both");
@@ -349,7 +348,8 @@ int BuildList(v1::ListTasksRequest* req) {
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::TaskState s;
     if (!taskgrid::core::ParseStateName(name, &s)) {
-      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""), kStates);
+      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""),
+                        taskgrid::ctl::StatesLine());
     }
     req->add_states(s);
   }
@@ -371,7 +371,8 @@ int BuildWatch(const std::set<std::string>& set, taskgrid::ctl::WatchOptions* op
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::TaskState s;
     if (!taskgrid::core::ParseStateName(name, &s)) {
-      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""), kStates);
+      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""),
+                        taskgrid::ctl::StatesLine());
     }
     req->add_states(s);
     states.push_back(taskgrid::core::StateName(s));
@@ -431,8 +432,9 @@ int BuildJobSubmit(const std::vector<std::string>& words, const std::set<std::st
 int BuildJobList(v1::ListJobsRequest* req) {
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::JobState s;
-    if (!taskgrid::ctl::ParseJobStateName(name, &s)) {
-      return UsageError(absl::StrCat("--state: unknown job state \"", name, "\""), kJobStates);
+    if (!taskgrid::core::ParseJobStateName(name, &s)) {
+      return UsageError(absl::StrCat("--state: unknown job state \"", name, "\""),
+                        taskgrid::ctl::JobStatesLine());
     }
     req->add_states(s);
   }

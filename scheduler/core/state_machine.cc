@@ -82,4 +82,45 @@ bool ParseStateName(const std::string& name, TaskState* out) {
   return true;
 }
 
+std::string JobStateName(v1::JobState s) {
+  if (s == v1::JOB_STATE_UNSPECIFIED) return "-";
+  std::string name = v1::JobState_Name(s);
+  if (absl::StartsWith(name, "JOB_STATE_")) name = name.substr(10);
+  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
+}
+
+std::string AgentStateName(v1::AgentState s) {
+  if (s == v1::AGENT_STATE_UNSPECIFIED) return "-";
+  std::string name = v1::AgentState_Name(s);
+  if (absl::StartsWith(name, "AGENT_STATE_")) name = name.substr(12);
+  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
+}
+
+bool ParseJobStateName(absl::string_view name, v1::JobState* out) {
+  std::string upper = absl::AsciiStrToUpper(name);
+  if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+  v1::JobState s;
+  if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) return false;
+  *out = s;
+  return true;
+}
+
+std::string AllStateNames() {
+  std::string out;
+  for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
+    if (s == v1::TASK_STATE_UNSPECIFIED || !v1::TaskState_IsValid(s)) continue;
+    absl::StrAppend(&out, out.empty() ? "" : " ", StateName(static_cast<TaskState>(s)));
+  }
+  return out;
+}
+
+std::string AllJobStateNames() {
+  std::string out;
+  for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+    if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) continue;
+    absl::StrAppend(&out, out.empty() ? "" : " ", JobStateName(static_cast<v1::JobState>(s)));
+  }
+  return out;
+}
+
 }  // namespace taskgrid::core

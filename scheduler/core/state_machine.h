@@ -7,6 +7,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "taskgrid/v1/cluster_service.pb.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -25,5 +28,15 @@ std::string StateName(TaskState s);
 
 // Accepts "PENDING", "pending" and "TASK_STATE_PENDING".
 bool ParseStateName(const std::string& name, TaskState* out);
+
+// The names people read and type for the API's other states: "RUNNING"
+// for JOB_STATE_RUNNING, "LOST" for AGENT_STATE_LOST; "-" for unspecified.
+std::string JobStateName(v1::JobState s);
+std::string AgentStateName(v1::AgentState s);
+// Accepts "RUNNING", "running" and "JOB_STATE_RUNNING".
+bool ParseJobStateName(absl::string_view name, v1::JobState* out);
+// Every task (job) state name, space-separated, in enum order.
+std::string AllStateNames();
+std::string AllJobStateNames();
 
 }  // namespace taskgrid::core

@@ -1,11 +1,14 @@
 #include "scheduler/core/validate.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/builtins.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
 
@@ -45,27 +48,15 @@ absl::Status CheckDuration(const google::protobuf::Duration& d, const FieldPath&
 }
 
 absl::Status CheckBuiltin(const v1::BuiltinStep& b, const FieldPath& field) {
-  if (!IsKnownBuiltin(b.name())) {
+  if (!builtins::IsKnown(b.name())) {
     return Invalid(FieldPath(field, "name"),
-                   absl::StrCat("\"", b.name(), "\" is not a builtin (noop, sleep, fail, echo)"));
+                   absl::StrCat("\"", b.name(), "\" is not a builtin (", builtins::Names(), ")"));
   }
-  if (b.name() == "sleep") {
-    if (b.args_size() > 1) return Invalid(FieldPath(field, "args"), "takes one number of seconds");
-    double secs = 0;
-    if (b.args_size() == 1 &&
-        (!absl::SimpleAtod(b.args(0), &secs) || !(secs >= 0) || secs > 7 * 24 * 3600)) {
-      return Invalid(FieldPath(field, "args", 0), "is not a number of seconds in [0, 604800]");
-    }
-  } else if (b.name() == "fail") {
-    int code = 0;
-    if (b.args_size() > 1) return Invalid(FieldPath(field, "args"), "takes one exit code");
-    if (b.args_size() == 1 && (!absl::SimpleAtoi(b.args(0), &code) || code < 1 || code > 255)) {
-      return Invalid(FieldPath(field, "args", 0), "is not an exit code in [1, 255]");
-    }
-  } else if (b.name() == "noop" && b.args_size() > 0) {
-    return Invalid(FieldPath(field, "args"), "must be empty for noop");
-  }
-  return absl::OkStatus();
+  const std::vector<std::string> args(b.args().begin(), b.args().end());
+  const std::optional<builtins::ArgProblem> bad = builtins::CheckArgs(b.name(), args);
+  if (!bad.has_value()) return absl::OkStatus();
+  return Invalid(bad->index < 0 ? FieldPath(field, "args") : FieldPath(field, "args", bad->index),
+                 bad->rule);
 }
 
 }  // namespace
@@ -75,10 +66,6 @@ std::string FieldPath::str() const {
   absl::StrAppend(&out, name_);
   if (index_ >= 0) absl::StrAppend(&out, "[", index_, "]");
   return out;
-}
-
-bool IsKnownBuiltin(absl::string_view name) {
-  return name == "noop" || name == "sleep" || name == "fail" || name == "echo";
 }
 
 absl::Status ValidateAgentMessage(const v1::AgentMessage& msg) {

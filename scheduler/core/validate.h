@@ -13,9 +13,6 @@
 
 namespace taskgrid::core {
 
-// The builtin step names agents provide.
-bool IsKnownBuiltin(absl::string_view name);
-
 // The path of a field ("tasks[3].steps[0].timeout"), spelled out only when
 // an error names it: a valid spec costs no string building (W1 submits
 // validate every task on the hot path). Refers to its parent and its name:

@@ -637,12 +637,15 @@ TEST(TaskRun, RejectsBadBuiltinArguments) {
   v1::TaskResult r = RunTask(Assignment({Builtin("sleep", {"abc"})}));
   EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
   EXPECT_EQ(r.exit_code(), -1);
-  EXPECT_EQ(r.error(), "step 0: builtin sleep: invalid seconds 'abc'");
+  EXPECT_EQ(r.error(), "step 0: builtin sleep: 'abc' is not a number of seconds in [0, 604800]");
   r = RunTask(Assignment({Builtin("sleep", {"-1"})}));
-  EXPECT_THAT(r.error(), HasSubstr("invalid seconds '-1'"));
+  EXPECT_THAT(r.error(), HasSubstr("'-1' is not a number of seconds"));
   r = RunTask(Assignment({Builtin("fail", {"x"})}));
   EXPECT_EQ(r.exit_code(), -1);
-  EXPECT_EQ(r.error(), "step 0: builtin fail: invalid exit code 'x'");
+  EXPECT_EQ(r.error(), "step 0: builtin fail: 'x' is not an exit code in [1, 255]");
+  // The same rules as the scheduler's, from the same place.
+  r = RunTask(Assignment({Builtin("noop", {"x"})}));
+  EXPECT_EQ(r.error(), "step 0: builtin noop: must be empty for noop");
 }
 
 TEST(TaskRun, RejectsMalformedSteps) {

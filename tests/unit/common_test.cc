@@ -4,8 +4,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/address.h"
+#include "common/builtins.h"
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/proto_time.h"
@@ -131,3 +135,39 @@ TEST(WorkerPool, ClosuresThatRunAtOnceEachGetAThread) {
 
 }  // namespace
 }  // namespace taskgrid
+
+namespace taskgrid::builtins {
+namespace {
+
+TEST(Builtins, NamesAndArgumentRules) {
+  EXPECT_TRUE(IsKnown("echo"));
+  EXPECT_FALSE(IsKnown("rm"));
+  EXPECT_EQ(Names(), "noop, sleep, fail, echo");
+  EXPECT_EQ(Usages(), "noop, sleep SECONDS, fail [CODE], echo [WORDS...]");
+  struct Case {
+    const char* name;
+    std::vector<std::string> args;
+    int bad_index;  // -2: fine
+  };
+  const Case cases[] = {
+      {"noop", {}, -2},       {"noop", {"x"}, -1},       {"sleep", {}, -2},
+      {"sleep", {"0.5"}, -2}, {"sleep", {"604800"}, -2}, {"sleep", {"604801"}, 0},
+      {"sleep", {"-1"}, 0},   {"sleep", {"nan"}, 0},     {"sleep", {"1", "2"}, -1},
+      {"fail", {}, -2},       {"fail", {"255"}, -2},     {"fail", {"0"}, 0},
+      {"fail", {"x"}, 0},     {"fail", {"1", "2"}, -1},  {"echo", {"a", "b", "c"}, -2},
+  };
+  for (const Case& c : cases) {
+    const std::optional<ArgProblem> bad = CheckArgs(c.name, c.args);
+    SCOPED_TRACE(std::string(c.name) + " " + (c.args.empty() ? "" : c.args[0]));
+    if (c.bad_index == -2) {
+      EXPECT_FALSE(bad.has_value()) << bad->rule;
+    } else {
+      ASSERT_TRUE(bad.has_value());
+      EXPECT_EQ(bad->index, c.bad_index);
+      EXPECT_FALSE(bad->rule.empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace taskgrid::builtins

@@ -130,3 +130,31 @@ TEST(StateMachine, NamesRoundTrip) {
 
 }  // namespace
 }  // namespace taskgrid::core
+
+namespace taskgrid::core {
+namespace {
+
+TEST(StateNames, OneVocabularyForTasksJobsAndAgents) {
+  EXPECT_EQ(AllStateNames(),
+            "SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED CANCELLING CANCELLED "
+            "PAUSED");
+  EXPECT_EQ(AllJobStateNames(), "RUNNING SUCCEEDED FAILED CANCELLED");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_FAILED), "FAILED");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "-");
+  EXPECT_EQ(AgentStateName(v1::AGENT_STATE_LOST), "LOST");
+  v1::JobState j;
+  EXPECT_TRUE(ParseJobStateName("running", &j));
+  EXPECT_EQ(j, v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(ParseJobStateName("JOB_STATE_CANCELLED", &j));
+  EXPECT_FALSE(ParseJobStateName("unspecified", &j));
+  EXPECT_FALSE(ParseJobStateName("bogus", &j));
+  // Every task state name parses back to its state.
+  for (int s = v1::TaskState_MIN + 1; s <= v1::TaskState_MAX; ++s) {
+    TaskState back;
+    ASSERT_TRUE(ParseStateName(StateName(static_cast<TaskState>(s)), &back));
+    EXPECT_EQ(back, s);
+  }
+}
+
+}  // namespace
+}  // namespace taskgrid::core

@@ -672,7 +672,7 @@ int Client::Drain(const std::string& agent_id) {
   if (opts_.json) {
     std::cout << ToJson(agent);
   } else {
-    std::cout << agent.id() << " " << AgentStateName(agent.state()) << "\n";
+    std::cout << agent.id() << " " << core::AgentStateName(agent.state()) << "\n";
   }
   return kExitOk;
 }
@@ -716,7 +716,7 @@ int Client::SubmitJob(const v1::SubmitJobRequest& req, bool wait, absl::Duration
     default:
       std::cout.flush();
       std::cerr << "note: --wait_timeout=" << absl::FormatDuration(wait_timeout) << " passed; job "
-                << id << " is still " << JobStateName(job.state()) << "\n";
+                << id << " is still " << core::JobStateName(job.state()) << "\n";
       return kExitWaitTimedOut;
   }
 }

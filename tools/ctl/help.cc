@@ -2,13 +2,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "scheduler/core/state_machine.h"
 
 namespace taskgrid::ctl {
 
-extern const char kStates[] =
-    "States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED CANCELLING CANCELLED "
-    "PAUSED";
-extern const char kJobStates[] = "Job states: RUNNING SUCCEEDED FAILED CANCELLED";
+std::string StatesLine() { return absl::StrCat("States: ", core::AllStateNames()); }
+
+std::string JobStatesLine() { return absl::StrCat("Job states: ", core::AllJobStateNames()); }
+
 extern const char kJobCommands[] =
     "Job commands: job submit, job get, job list, job cancel, job retry";
 

@@ -9,8 +9,10 @@
 
 namespace taskgrid::ctl {
 
-extern const char kStates[];
-extern const char kJobStates[];
+// "States: SCHEDULED BLOCKED ...", from the API's enum.
+std::string StatesLine();
+// "Job states: RUNNING ...".
+std::string JobStatesLine();
 extern const char kJobCommands[];
 
 struct Command {

@@ -329,13 +329,6 @@ std::string FormatTaskDetail(const v1::Task& t) {
   return out + table.Render();
 }
 
-std::string AgentStateName(v1::AgentState s) {
-  if (s == v1::AGENT_STATE_UNSPECIFIED) return "-";
-  std::string name = v1::AgentState_Name(s);
-  if (absl::StartsWith(name, "AGENT_STATE_")) name = name.substr(12);
-  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
-}
-
 std::string FormatAgo(absl::Time then, absl::Time now) {
   if (then == absl::InfinitePast()) return "-";
   const absl::Duration d = std::max(now - then, absl::ZeroDuration());
@@ -353,8 +346,9 @@ std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
     std::vector<std::string> labels;
     for (const auto& [k, v] : a.labels()) labels.push_back(absl::StrCat(k, "=", v));
     std::sort(labels.begin(), labels.end());
-    table.AddRow({a.id(), AgentStateName(a.state()), absl::StrCat(a.slots_used(), "/", a.slots()),
-                  absl::StrCat(a.running_size()), OrDash(absl::StrJoin(labels, ",")),
+    table.AddRow({a.id(), core::AgentStateName(a.state()),
+                  absl::StrCat(a.slots_used(), "/", a.slots()), absl::StrCat(a.running_size()),
+                  OrDash(absl::StrJoin(labels, ",")),
                   FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version())});
   }
   return table.Render();
@@ -399,13 +393,6 @@ std::string FormatClusterStats(const v1::ClusterStats& stats) {
   return out;
 }
 
-std::string JobStateName(v1::JobState s) {
-  if (s == v1::JOB_STATE_UNSPECIFIED) return "-";
-  std::string name = v1::JobState_Name(s);
-  if (absl::StartsWith(name, "JOB_STATE_")) name = name.substr(10);
-  return name.empty() ? absl::StrCat(static_cast<int>(s)) : name;
-}
-
 std::string FormatJobCounts(const v1::Job& job) {
   // Known states in TaskState order, then any other key the scheduler sent.
   std::vector<std::string> parts;
@@ -429,14 +416,14 @@ std::string FormatJobCounts(const v1::Job& job) {
 }
 
 std::string FormatJobSummary(const v1::Job& job) {
-  return absl::StrCat(job.id(), " ", JobStateName(job.state()), "  ", job.task_count(),
+  return absl::StrCat(job.id(), " ", core::JobStateName(job.state()), "  ", job.task_count(),
                       job.task_count() == 1 ? " task: " : " tasks: ", FormatJobCounts(job));
 }
 
 std::string FormatJobDetail(const v1::Job& job) {
   std::string out;
   Field(&out, "Job", job.id());
-  Field(&out, "State", JobStateName(job.state()));
+  Field(&out, "State", core::JobStateName(job.state()));
   Field(&out, "Tasks", absl::StrCat(job.task_count(), " (", FormatJobCounts(job), ")"));
   Field(&out, "Created", FormatTime(job.create_time()));
   Field(&out, "Updated", FormatTime(job.update_time()));
@@ -446,8 +433,8 @@ std::string FormatJobDetail(const v1::Job& job) {
 std::string FormatJobList(const std::vector<v1::Job>& jobs) {
   Table table({"ID", "STATE", "TASKS", "COUNTS", "CREATED", "UPDATED"});
   for (const v1::Job& j : jobs) {
-    table.AddRow({j.id(), JobStateName(j.state()), absl::StrCat(j.task_count()), FormatJobCounts(j),
-                  FormatTime(j.create_time()), FormatTime(j.update_time())});
+    table.AddRow({j.id(), core::JobStateName(j.state()), absl::StrCat(j.task_count()),
+                  FormatJobCounts(j), FormatTime(j.create_time()), FormatTime(j.update_time())});
   }
   return table.Render();
 }

@@ -75,9 +75,6 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp);
 // (an interrupted attempt's outcome reads e.g. "CANCELLED (interrupted)").
 std::string FormatTaskDetail(const v1::Task& t);
 
-// "ACTIVE" for AGENT_STATE_ACTIVE; "-" for AGENT_STATE_UNSPECIFIED.
-std::string AgentStateName(v1::AgentState s);
-
 // How long before `now` `then` was: "0.4s ago", "12s ago", "3m05s ago",
 // "2h10m ago"; "-" when `then` is unset (InfinitePast). A `then` after `now`
 // (clocks apart) reads "0.0s ago".
@@ -90,9 +87,6 @@ std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now);
 // The key/value view of `cluster`: agents by state, slots, stale messages,
 // the non-zero task counts in TaskState order.
 std::string FormatClusterStats(const v1::ClusterStats& stats);
-
-// "RUNNING" for JOB_STATE_RUNNING; "-" for JOB_STATE_UNSPECIFIED.
-std::string JobStateName(v1::JobState s);
 
 // A job's task counts in TaskState order, e.g. "SUCCEEDED 3, RUNNING 1"
 // (states with no task left out); "-" when there are none.

@@ -183,13 +183,4 @@ absl::StatusOr<v1::SubmitJobRequest> ParseSubmitJobJson(absl::string_view text,
   return req;
 }
 
-bool ParseJobStateName(absl::string_view name, v1::JobState* out) {
-  std::string upper = absl::AsciiStrToUpper(name);
-  if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
-  v1::JobState s;
-  if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) return false;
-  *out = s;
-  return true;
-}
-
 }  // namespace taskgrid::ctl

@@ -38,7 +38,4 @@ absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view t
 absl::StatusOr<v1::SubmitJobRequest> ParseSubmitJobJson(absl::string_view text,
                                                         absl::string_view source);
 
-// Accepts "RUNNING", "running" and "JOB_STATE_RUNNING".
-bool ParseJobStateName(absl::string_view name, v1::JobState* out);
-
 }  // namespace taskgrid::ctl
