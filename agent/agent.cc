@@ -207,12 +207,6 @@ void Agent::ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* o
   }
 }
 
-absl::Duration Agent::StopOnLostAfterLocked() const {
-  if (opts_.stop_on_lost_after > absl::ZeroDuration()) return opts_.stop_on_lost_after;
-  if (welcome_stop_on_lost_after_ > absl::ZeroDuration()) return welcome_stop_on_lost_after_;
-  return kDefaultStopOnLostAfter;
-}
-
 bool Agent::DrainCompleteLocked() const {
   return exiting_ && ((threads_ == 0 && unacked_.empty()) || Now() >= exit_deadline_);
 }
@@ -300,7 +294,7 @@ void Agent::Session() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    unanswered_.assign(1, Now());
+    lease_.HelloSent(Now());
   }
   bool ok = stream->Write(hello);
   if (ok) {
@@ -313,7 +307,7 @@ void Agent::Session() {
   while (ok && stream->Read(&msg)) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      last_heard_ = Now();
+      lease_.Heard(Now());
     }
     Handle(msg);
   }
@@ -331,12 +325,9 @@ void Agent::Session() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ctx_ = nullptr;
-    unanswered_.clear();
     // The scheduler may have seen the stream end too, and then moves the
     // tasks after its grace, however long the lease.
-    if (welcomed_ && lease_ > absl::ZeroDuration()) {
-      lease_until_ = std::min(lease_until_, Now() + StopOnLostAfterLocked());
-    }
+    lease_.StreamEnded(Now(), welcomed_);
   }
   // After Read() returned false the call is over and Finish() gives the
   // scheduler's status; a failed Hello needs the call cancelled first.
@@ -408,11 +399,9 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
         std::lock_guard<std::mutex> lock(mu_);
         const absl::Duration hb = FromProto(msg.welcome().heartbeat_interval());
         if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
-        welcome_stop_on_lost_after_ =
-            std::max(FromProto(msg.welcome().stop_on_lost_after()), absl::ZeroDuration());
-        lease_ = std::max(FromProto(msg.welcome().heartbeat_lease()), absl::ZeroDuration());
         // It answers the Hello.
-        lease_until_ = TakeUnansweredLocked().value_or(Now()) + lease_;
+        lease_.Welcomed(Now(), FromProto(msg.welcome().stop_on_lost_after()),
+                        FromProto(msg.welcome().heartbeat_lease()));
         welcome_max_output_bytes_ = msg.welcome().max_output_bytes();
         draining = draining_;
         cv_.notify_all();
@@ -463,22 +452,9 @@ void Agent::Handle(const v1::SchedulerMessage& msg) {
   }
 }
 
-std::optional<absl::Duration> Agent::TakeUnansweredLocked() {
-  if (unanswered_.empty()) return std::nullopt;
-  const absl::Duration sent = unanswered_.front();
-  unanswered_.pop_front();
-  return sent;
-}
-
 void Agent::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Acks come in the order of the heartbeats: this one answers the oldest
-  // unanswered. (None: an ack nothing asked for, which extends nothing.)
-  if (const std::optional<absl::Duration> sent = TakeUnansweredLocked()) {
-    const absl::Duration lease = FromProto(ack.heartbeat_lease());
-    if (lease > absl::ZeroDuration()) lease_ = lease;
-    if (lease_ > absl::ZeroDuration()) lease_until_ = std::max(lease_until_, *sent + lease_);
-  }
+  lease_.HeartbeatAcked(FromProto(ack.heartbeat_lease()));
   const absl::Duration interval = FromProto(ack.heartbeat_interval());
   if (interval > absl::ZeroDuration() && interval != heartbeat_interval_) {
     spdlog::info("heartbeat interval now {} (was {}), as the scheduler asks", Format(interval),
@@ -790,16 +766,14 @@ void Agent::TimerLoop() {
     if (unstopped) {
       // With a lease (and no fixed stop_on_lost_after of our own), by it;
       // else by the time since anything arrived.
-      const bool by_lease =
-          lease_ > absl::ZeroDuration() && opts_.stop_on_lost_after <= absl::ZeroDuration();
-      const absl::Duration fence_at =
-          by_lease ? lease_until_ : last_heard_ + StopOnLostAfterLocked();
+      const absl::Duration fence_at = lease_.FenceAt();
       if (now >= fence_at) {
         // By now the scheduler may have given these tasks to another agent.
-        const std::string silent = Format(absl::Trunc(now - last_heard_, absl::Milliseconds(100)));
-        const int n = StopRunningLocked(StopCause::kFenced,
-                                        "stopped: no contact with the scheduler for " +
-                                            (by_lease ? silent : Format(StopOnLostAfterLocked())));
+        const std::string silent =
+            Format(absl::Trunc(now - lease_.last_heard(), absl::Milliseconds(100)));
+        const int n = StopRunningLocked(
+            StopCause::kFenced, "stopped: no contact with the scheduler for " +
+                                    (lease_.ByLease() ? silent : Format(lease_.StopOnLostAfter())));
         spdlog::warn(
             "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)", silent,
             n);
@@ -812,15 +786,12 @@ void Agent::TimerLoop() {
       v1::AgentMessage hb;
       ListHeldLocked(hb.mutable_heartbeat()->mutable_running());
       *hb.mutable_heartbeat()->mutable_heartbeat_interval() = ToProto(heartbeat_interval_);
-      unanswered_.push_back(now);
+      lease_.HeartbeatSent(now);
       lock.unlock();
       const bool sent = Write(hb);
       lock.lock();
       // Not on the stream: no ack will answer it.
-      if (!sent) {
-        auto it = std::find(unanswered_.begin(), unanswered_.end(), now);
-        if (it != unanswered_.end()) unanswered_.erase(it);
-      }
+      if (!sent) lease_.HeartbeatNotSent(now);
       continue;
     }
     // Woken early by any change (notify_all); then everything is recomputed.

@@ -71,6 +71,7 @@
 
 #include "absl/time/time.h"
 #include "agent/executor.h"
+#include "agent/lease.h"
 #include "common/worker_pool.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
@@ -99,8 +100,6 @@ struct AgentOptions {
   // exec.work_dir, the base of the per-attempt directories, when empty:
   // DefaultWorkDir(id).
 };
-
-inline constexpr absl::Duration kDefaultStopOnLostAfter = absl::Seconds(4);
 
 class Agent {
  public:
@@ -167,9 +166,6 @@ class Agent {
   void OnCancel(const v1::Cancel& c);
   // Takes the interval and extends the lease (see 7 and 7a above).
   void OnHeartbeatAck(const v1::HeartbeatAck& ack);
-  // When the oldest unanswered Hello or Heartbeat was sent (it is answered
-  // now: acks come in order), or nothing if none is. Needs mu_.
-  std::optional<absl::Duration> TakeUnansweredLocked();
   // Runs `run`, reports it, then each chain link that follows it. With a
   // `sink` (a run inline on the stream's reader, for instant tasks) its
   // messages are appended there for the caller to write, and a link that
@@ -200,7 +196,6 @@ class Agent {
   std::map<std::string, v1::Assignment>::iterator FindWaitingLocked(const std::string& task_id);
   // Running and waiting attempts, as listed in Hello and Heartbeat. Needs mu_.
   void ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const;
-  absl::Duration StopOnLostAfterLocked() const;
   // Drain() was called and every task ended and its result is acknowledged,
   // or the exit deadline passed. Needs mu_.
   bool DrainCompleteLocked() const;
@@ -234,18 +229,10 @@ class Agent {
   int threads_ = 0;                                       // guarded by mu_; live task threads
   int used_slots_ = 0;                                    // guarded by mu_
   absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_
-  // Guarded by mu_: from the last Welcome (zero: none), and when the last
-  // message from the scheduler arrived (monotonic).
-  absl::Duration welcome_stop_on_lost_after_ = absl::ZeroDuration();
-  int64_t welcome_max_output_bytes_ = 0;  // guarded by mu_; 0: none
-  absl::Duration last_heard_ = absl::ZeroDuration();
-  // Guarded by mu_: the lease (Welcome.heartbeat_lease; zero: the scheduler
-  // gives none, and last_heard_ decides), when the running tasks must stop
-  // by it (monotonic), and when each Hello or Heartbeat of the live stream
-  // not yet answered was sent, oldest first.
-  absl::Duration lease_ = absl::ZeroDuration();
-  absl::Duration lease_until_ = absl::ZeroDuration();
-  std::deque<absl::Duration> unanswered_;
+  int64_t welcome_max_output_bytes_ = 0;                  // guarded by mu_; 0: none
+  // Guarded by mu_: when the running tasks must stop (self-fencing), from
+  // the Welcome, heartbeats and their acks (monotonic times).
+  Lease lease_{opts_.stop_on_lost_after};
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_; the live stream's
 
   // Held while writing on the stream; Session() takes it to change stream_.

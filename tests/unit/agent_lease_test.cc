@@ -1,0 +1,79 @@
+// The agent's self-fencing rules on their own: times are plain monotonic
+// durations the test picks, so nothing sleeps and no stream is needed.
+#include <gtest/gtest.h>
+
+#include "agent/lease.h"
+
+namespace taskgrid::agent {
+namespace {
+
+absl::Duration S(double s) { return absl::Seconds(s); }
+
+TEST(Lease, TheWelcomeAnswersTheHelloFromItsSendTime) {
+  Lease l(absl::ZeroDuration());
+  l.HelloSent(S(10));
+  l.Heard(S(11));
+  l.Welcomed(S(11), S(4), S(6));
+  EXPECT_TRUE(l.ByLease());
+  EXPECT_EQ(l.FenceAt(), S(16));  // the Hello's send time + the lease, not the arrival
+}
+
+TEST(Lease, EachAckExtendsFromTheHeartbeatItAnswersInOrder) {
+  Lease l(absl::ZeroDuration());
+  l.HelloSent(S(0));
+  l.Welcomed(S(0), S(4), S(6));
+  l.HeartbeatSent(S(1));
+  l.HeartbeatSent(S(2));
+  l.HeartbeatAcked(absl::ZeroDuration());  // answers the one sent at 1
+  EXPECT_EQ(l.FenceAt(), S(7));
+  l.HeartbeatAcked(S(10));  // answers 2, with a longer lease from now on
+  EXPECT_EQ(l.FenceAt(), S(12));
+  l.HeartbeatAcked(absl::ZeroDuration());  // answers nothing: extends nothing
+  EXPECT_EQ(l.FenceAt(), S(12));
+}
+
+TEST(Lease, AHeartbeatThatNeverLeftIsNotWaitedFor) {
+  Lease l(absl::ZeroDuration());
+  l.HelloSent(S(0));
+  l.Welcomed(S(0), S(4), S(6));
+  l.HeartbeatSent(S(1));
+  l.HeartbeatNotSent(S(1));
+  l.HeartbeatSent(S(3));
+  l.HeartbeatAcked(absl::ZeroDuration());
+  EXPECT_EQ(l.FenceAt(), S(9));  // the ack answered the one sent at 3
+}
+
+TEST(Lease, AStreamThatEndsCutsTheLeaseToStopOnLostAfter) {
+  Lease l(absl::ZeroDuration());
+  l.HelloSent(S(0));
+  l.Welcomed(S(0), S(4), S(60));
+  EXPECT_EQ(l.FenceAt(), S(60));
+  l.StreamEnded(S(5), /*welcomed=*/true);
+  EXPECT_EQ(l.FenceAt(), S(9));
+  // An ack from the dead stream's era answers nothing now.
+  l.HeartbeatAcked(absl::ZeroDuration());
+  EXPECT_EQ(l.FenceAt(), S(9));
+}
+
+TEST(Lease, WithoutALeaseSilenceDecides) {
+  Lease l(absl::ZeroDuration());
+  l.HelloSent(S(0));
+  l.Welcomed(S(0), absl::ZeroDuration(), absl::ZeroDuration());  // an older scheduler
+  EXPECT_FALSE(l.ByLease());
+  l.Heard(S(3));
+  EXPECT_EQ(l.FenceAt(), S(3) + kDefaultStopOnLostAfter);
+  l.Welcomed(S(3), S(2), absl::ZeroDuration());
+  EXPECT_EQ(l.FenceAt(), S(5));  // the scheduler's stop_on_lost_after
+}
+
+TEST(Lease, TheAgentsOwnStopOnLostAfterWinsOverTheLease) {
+  Lease l(S(1.5));
+  l.HelloSent(S(0));
+  l.Welcomed(S(0), S(4), S(60));
+  l.Heard(S(10));
+  EXPECT_FALSE(l.ByLease());
+  EXPECT_EQ(l.FenceAt(), S(11.5));
+}
+
+}  // namespace
+}  // namespace taskgrid::agent
