@@ -21,25 +21,30 @@ inline constexpr size_t kMaxBatchBytes = 4 << 20;
 // the next message to write: the oldest alone when `batches` is false, when
 // only one is queued, or when the two oldest together pass `max_bytes`;
 // else a batch of the longest run from the front within `max_bytes`.
-// `taken_bytes`, when given, is set to the ByteSizeLong() of the messages
-// taken. Msg is v1::AgentMessage or v1::SchedulerMessage.
+// `sizes`, when given, runs beside `queue` with each message's
+// ByteSizeLong() (so none is computed twice) and loses the same entries;
+// `taken_bytes`, when given, is set to the sum of the sizes taken.
+// Msg is v1::AgentMessage or v1::SchedulerMessage.
 template <typename Msg>
 Msg TakeBatch(std::deque<Msg>& queue, bool batches, size_t max_bytes = kMaxBatchBytes,
-              size_t* taken_bytes = nullptr) {
+              std::deque<size_t>* sizes = nullptr, size_t* taken_bytes = nullptr) {
+  auto size_of = [&](size_t i) { return sizes != nullptr ? (*sizes)[i] : queue[i].ByteSizeLong(); };
   size_t n = 1;
-  size_t bytes = queue.front().ByteSizeLong();
-  if (batches) {
+  if (batches && queue.size() > 1) {
     // In a batch each message adds its tag and length: at most 6 bytes.
-    size_t in_batch = bytes + 6;
+    size_t in_batch = size_of(0) + 6;
     while (n < queue.size()) {
-      const size_t size = queue[n].ByteSizeLong();
+      const size_t size = size_of(n);
       if (in_batch + size + 6 > max_bytes) break;
       in_batch += size + 6;
-      bytes += size;
       ++n;
     }
   }
-  if (taken_bytes != nullptr) *taken_bytes = bytes;
+  if (taken_bytes != nullptr) {
+    *taken_bytes = 0;
+    for (size_t i = 0; i < n; ++i) *taken_bytes += size_of(i);
+  }
+  if (sizes != nullptr) sizes->erase(sizes->begin(), sizes->begin() + static_cast<ptrdiff_t>(n));
   Msg out;
   if (n == 1) {
     out = std::move(queue.front());

@@ -52,8 +52,15 @@ class Outbox final : public engine::AgentChannel {
   void Send(v1::SchedulerMessage msg) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (reactor_ == nullptr || finish_.has_value()) return;
-    queued_bytes_ += static_cast<int64_t>(msg.ByteSizeLong());
+    if (!writing_ && queue_.empty()) {  // the common case: nothing to batch or count
+      in_flight_ = std::move(msg);
+      StartWriteLocked();
+      return;
+    }
+    const size_t size = msg.ByteSizeLong();
+    queued_bytes_ += static_cast<int64_t>(size);
     queue_.push_back(std::move(msg));
+    sizes_.push_back(size);
     if (!writing_) {
       StartNextWriteLocked();
     } else if ((queued_bytes_ > limits_.max_bytes ||
@@ -66,6 +73,7 @@ class Outbox final : public engine::AgentChannel {
           absl::FormatDuration(absl::Now() - write_started_), limits_.max_messages,
           limits_.max_bytes);
       queue_.clear();
+      sizes_.clear();
       queued_bytes_ = 0;
       finish_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                              "the agent stopped reading its stream");
@@ -115,6 +123,7 @@ class Outbox final : public engine::AgentChannel {
       // that waited for this write is due now too: without it the reactor
       // never finishes and the server's shutdown waits for it forever.
       queue_.clear();
+      sizes_.clear();
       queued_bytes_ = 0;
       if (!finish_.has_value()) {
         finish_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
@@ -134,14 +143,19 @@ class Outbox final : public engine::AgentChannel {
     std::lock_guard<std::mutex> lock(mu_);
     reactor_ = nullptr;
     queue_.clear();
+    sizes_.clear();
     queued_bytes_ = 0;
   }
 
  private:
   void StartNextWriteLocked() {
     size_t taken = 0;
-    in_flight_ = TakeBatch(queue_, batches_, kMaxBatchBytes, &taken);
+    in_flight_ = TakeBatch(queue_, batches_, kMaxBatchBytes, &sizes_, &taken);
     queued_bytes_ -= static_cast<int64_t>(taken);
+    StartWriteLocked();
+  }
+
+  void StartWriteLocked() {
     writing_ = true;
     write_started_ = absl::Now();
     reactor_->StartWrite(&in_flight_);
@@ -152,6 +166,7 @@ class Outbox final : public engine::AgentChannel {
   grpc::CallbackServerContext* const ctx_;  // valid while reactor_ is
   const OutboxLimits limits_;
   std::deque<v1::SchedulerMessage> queue_;   // guarded by mu_; not yet written
+  std::deque<size_t> sizes_;                 // guarded by mu_; ByteSizeLong() of each in queue_
   int64_t queued_bytes_ = 0;                 // guarded by mu_; of queue_
   v1::SchedulerMessage in_flight_;           // guarded by mu_; valid while writing_
   bool writing_ = false;                     // guarded by mu_

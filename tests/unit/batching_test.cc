@@ -27,7 +27,7 @@ v1::SchedulerMessage AssignOf(const std::string& id, size_t payload_bytes) {
 TEST(TakeBatch, WithoutBatchesTakesOneAtATime) {
   std::deque<v1::SchedulerMessage> q = {AckOf("a"), AckOf("b")};
   size_t taken = 0;
-  v1::SchedulerMessage m = TakeBatch(q, /*batches=*/false, kMaxBatchBytes, &taken);
+  v1::SchedulerMessage m = TakeBatch(q, /*batches=*/false, kMaxBatchBytes, nullptr, &taken);
   EXPECT_EQ(m.result_ack().task_id(), "a");
   EXPECT_EQ(taken, AckOf("a").ByteSizeLong());
   ASSERT_EQ(q.size(), 1u);
@@ -79,11 +79,24 @@ TEST(TakeBatch, SplitsByBytesAndNeverPassesTheLimit) {
 TEST(TakeBatch, AMessageOverTheLimitGoesAlone) {
   std::deque<v1::SchedulerMessage> q = {AssignOf("big", 2 << 20), AckOf("after")};
   size_t taken = 0;
-  v1::SchedulerMessage m = TakeBatch(q, /*batches=*/true, 1 << 20, &taken);
+  v1::SchedulerMessage m = TakeBatch(q, /*batches=*/true, 1 << 20, nullptr, &taken);
   EXPECT_TRUE(m.has_assign());
   EXPECT_GT(taken, size_t{2 << 20});
   ASSERT_EQ(q.size(), 1u);
   EXPECT_TRUE(TakeBatch(q, true, 1 << 20).has_result_ack());
+}
+
+TEST(TakeBatch, KnownSizesAreUsedAndConsumedInStep) {
+  std::deque<v1::SchedulerMessage> q = {AckOf("a"), AckOf("b"), AckOf("c")};
+  // Sizes that say the first two fill the limit: the batch stops there.
+  std::deque<size_t> sizes = {40, 40, 30};
+  size_t taken = 0;
+  v1::SchedulerMessage m = TakeBatch(q, /*batches=*/true, 100, &sizes, &taken);
+  ASSERT_TRUE(m.has_batch());
+  EXPECT_EQ(m.batch().msgs_size(), 2);
+  EXPECT_EQ(taken, 80u);
+  EXPECT_EQ(sizes, std::deque<size_t>{30});
+  EXPECT_EQ(q.size(), 1u);
 }
 
 TEST(TakeBatch, WorksForAgentMessagesToo) {
