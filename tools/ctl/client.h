@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
@@ -123,5 +124,29 @@ class Client {
   std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
   std::unique_ptr<v1::JobService::Stub> job_stub_;          // same channel as stub_
 };
+
+// The templates every command file uses.
+
+template <typename Rpc>
+bool Client::Call(Rpc&& rpc) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
+  const grpc::Status s = rpc(&ctx);
+  if (s.ok()) return true;
+  Report(s);
+  return false;
+}
+
+template <typename Req, typename Resp, typename Rpc, typename Items>
+bool Client::FetchPages(Req req, bool all, Rpc&& rpc, Items&& items, Resp* merged) {
+  while (true) {
+    Resp page;
+    if (!Call([&](grpc::ClientContext* ctx) { return rpc(ctx, req, &page); })) return false;
+    for (auto& item : *items(&page)) *items(merged)->Add() = std::move(item);
+    merged->set_next_page_token(page.next_page_token());
+    if (!all || page.next_page_token().empty()) return true;
+    req.set_page_token(page.next_page_token());
+  }
+}
 
 }  // namespace taskgrid::ctl
