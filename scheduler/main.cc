@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -219,12 +220,15 @@ int main(int argc, char** argv) {
         listen, tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
     return 2;
   }
-  if (so.max_job_tasks < 1 || so.max_chain_length < 1 || so.max_agent_slots < 1 ||
-      so.max_attempt_history < 1) {
-    spdlog::error(
-        "--max_job_tasks, --max_chain_length, --max_agent_slots and --max_attempt_history must be "
-        "at least 1");
-    return 2;
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"max_job_tasks", so.max_job_tasks},
+        {"max_chain_length", so.max_chain_length},
+        {"max_agent_slots", so.max_agent_slots},
+        {"max_attempt_history", so.max_attempt_history}}) {
+    if (value < 1) {
+      spdlog::error("--{} must be at least 1, not {}", flag, value);
+      return 2;
+    }
   }
   if (so.heartbeat_interval <= absl::ZeroDuration() ||
       so.heartbeat_timeout < 2 * so.heartbeat_interval ||

@@ -54,6 +54,9 @@ class BinariesTest(unittest.TestCase):
                 (["--heartbeat_timeout=1s"], "--heartbeat_timeout must be at least 2"),
                 (["--event_retention=0s"], "--event_retention must be at least 1s"),
                 (["--max_agent_slots=0"], "--max_agent_slots must be at least 1"),
+                (["--max_job_tasks=0"], "--max_job_tasks must be at least 1"),
+                (["--max_chain_length=-3"], "--max_chain_length must be at least 1, not -3"),
+                (["--max_attempt_history=0"], "--max_attempt_history must be at least 1"),
                 # Reachable from other machines with no TLS or tokens: only
                 # when asked for in so many words.
                 (["--listen=0.0.0.0:0"], "pass --insecure"),
