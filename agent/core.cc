@@ -1,0 +1,470 @@
+#include "agent/core.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_join.h"
+#include "common/proto_time.h"
+
+namespace taskgrid::agent {
+
+namespace {
+constexpr char kVersion[] = "0.1.0";
+
+CoreOptions WithDefaults(CoreOptions opts) {
+  if (opts.exec.work_dir.empty()) opts.exec.work_dir = DefaultWorkDir(opts.id);
+  if (opts.clock == nullptr) opts.clock = RealClock::Get();
+  return opts;
+}
+
+void LogDropped(const std::vector<std::string>& ids, const std::string& why) {
+  if (ids.empty()) return;
+  spdlog::info("dropped {} waiting chain link(s) ({}): {}", ids.size(), absl::StrJoin(ids, ", "),
+               why);
+}
+}  // namespace
+
+AgentCore::AgentCore(CoreOptions opts, std::function<void()> end_stream)
+    : opts_(WithDefaults(std::move(opts))),
+      clock_(opts_.clock),
+      end_stream_(std::move(end_stream)),
+      slots_(opts_.slots, [this](v1::Assignment a) { return MakeRun(std::move(a)); }),
+      lease_(opts_.stop_on_lost_after),
+      drain_(opts_.exec.kill_grace, opts_.stop_flush),
+      last_heartbeat_(clock_->Monotonic()) {}
+
+int AgentCore::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.running();
+}
+
+int AgentCore::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.waiting();
+}
+
+int AgentCore::unacked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(unacked_.size());
+}
+
+bool AgentCore::draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return drain_.draining();
+}
+
+bool AgentCore::exiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return drain_.exiting();
+}
+
+absl::Duration AgentCore::heartbeat_interval() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return heartbeat_interval_;
+}
+
+std::shared_ptr<TaskRun> AgentCore::MakeRun(v1::Assignment a) const {
+  ExecutorOptions exec = opts_.exec;
+  // The smaller of our own cap and the scheduler's.
+  if (welcome_max_output_bytes_ > 0) {
+    exec.max_output_bytes = std::min(exec.max_output_bytes, welcome_max_output_bytes_);
+  }
+  return std::make_shared<TaskRun>(std::move(a), exec);
+}
+
+int AgentCore::StopAllLocked(StopCause cause, const std::string& note) {
+  std::vector<std::string> dropped;
+  const int n = slots_.StopAll(cause, note, &dropped);
+  LogDropped(dropped, note);
+  return n;
+}
+
+void AgentCore::SayDraining() {
+  v1::AgentMessage m;
+  m.mutable_draining();
+  outbox_.Write(std::move(m));
+}
+
+void AgentCore::StopTakingWork() {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = drain_.StopTakingWork();
+    if (first) {
+      spdlog::info("draining: taking no more work; {} task(s) still running", slots_.running());
+    }
+    ChangedLocked();
+  }
+  // When there is no stream now, the next Hello says draining (and Draining
+  // follows its Welcome).
+  if (first) SayDraining();
+}
+
+void AgentCore::Drain(absl::Duration timeout) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = !drain_.draining();
+    if (first) {
+      spdlog::info("draining: taking no more work; {} task(s) still running", slots_.running());
+    }
+    const absl::Duration before = drain_.NextDeadline();
+    const bool release_now = drain_.Begin(Now(), timeout, threads_ == 0);
+    if (timeout > absl::ZeroDuration() && drain_.NextDeadline() < before) {
+      spdlog::info("drain: waiting up to {} for {} running task(s), then exiting",
+                   DurationText(timeout), slots_.running());
+    }
+    if (release_now) {
+      const int n = StopAllLocked(StopCause::kReleased, drain_.ReleaseNote());
+      if (n > 0) spdlog::info("drain: releasing {} running task(s) at once", n);
+    }
+    ChangedLocked();
+  }
+  if (first) SayDraining();
+}
+
+bool AgentCore::DrainComplete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return drain_.Complete(Now(), HandedOverLocked());
+}
+
+bool AgentCore::WaitDrainComplete(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                      [this] { return drain_.Complete(Now(), HandedOverLocked()); });
+}
+
+bool AgentCore::WaitTasksEnded(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return threads_ == 0; });
+}
+
+int AgentCore::Finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Task threads hold `this`: wait for them. Normally none is left; past
+  // the exit deadline any still running is cancelled now and ends within
+  // kill_grace.
+  StopAllLocked(StopCause::kReleased, "agent exited");
+  cv_.wait(lock, [this] { return threads_ == 0; });
+  return static_cast<int>(unacked_.size());
+}
+
+v1::AgentMessage AgentCore::StreamStarted() {
+  v1::AgentMessage hello;
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::Hello* h = hello.mutable_hello();
+  h->set_agent_id(opts_.id);
+  h->set_slots(opts_.slots);
+  h->set_version(kVersion);
+  h->set_draining(drain_.draining());
+  h->set_chains(true);
+  h->set_batches(true);
+  h->set_adaptive_heartbeat(true);
+  for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
+  slots_.ListHeld(h->mutable_running());
+  // Finished but unacknowledged attempts (Result or Release) are still
+  // ours: the scheduler must keep them until the messages, resent after
+  // Welcome, arrive.
+  for (const auto& [key, m] : unacked_) {
+    v1::AttemptRef* ref = h->add_running();
+    ref->set_task_id(key.first);
+    ref->set_attempt(key.second);
+  }
+  stream_open_ = true;
+  welcomed_ = false;
+  lease_.HelloSent(Now());
+  return hello;
+}
+
+bool AgentCore::StreamEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool welcomed = welcomed_;
+  // The scheduler may have seen the stream end too, and then moves the
+  // tasks after its grace, however long the lease.
+  lease_.StreamEnded(Now(), welcomed);
+  stream_open_ = false;
+  welcomed_ = false;
+  ChangedLocked();
+  return welcomed;
+}
+
+void AgentCore::Handle(const v1::SchedulerMessage& msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_.Heard(Now());
+  }
+  switch (msg.msg_case()) {
+    case v1::SchedulerMessage::kWelcome:
+      OnWelcome(msg.welcome());
+      break;
+    case v1::SchedulerMessage::kAssign:
+      OnAssign(msg.assign());
+      break;
+    case v1::SchedulerMessage::kBatch:
+      for (const v1::SchedulerMessage& m : msg.batch().msgs()) {
+        if (!m.has_batch()) Handle(m);
+      }
+      break;
+    case v1::SchedulerMessage::kCancel:
+      OnCancel(msg.cancel());
+      break;
+    case v1::SchedulerMessage::kResultAck:
+      OnResultAck(msg.result_ack());
+      break;
+    case v1::SchedulerMessage::kDrain:
+      spdlog::info("the scheduler asked this agent to drain");
+      StopTakingWork();
+      break;
+    case v1::SchedulerMessage::kHeartbeatAck:
+      OnHeartbeatAck(msg.heartbeat_ack());
+      break;
+    default:  // contact, noted above
+      break;
+  }
+}
+
+void AgentCore::OnWelcome(const v1::Welcome& welcome) {
+  outbox_.SetBatches(welcome.batches());
+  bool draining;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Duration hb = FromProto(welcome.heartbeat_interval());
+    if (hb > absl::ZeroDuration()) heartbeat_interval_ = hb;
+    // It answers the Hello.
+    lease_.Welcomed(Now(), FromProto(welcome.stop_on_lost_after()),
+                    FromProto(welcome.heartbeat_lease()));
+    welcome_max_output_bytes_ = welcome.max_output_bytes();
+    draining = drain_.draining();
+    welcomed_ = true;
+    ChangedLocked();
+  }
+  // Hello said so too, unless the drain began while it was on its way.
+  if (draining) SayDraining();
+  ResendUnacked();
+}
+
+void AgentCore::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lease_.HeartbeatAcked(FromProto(ack.heartbeat_lease()));
+  const absl::Duration interval = FromProto(ack.heartbeat_interval());
+  if (interval > absl::ZeroDuration() && interval != heartbeat_interval_) {
+    spdlog::info("heartbeat interval now {} (was {}), as the scheduler asks",
+                 DurationText(interval), DurationText(heartbeat_interval_));
+    heartbeat_interval_ = interval;
+    ChangedLocked();  // the timer recomputes when the next one is due
+  }
+}
+
+void AgentCore::OnResultAck(const v1::ResultAck& ack) {
+  if (!ack.accepted()) {
+    spdlog::warn("result of {} attempt {} was stale: the scheduler did not take it", ack.task_id(),
+                 ack.attempt());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  unacked_.erase({ack.task_id(), ack.attempt()});
+  ChangedLocked();
+}
+
+void AgentCore::OnAssign(const v1::Assign& assign) {
+  std::vector<v1::AgentMessage> replies;
+  std::vector<std::shared_ptr<TaskRun>> starts;
+  {
+    // Every entry under one hold of mu_, so that no task of the Assign can
+    // end before the links that follow it are queued.
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_.Admit(assign, drain_.draining(), &replies, &starts);
+    threads_ += static_cast<int>(starts.size());
+    if (!starts.empty()) ChangedLocked();  // the timer fences them from now on
+  }
+  // Tasks that cannot wait (noop, echo, fail) run right here, and their
+  // Results go out with the Accepts, after them: one message for the whole
+  // Assign when the scheduler reads batches, and no thread hand-off.
+  for (std::shared_ptr<TaskRun>& run : starts) {
+    spdlog::info("running {} attempt {}", run->assignment().task_id(), run->assignment().attempt());
+    if (run->instant()) TaskThread(std::move(run), &replies);
+  }
+  // Accepts go out before the other tasks can finish and send their Results.
+  outbox_.WriteAll(std::move(replies));
+  for (std::shared_ptr<TaskRun>& run : starts) {
+    if (run != nullptr) workers_.Run([this, run = std::move(run)] { TaskThread(run); });
+  }
+}
+
+void AgentCore::OnCancel(const v1::Cancel& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spdlog::info("cancel of {} attempt {}", c.task_id(), c.attempt());
+  const std::vector<std::string> dropped = slots_.Cancel(c.task_id(), c.attempt());
+  if (!dropped.empty()) {
+    spdlog::info("cancelled waiting chain link(s) {}", absl::StrJoin(dropped, ", "));
+  }
+}
+
+void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMessage>* sink) {
+  while (run != nullptr) {
+    v1::TaskResult result = run->Run();
+    const v1::Assignment& a = run->assignment();
+    Slots::Ended ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended = slots_.Finish(run, std::move(result), drain_.draining());
+      unacked_[{a.task_id(), a.attempt()}] = ended.report;
+      if (ended.link.has_release()) {
+        const v1::Release& r = ended.link.release();
+        unacked_[{r.task_id(), r.attempt()}] = ended.link;
+      }
+    }
+    if (ended.report.has_release()) {
+      spdlog::info("{} attempt {} released: {}", a.task_id(), a.attempt(),
+                   ended.report.release().reason());
+    } else {
+      spdlog::info("{} attempt {} finished: {}", a.task_id(), a.attempt(),
+                   v1::Outcome_Name(ended.report.result().result().outcome()));
+    }
+    if (!ended.dropped.empty()) {
+      spdlog::info("dropped chain link(s) after {}: {}", a.task_id(),
+                   absl::StrJoin(ended.dropped, ", "));
+    }
+    if (ended.link.has_release()) {
+      spdlog::info("{} attempt {} released: agent is draining", ended.link.release().task_id(),
+                   ended.link.release().attempt());
+    }
+    // If the stream is down, ResendUnacked() sends it after Welcome. A link's
+    // Accept follows its predecessor's Result.
+    std::vector<v1::AgentMessage> out;
+    out.push_back(std::move(ended.report));
+    if (ended.link.msg_case() != v1::AgentMessage::MSG_NOT_SET) {
+      out.push_back(std::move(ended.link));
+    }
+    if (sink == nullptr) {
+      outbox_.WriteAll(std::move(out));
+    } else {
+      for (v1::AgentMessage& m : out) sink->push_back(std::move(m));
+    }
+    std::shared_ptr<TaskRun> next = std::move(ended.next);
+    if (next != nullptr) {
+      spdlog::info("running {} attempt {} after {}", next->assignment().task_id(),
+                   next->assignment().attempt(), a.task_id());
+    }
+    if (sink != nullptr && next != nullptr && !next->instant()) {
+      // A link that may wait goes to a pooled thread, still counted in
+      // threads_; what it answers must follow what this run sent.
+      outbox_.WriteAll(std::move(*sink));
+      sink->clear();
+      workers_.Run([this, next = std::move(next)] { TaskThread(next); });
+      return;
+    }
+    run = std::move(next);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--threads_ == 0) drain_.TasksEnded(Now());
+  ChangedLocked();
+}
+
+void AgentCore::ResendUnacked() {
+  std::vector<v1::AgentMessage> msgs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, m] : unacked_) msgs.push_back(m);
+  }
+  outbox_.WriteAll(std::move(msgs));
+}
+
+absl::Duration AgentCore::Tick() {
+  // What the pass decided to write, done after the lock is released.
+  std::optional<v1::AgentMessage> out;
+  bool end_stream = false;
+  std::optional<absl::Duration> heartbeat_at;
+  absl::Duration due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Duration now = Now();
+    if (drain_.Complete(now, HandedOverLocked())) {
+      if (stream_open_ && drain_.GoodbyeDue(now, HandedOverLocked())) {
+        // Everything is handed over: say so, and the scheduler forgets this
+        // agent instead of listing it as lost. It closes the stream.
+        out.emplace().mutable_goodbye();
+        due = drain_.goodbye_deadline();
+      } else if (stream_open_ && drain_.AwaitingClose(now)) {
+        due = drain_.goodbye_deadline();
+      } else {
+        // Handed over (or the time is up): end the stream so Run() returns.
+        end_stream = stream_open_;
+        cv_.notify_all();  // Run() may be waiting to reconnect: not a change for the timer
+        due = now + absl::Milliseconds(50);
+      }
+    } else {
+      if (drain_.ReleaseDue(now)) {
+        const int n = StopAllLocked(StopCause::kReleased, drain_.ReleaseNote());
+        if (n > 0) {
+          spdlog::info("drain: {} passed; releasing {} running task(s)",
+                       DurationText(drain_.timeout()), n);
+        }
+      }
+      if (slots_.AnyUnstopped() && now >= lease_.FenceAt()) {
+        // By now the scheduler may have given these tasks to another agent.
+        const std::string silent =
+            DurationText(absl::Trunc(now - lease_.last_heard(), absl::Milliseconds(100)));
+        const int n =
+            StopAllLocked(StopCause::kFenced,
+                          "stopped: no contact with the scheduler for " +
+                              (lease_.ByLease() ? silent : DurationText(lease_.StopOnLostAfter())));
+        spdlog::warn(
+            "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)", silent,
+            n);
+      }
+      if (now >= last_heartbeat_ + heartbeat_interval_) {
+        last_heartbeat_ = now;
+        v1::Heartbeat* hb = out.emplace().mutable_heartbeat();
+        slots_.ListHeld(hb->mutable_running());
+        *hb->mutable_heartbeat_interval() = ToProto(heartbeat_interval_);
+        lease_.HeartbeatSent(now);
+        heartbeat_at = now;
+      }
+      due = std::min(last_heartbeat_ + heartbeat_interval_, drain_.NextDeadline());
+      if (slots_.AnyUnstopped()) due = std::min(due, lease_.FenceAt());
+    }
+  }
+  if (out.has_value()) {
+    const bool sent = outbox_.Write(std::move(*out));
+    if (!sent && heartbeat_at.has_value()) {
+      // Not on the stream: no ack will answer it.
+      std::lock_guard<std::mutex> lock(mu_);
+      lease_.HeartbeatNotSent(*heartbeat_at);
+    }
+  }
+  if (end_stream) end_stream_();
+  return due;
+}
+
+void AgentCore::ChangedLocked() {
+  ++changes_;
+  cv_.notify_all();
+}
+
+void AgentCore::TimerLoop() {
+  for (;;) {
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (timer_stopped_) return;
+      seen = changes_;
+    }
+    const absl::Duration due = Tick();
+    // Woken early by any change since the pass began; then everything is
+    // recomputed.
+    std::unique_lock<std::mutex> lock(mu_);
+    const absl::Duration wait = std::max(due - Now(), absl::Milliseconds(1));
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(wait),
+                 [&] { return timer_stopped_ || changes_ != seen; });
+  }
+}
+
+void AgentCore::StopTimer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  timer_stopped_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace taskgrid::agent

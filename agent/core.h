@@ -1,0 +1,176 @@
+// AgentCore: everything an agent decides, apart from the gRPC stream that
+// carries it (agent/agent.h). It ties together
+//   - Slots (agent/slots.h): the attempts held and the rules for more,
+//   - Lease (agent/lease.h): when to stop running tasks (self-fencing),
+//   - DrainPlan (agent/drain.h): taking no more work, then leaving,
+//   - Outbox (agent/outbox.h): what goes out on the stream, in order,
+// under one mutex, with time from an injected Clock, and runs each task on
+// a pooled thread.
+//
+// The transport calls StreamStarted() for the Hello of a new stream,
+// Handle() for each message read, StreamEnded() when the stream ends, and
+// runs TimerLoop() on a thread of its own. Tests drive the same object
+// with a FakeClock: they call Tick() after FakeClock::Advance instead of
+// running TimerLoop(), read what the Outbox wrote, and never sleep.
+//
+// What it does with each message and deadline (the protocol in
+// docs/architecture.md, "The agent"):
+//   - Welcome: the heartbeat interval, the lease, the scheduler's output
+//     cap; then Draining (when draining) and every unacknowledged Result or
+//     Release again.
+//   - Assign: Accept or Reject each entry; a chain link waits for its
+//     predecessor. Tasks that never wait (noop, echo, fail) run inline and
+//     their Results go out with the Accepts, as one batch.
+//   - Cancel, ResultAck, Drain, HeartbeatAck.
+//   - Tick: a Heartbeat each interval, self-fencing at the lease's end
+//     (running tasks cancelled and reported OUTCOME_CANCELLED, waiting
+//     links dropped), the drain's release deadline (running tasks
+//     cancelled and sent as Release), and the Goodbye at the end.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "agent/drain.h"
+#include "agent/executor.h"
+#include "agent/lease.h"
+#include "agent/outbox.h"
+#include "agent/slots.h"
+#include "common/clock.h"
+#include "common/worker_pool.h"
+#include "taskgrid/v1/agent_service.pb.h"
+
+namespace taskgrid::agent {
+
+struct CoreOptions {
+  std::string id;
+  int slots = 2;
+  std::map<std::string, std::string> labels;
+  ExecutorOptions exec;
+  // At the end of a drain, how long to wait for the scheduler to
+  // acknowledge the last results before exiting.
+  absl::Duration stop_flush = absl::Seconds(2);
+  // Self-fencing: silence from the scheduler after which running tasks are
+  // cancelled. Zero: Welcome.stop_on_lost_after, or kDefaultStopOnLostAfter
+  // when the scheduler sends none.
+  absl::Duration stop_on_lost_after = absl::ZeroDuration();
+  // Every interval, lease and deadline is read from it (Monotonic()).
+  // Null: RealClock::Get().
+  Clock* clock = nullptr;
+  // exec.work_dir, the base of the per-attempt directories, when empty:
+  // DefaultWorkDir(id).
+};
+
+class AgentCore {
+ public:
+  // `end_stream`: ends the live stream (called without the core's lock, by
+  // the timer, once the drain is complete and the Goodbye had its time).
+  AgentCore(CoreOptions opts, std::function<void()> end_stream);
+  // The task threads must have ended (Finish()) or end now: joins them.
+  ~AgentCore() = default;
+  AgentCore(const AgentCore&) = delete;
+  AgentCore& operator=(const AgentCore&) = delete;
+
+  // Where messages to the scheduler go; the transport attaches the stream.
+  Outbox& outbox() { return outbox_; }
+
+  // A stream opens: returns its Hello (id, slots, labels, what it holds:
+  // running, waiting and finished but unacknowledged attempts).
+  v1::AgentMessage StreamStarted();
+  // One message from the scheduler.
+  void Handle(const v1::SchedulerMessage& msg);
+  // The stream ended; returns whether it had got its Welcome.
+  bool StreamEnded();
+
+  // One pass of the timer at the clock's now: heartbeat, fencing, drain
+  // deadlines, Goodbye. Returns the monotonic time it is due again (a
+  // change, such as a new interval or a Drain(), may bring that forward).
+  absl::Duration Tick();
+  // Tick() until StopTimer(), waiting in between for the next due time or
+  // a change. For a real clock only: the waits are in real time.
+  void TimerLoop();
+  void StopTimer();
+
+  // See Agent: StopTakingWork(), Drain(timeout).
+  void StopTakingWork();
+  void Drain(absl::Duration timeout);
+  // Drain() was called, and every task ended and its result is
+  // acknowledged, or the exit deadline passed.
+  bool DrainComplete() const;
+  // Waits (real time) up to `timeout` for DrainComplete(); returns it.
+  bool WaitDrainComplete(absl::Duration timeout);
+  // Waits (real time) up to `timeout` until no task thread is left;
+  // returns whether none is. For tests: a task the agent cancelled ends on
+  // its own thread.
+  bool WaitTasksEnded(absl::Duration timeout);
+  // After the last stream: releases whatever still runs and waits for every
+  // task thread. Returns the Results/Releases left unacknowledged.
+  int Finish();
+
+  int running() const;
+  int waiting() const;
+  int unacked() const;
+  bool draining() const;
+  bool exiting() const;  // Drain() was called
+  // The heartbeat interval in use, from the Welcome or the last ack.
+  absl::Duration heartbeat_interval() const;
+
+ private:
+  using Key = std::pair<std::string, int32_t>;  // (task_id, attempt)
+
+  absl::Duration Now() const { return clock_->Monotonic(); }
+  void OnWelcome(const v1::Welcome& welcome);
+  void OnAssign(const v1::Assign& assign);
+  void OnCancel(const v1::Cancel& c);
+  void OnResultAck(const v1::ResultAck& ack);
+  void OnHeartbeatAck(const v1::HeartbeatAck& ack);
+  // Runs `run`, reports it, then each chain link that follows it. With a
+  // `sink` (a run inline on the stream's reader, for instant tasks) its
+  // messages are appended there for the caller to write, and a link that
+  // is not instant moves to a pooled thread.
+  void TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMessage>* sink = nullptr);
+  std::shared_ptr<TaskRun> MakeRun(v1::Assignment a) const;  // needs mu_
+  // Cancels the running tasks as `cause` and drops the waiting links.
+  // Needs mu_.
+  int StopAllLocked(StopCause cause, const std::string& note);
+  // Wakes the timer (and whoever waits on cv_) to look again. Needs mu_.
+  void ChangedLocked();
+  bool HandedOverLocked() const { return threads_ == 0 && unacked_.empty(); }
+  void ResendUnacked();
+  void SayDraining();
+
+  const CoreOptions opts_;
+  Clock* const clock_;
+  const std::function<void()> end_stream_;
+  Outbox outbox_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // notified on every change the timer or Run() waits for
+  Slots slots_;                 // guarded by mu_
+  Lease lease_;                 // guarded by mu_
+  DrainPlan drain_;             // guarded by mu_
+  std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release
+  int threads_ = 0;                                       // guarded by mu_; live task threads
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_
+  absl::Duration last_heartbeat_;                         // guarded by mu_
+  int64_t welcome_max_output_bytes_ = 0;                  // guarded by mu_; 0: none
+  bool stream_open_ = false;                              // guarded by mu_
+  bool welcomed_ = false;       // guarded by mu_; the open stream had its Welcome
+  bool timer_stopped_ = false;  // guarded by mu_
+  uint64_t changes_ = 0;        // guarded by mu_; bumped by ChangedLocked()
+
+  // Runs TaskThread; last, so its threads are joined before the rest goes.
+  WorkerPool workers_;
+};
+
+}  // namespace taskgrid::agent

@@ -1,0 +1,554 @@
+// The agent's decisions (agent/core.h) with time from a FakeClock and no
+// stream: the test plays the scheduler by calling Handle() and Tick(), and
+// reads what the Outbox wrote. Nothing sleeps: the clock moves only when
+// the test advances it. Tasks are builtins: `sleep 3600` runs until the
+// agent cancels it (a wake, not a wait), noop/echo/fail end at once. The
+// only waits are for a task's pooled thread to hand over its message, each
+// bounded.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/core.h"
+#include "common/clock.h"
+#include "common/proto_time.h"
+
+namespace taskgrid::agent {
+namespace {
+
+absl::Duration Ms(int64_t ms) { return absl::Milliseconds(ms); }
+
+struct Sent {
+  absl::Duration at;  // the fake clock's monotonic time when it was written
+  v1::AgentMessage msg;
+};
+using Pred = std::function<bool(const v1::AgentMessage&)>;
+
+Pred IsHeartbeat() {
+  return [](const v1::AgentMessage& m) { return m.has_heartbeat(); };
+}
+Pred IsAccept(const std::string& id) {
+  return [id](const v1::AgentMessage& m) { return m.has_accept() && m.accept().task_id() == id; };
+}
+Pred IsResult(const std::string& id) {
+  return [id](const v1::AgentMessage& m) { return m.has_result() && m.result().task_id() == id; };
+}
+Pred IsRelease(const std::string& id) {
+  return [id](const v1::AgentMessage& m) { return m.has_release() && m.release().task_id() == id; };
+}
+Pred IsDraining() {
+  return [](const v1::AgentMessage& m) { return m.has_draining(); };
+}
+Pred IsGoodbye() {
+  return [](const v1::AgentMessage& m) { return m.has_goodbye(); };
+}
+// Any message about task `id`.
+Pred About(const std::string& id) {
+  return [id](const v1::AgentMessage& m) {
+    return IsAccept(id)(m) || IsResult(id)(m) || IsRelease(id)(m) ||
+           (m.has_reject() && m.reject().task_id() == id);
+  };
+}
+
+v1::Assignment Task(const std::string& id, const std::string& builtin,
+                    std::vector<std::string> args = {}) {
+  v1::Assignment a;
+  a.set_task_id(id);
+  a.set_attempt(1);
+  v1::BuiltinStep* b = a.add_steps()->mutable_builtin();
+  b->set_name(builtin);
+  for (const std::string& arg : args) b->add_args(arg);
+  return a;
+}
+// Runs until the agent (or the scheduler) cancels it.
+v1::Assignment Long(const std::string& id) { return Task(id, "sleep", {"3600"}); }
+v1::Assignment After(const std::string& pred, v1::Assignment a) {
+  a.set_run_after(pred);
+  return a;
+}
+
+v1::SchedulerMessage Assign(const std::vector<v1::Assignment>& tasks) {
+  v1::SchedulerMessage m;
+  for (const v1::Assignment& a : tasks) *m.mutable_assign()->add_tasks() = a;
+  return m;
+}
+
+// What the scheduler's Welcome says.
+struct WelcomeOpts {
+  absl::Duration interval = Ms(100);
+  absl::Duration stop_on_lost_after = absl::Seconds(1);
+  absl::Duration lease = absl::ZeroDuration();  // zero: none (an older scheduler)
+};
+WelcomeOpts WithLease(absl::Duration stop_on_lost_after, absl::Duration lease) {
+  WelcomeOpts w;
+  w.stop_on_lost_after = stop_on_lost_after;
+  w.lease = lease;
+  return w;
+}
+
+// One AgentCore on a FakeClock, its Outbox written into a log.
+class Harness {
+ public:
+  explicit Harness(CoreOptions o = {}) : dir_(MakeDir()) {
+    o.id = "a1";
+    o.exec.work_dir = dir_;
+    o.exec.kill_grace = Ms(200);
+    o.stop_flush = Ms(500);
+    o.clock = &clock_;
+    core_ = std::make_unique<AgentCore>(o, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++ended_streams_;
+    });
+  }
+  ~Harness() {
+    core_->Drain(absl::ZeroDuration());
+    core_->Finish();
+    core_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  AgentCore& core() { return *core_; }
+  FakeClock& clock() { return clock_; }
+  absl::Duration now() const { return clock_.Monotonic(); }
+
+  // A stream opens: the Hello, then the scheduler's Welcome.
+  v1::Hello Connect(WelcomeOpts w = {}) {
+    v1::AgentMessage hello = core_->StreamStarted();
+    core_->outbox().Attach([this](const v1::AgentMessage& m) {
+      std::lock_guard<std::mutex> lock(mu_);
+      log_.push_back({clock_.Monotonic(), m});
+      cv_.notify_all();
+      return true;
+    });
+    v1::SchedulerMessage welcome;
+    *welcome.mutable_welcome()->mutable_heartbeat_interval() = ToProto(w.interval);
+    *welcome.mutable_welcome()->mutable_stop_on_lost_after() = ToProto(w.stop_on_lost_after);
+    if (w.lease > absl::ZeroDuration()) {
+      *welcome.mutable_welcome()->mutable_heartbeat_lease() = ToProto(w.lease);
+    }
+    lease_ = w.lease;
+    core_->Handle(welcome);
+    return hello.hello();
+  }
+  // The stream breaks; returns whether it had its Welcome.
+  bool Disconnect() {
+    core_->outbox().Detach();
+    return core_->StreamEnded();
+  }
+
+  void Push(const v1::SchedulerMessage& m) { core_->Handle(m); }
+  void AckResult(const std::string& id, int32_t attempt = 1) {
+    v1::SchedulerMessage m;
+    m.mutable_result_ack()->set_task_id(id);
+    m.mutable_result_ack()->set_attempt(attempt);
+    m.mutable_result_ack()->set_accepted(true);
+    core_->Handle(m);
+  }
+  void AckHeartbeat(absl::Duration interval = absl::ZeroDuration()) {
+    v1::SchedulerMessage m;
+    if (interval > absl::ZeroDuration()) {
+      *m.mutable_heartbeat_ack()->mutable_heartbeat_interval() = ToProto(interval);
+    }
+    if (lease_ > absl::ZeroDuration()) {
+      *m.mutable_heartbeat_ack()->mutable_heartbeat_lease() = ToProto(lease_);
+    }
+    core_->Handle(m);
+  }
+
+  // Plays the timer for `d` of fake time, from due time to due time as
+  // TimerLoop() does. Each Heartbeat is acked at once while ack_heartbeats
+  // is on, with `ack_interval` when set.
+  void RunFor(absl::Duration d) {
+    const absl::Duration end = now() + d;
+    for (int passes = 0; passes < 100'000; ++passes) {
+      const size_t before = size();
+      const absl::Duration due = core_->Tick();
+      if (ack_heartbeats) {
+        for (size_t i = before; i < size(); ++i) {
+          if (at(i).msg.has_heartbeat()) AckHeartbeat(ack_interval);
+        }
+      }
+      const absl::Duration step = std::max(due - now(), Ms(1));
+      if (now() + step > end) {
+        clock_.Advance(end - now());
+        core_->Tick();
+        return;
+      }
+      clock_.Advance(step);
+    }
+    ADD_FAILURE() << "the timer did not settle";
+  }
+
+  // Waits (bounded, for a task thread) until a message matching `p` was
+  // written at index >= from; returns its index, or -1.
+  int WaitFor(const Pred& p, size_t from = 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    int found = -1;
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] {
+      found = FindLocked(p, from);
+      return found >= 0;
+    });
+    EXPECT_GE(found, 0) << "no such message was written";
+    return found;
+  }
+  int Find(const Pred& p, size_t from = 0) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return FindLocked(p, from);
+  }
+  int Count(const Pred& p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const Sent& s : log_) n += p(s.msg) ? 1 : 0;
+    return n;
+  }
+  Sent at(size_t i) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_.at(i);
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_.size();
+  }
+  int ended_streams() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ended_streams_;
+  }
+
+  bool ack_heartbeats = true;
+  absl::Duration ack_interval = absl::ZeroDuration();
+
+ private:
+  static std::string MakeDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "taskgrid-core-test.XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
+    return tmpl;
+  }
+  int FindLocked(const Pred& p, size_t from) const {
+    for (size_t i = from; i < log_.size(); ++i) {
+      if (p(log_[i].msg)) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  const std::string dir_;
+  FakeClock clock_;
+  absl::Duration lease_ = absl::ZeroDuration();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Sent> log_;  // guarded by mu_
+  int ended_streams_ = 0;  // guarded by mu_
+  std::unique_ptr<AgentCore> core_;
+};
+
+std::set<std::string> HeldIds(const google::protobuf::RepeatedPtrField<v1::AttemptRef>& refs) {
+  std::set<std::string> ids;
+  for (const v1::AttemptRef& r : refs) ids.insert(r.task_id());
+  return ids;
+}
+
+// --- Heartbeats ---
+
+TEST(AgentCore, HeartbeatsEveryIntervalAndAdoptsTheIntervalAnAckGives) {
+  Harness h;
+  const v1::Hello hello = h.Connect();  // 100 ms
+  EXPECT_TRUE(hello.adaptive_heartbeat());
+  h.RunFor(Ms(1000));
+  EXPECT_EQ(h.Count(IsHeartbeat()), 10);
+  for (size_t i = 0, prev = 0, seen = 0; i < h.size(); ++i) {
+    if (!h.at(i).msg.has_heartbeat()) continue;
+    if (seen++ > 0) {
+      EXPECT_EQ(h.at(i).at - h.at(prev).at, Ms(100));
+    }
+    EXPECT_EQ(FromProto(h.at(i).msg.heartbeat().heartbeat_interval()), Ms(100));
+    prev = i;
+  }
+
+  // The scheduler stretches it: one more at the old pace, then every 400 ms.
+  h.ack_interval = Ms(400);
+  const size_t from = h.size();
+  h.RunFor(Ms(2000));
+  std::vector<absl::Duration> times;
+  for (size_t i = from; i < h.size(); ++i) {
+    if (h.at(i).msg.has_heartbeat()) times.push_back(h.at(i).at);
+  }
+  ASSERT_GE(times.size(), 4u);
+  for (size_t i = 2; i < times.size(); ++i) EXPECT_EQ(times[i] - times[i - 1], Ms(400)) << i;
+  EXPECT_EQ(h.core().heartbeat_interval(), Ms(400));
+
+  // And back to a shorter one.
+  h.ack_interval = Ms(100);
+  const size_t later = h.size();
+  h.RunFor(Ms(1000));
+  int fast = 0;
+  for (size_t i = later; i < h.size(); ++i) {
+    const v1::AgentMessage& m = h.at(i).msg;
+    fast += m.has_heartbeat() && FromProto(m.heartbeat().heartbeat_interval()) == Ms(100);
+  }
+  EXPECT_GE(fast, 6);
+}
+
+TEST(AgentCore, HeartbeatsListRunningTasksAndWaitingLinks) {
+  Harness h;
+  h.Connect();
+  v1::Assignment second = After("head", Task("second", "noop"));
+  second.set_attempt(2);
+  h.Push(Assign({Long("head"), second, After("second", Task("third", "noop"))}));
+  h.WaitFor(IsAccept("head"));
+  EXPECT_EQ(h.core().running(), 1);
+  EXPECT_EQ(h.core().waiting(), 2);
+  const size_t from = h.size();
+  h.RunFor(Ms(100));
+  const int hb = h.Find(IsHeartbeat(), from);
+  ASSERT_GE(hb, 0);
+  const v1::Heartbeat beat = h.at(hb).msg.heartbeat();
+  EXPECT_EQ(HeldIds(beat.running()), (std::set<std::string>{"head", "second", "third"}));
+  for (const v1::AttemptRef& r : beat.running()) {
+    EXPECT_EQ(r.waiting(), r.task_id() != "head") << r.task_id();
+    EXPECT_EQ(r.attempt(), r.task_id() == "second" ? 2 : 1) << r.task_id();
+  }
+}
+
+// --- Self-fencing ---
+
+TEST(AgentCore, SelfFencesWhenNothingAnswersForStopOnLostAfter) {
+  Harness h;
+  h.ack_heartbeats = false;
+  h.Connect();  // stop_on_lost_after 1 s, no lease
+  const absl::Duration assigned = h.now();
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(Ms(999));
+  EXPECT_EQ(h.core().running(), 1) << "stopped before a second of silence";
+  EXPECT_EQ(h.Find(IsResult("long")), -1);
+  h.RunFor(Ms(1));
+  const int result = h.WaitFor(IsResult("long"));
+  ASSERT_GE(result, 0);
+  const Sent r = h.at(result);
+  EXPECT_EQ(r.at - assigned, absl::Seconds(1));
+  EXPECT_EQ(r.msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(r.msg.result().result().error(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_EQ(h.Count(IsHeartbeat()), 10) << "heartbeats went out meanwhile";
+  EXPECT_EQ(h.core().unacked(), 1);
+  h.AckResult("long");
+  EXPECT_EQ(h.core().unacked(), 0);
+}
+
+TEST(AgentCore, KeepsRunningWhileHeartbeatsAreAcked) {
+  Harness h;
+  h.Connect();  // stop_on_lost_after 1 s
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(60));
+  EXPECT_EQ(h.Find(IsResult("long")), -1);
+  EXPECT_EQ(h.core().running(), 1);
+  EXPECT_EQ(h.Count(IsHeartbeat()), 600);
+}
+
+TEST(AgentCore, ALeaseKeepsTasksRunningBetweenSparseAcksThenEnds) {
+  Harness h;
+  h.ack_interval = absl::Seconds(1);
+  // stop_on_lost_after shorter than the interval: the lease decides.
+  h.Connect(WithLease(Ms(300), absl::Seconds(2)));
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(10));
+  EXPECT_EQ(h.core().running(), 1);
+  EXPECT_EQ(h.Find(IsResult("long")), -1);
+
+  // The acks stop. The last heartbeat answered went out at most one
+  // interval ago; the tasks run until it + the lease.
+  h.ack_heartbeats = false;
+  const int last = [&] {
+    int i = -1;
+    for (int j = 0; j < static_cast<int>(h.size()); ++j) i = h.at(j).msg.has_heartbeat() ? j : i;
+    return i;
+  }();
+  ASSERT_GE(last, 0);
+  const absl::Duration answered = h.at(last).at;
+  h.RunFor(answered + absl::Seconds(2) - h.now() - Ms(1));
+  EXPECT_EQ(h.core().running(), 1) << "stopped before the lease ran out";
+  h.RunFor(Ms(1));
+  const int result = h.WaitFor(IsResult("long"));
+  ASSERT_GE(result, 0);
+  EXPECT_EQ(h.at(result).at, answered + absl::Seconds(2));
+  EXPECT_EQ(h.at(result).msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(h.at(result).msg.result().result().error(),
+            "stopped: no contact with the scheduler for 2s");
+}
+
+TEST(AgentCore, AStreamThatEndsCutsTheLeaseToStopOnLostAfter) {
+  Harness h;
+  h.Connect(WithLease(absl::Seconds(1), absl::Seconds(30)));
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(5));
+  EXPECT_TRUE(h.Disconnect());
+  h.RunFor(Ms(999));
+  EXPECT_EQ(h.core().running(), 1) << "stopped before stop_on_lost_after";
+  h.RunFor(Ms(1));  // a second after the cut, 30 s before the lease would end
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  // No stream: the Result waits, unacknowledged, for the next one.
+  EXPECT_EQ(h.core().running(), 0);
+  EXPECT_EQ(h.core().unacked(), 1);
+}
+
+TEST(AgentCore, AResultFencedWhileDisconnectedIsListedAndResentOnTheNextStream) {
+  Harness h;
+  h.Connect();  // no lease: silence decides
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.Disconnect();
+  h.RunFor(Ms(999));
+  EXPECT_EQ(h.core().running(), 1);
+  h.RunFor(Ms(1));  // a second after the last message from the scheduler
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_EQ(h.core().running(), 0);
+  EXPECT_EQ(h.core().unacked(), 1);
+
+  const size_t from = h.size();
+  const v1::Hello hello = h.Connect();
+  EXPECT_EQ(HeldIds(hello.running()), (std::set<std::string>{"long"}));
+  const int result = h.Find(IsResult("long"), from);
+  ASSERT_GE(result, 0) << "the Welcome brings the unacknowledged result again";
+  EXPECT_EQ(h.at(result).msg.result().result().error(),
+            "stopped: no contact with the scheduler for 1s");
+  h.AckResult("long");
+  EXPECT_EQ(h.core().unacked(), 0);
+}
+
+TEST(AgentCore, SelfFencingDropsWaitingLinks) {
+  Harness h;
+  h.ack_heartbeats = false;
+  h.Connect();
+  h.Push(Assign({Long("a"), After("a", Task("b", "noop"))}));
+  h.WaitFor(IsAccept("a"));
+  EXPECT_EQ(h.core().waiting(), 1);
+  h.RunFor(absl::Seconds(1));
+  EXPECT_EQ(h.core().waiting(), 0);
+  h.WaitFor(IsResult("a"));
+  EXPECT_EQ(h.Find(About("b")), -1);
+}
+
+// --- Drain ---
+
+TEST(AgentCore, DrainLetsTasksFinishThenReleasesTheRestAtItsDeadline) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("long"), Long("other")}));
+  h.WaitFor(IsAccept("other"));
+  const absl::Duration start = h.now();
+  h.core().Drain(absl::Seconds(1));
+  const int draining = h.WaitFor(IsDraining());
+  // One ends by itself meanwhile (the scheduler cancelled it).
+  v1::SchedulerMessage cancel;
+  cancel.mutable_cancel()->set_task_id("other");
+  cancel.mutable_cancel()->set_attempt(1);
+  h.Push(cancel);
+  const int other = h.WaitFor(IsResult("other"));
+  ASSERT_GE(other, 0);
+  h.AckResult("other");
+  h.RunFor(Ms(999));
+  EXPECT_EQ(h.core().running(), 1);
+  h.RunFor(Ms(1));
+  const int release = h.WaitFor(IsRelease("long"));
+  ASSERT_GE(release, 0);
+  EXPECT_LT(draining, release);
+  EXPECT_EQ(h.at(release).at - start, absl::Seconds(1));
+  EXPECT_EQ(h.at(release).msg.release().reason(), "agent drained: 1s passed");
+  EXPECT_EQ(h.Find(IsResult("long")), -1) << "released, not reported as a result";
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_FALSE(h.core().DrainComplete()) << "the release is not acknowledged yet";
+  h.AckResult("long");
+  EXPECT_TRUE(h.core().DrainComplete());
+  // Everything handed over: Goodbye, and once the scheduler had its time
+  // to close the stream, the agent ends it.
+  h.RunFor(Ms(1));
+  ASSERT_GE(h.Find(IsGoodbye()), 0);
+  EXPECT_EQ(h.ended_streams(), 0);
+  h.RunFor(kGoodbyeWait);
+  EXPECT_GE(h.ended_streams(), 1);
+}
+
+TEST(AgentCore, DrainZeroReleasesEverythingAtOnce) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("one"), Long("two"), After("two", Task("three", "noop"))}));
+  h.WaitFor(IsAccept("two"));
+  const absl::Duration start = h.now();
+  h.core().Drain(absl::ZeroDuration());
+  for (const std::string id : {"one", "two"}) {
+    const int release = h.WaitFor(IsRelease(id));
+    ASSERT_GE(release, 0);
+    EXPECT_EQ(h.at(release).at, start);
+    EXPECT_EQ(h.at(release).msg.release().reason(), "agent drained: 0s passed");
+  }
+  EXPECT_EQ(h.core().waiting(), 0);
+  EXPECT_EQ(h.Find(About("three")), -1);
+}
+
+TEST(AgentCore, ALaterDrainMayOnlyShortenTheDeadline) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.core().Drain(absl::Seconds(30));
+  h.RunFor(absl::Seconds(10));
+  h.core().Drain(absl::Seconds(60));  // cannot lengthen it
+  h.RunFor(absl::Seconds(20) - Ms(1));
+  EXPECT_EQ(h.core().running(), 1);
+  h.RunFor(Ms(1));
+  const int release = h.WaitFor(IsRelease("long"));
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(h.at(release).msg.release().reason(), "agent drained: 30s passed");
+  EXPECT_EQ(h.Count(IsDraining()), 1);
+}
+
+TEST(AgentCore, ADrainEndsWithinItsBoundsWhenTheSchedulerIsGone) {
+  Harness h;  // kill_grace 200 ms, stop_flush 500 ms
+  h.Connect();
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.Disconnect();
+  h.core().Drain(absl::ZeroDuration());
+  // The task ends at once (cancelled); its Release cannot be handed over.
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_FALSE(h.core().DrainComplete());
+  h.RunFor(Ms(499));
+  EXPECT_FALSE(h.core().DrainComplete());
+  h.RunFor(Ms(1));
+  EXPECT_TRUE(h.core().DrainComplete()) << "stop_flush after the last task ended";
+  EXPECT_EQ(h.core().unacked(), 1);
+  EXPECT_EQ(h.Find(IsGoodbye()), -1) << "nothing was handed over: no Goodbye";
+}
+
+TEST(AgentCore, ADrainingAgentRejectsWorkAndSaysSoInHelloAndAfterWelcome) {
+  Harness h;
+  h.Connect();
+  v1::SchedulerMessage drain;
+  drain.mutable_drain();
+  h.Push(drain);
+  h.WaitFor(IsDraining());
+  EXPECT_TRUE(h.core().draining());
+  EXPECT_FALSE(h.core().exiting()) << "a Drain message does not make the agent exit";
+  h.Push(Assign({Task("later", "noop")}));
+  const int reject = h.WaitFor([](const v1::AgentMessage& m) { return m.has_reject(); });
+  ASSERT_GE(reject, 0);
+  EXPECT_EQ(h.at(reject).msg.reject().code(), v1::REJECT_CODE_DRAINING);
+  h.Disconnect();
+  const size_t from = h.size();
+  EXPECT_TRUE(h.Connect().draining());
+  EXPECT_GE(h.Find(IsDraining(), from), 0);
+}
+
+}  // namespace
+}  // namespace taskgrid::agent
