@@ -1,7 +1,10 @@
 // The agent (agent/agent.h) against a fake scheduler: an in-process gRPC
 // AgentService on 127.0.0.1 that records every AgentMessage and answers only
 // as the test says. Real streams, real time, builtin steps; every wait is
-// bounded.
+// bounded and none is a sleep that the test's outcome depends on. How long
+// the agent waits (heartbeat intervals, leases, drain deadlines) is tested
+// to the millisecond with a FakeClock in tests/unit/agent_core_test.cc;
+// here, that the same rules hold over a real stream.
 #include "agent/agent.h"
 
 #include <gmock/gmock.h>
@@ -24,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/proto_time.h"
+#include "taskgrid/v1/agent_service.grpc.pb.h"
 
 namespace taskgrid::agent {
 namespace {
@@ -501,96 +505,6 @@ TEST(Agent, SelfFencesWithoutHeartbeatAcks) {
   EXPECT_GE(Count(log, IsHeartbeat()), 5) << "heartbeats went out meanwhile";
   EXPECT_EQ(Count(log, IsHello()), 1) << "the stream stayed up";
   EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
-}
-
-TEST(Agent, KeepsRunningWhileHeartbeatsAreAcked) {
-  FakeScheduler fake;  // acks heartbeats; stop_on_lost_after is 1 s
-  RunningAgent agent(Options(fake.addr()));
-  WaitHello(fake, 1);
-  fake.Push(Assign({Sleep("long", "60")}));
-  WaitFind(fake, IsAccept("long"), "accept");
-  // Real time is the point: more than twice stop_on_lost_after.
-  absl::SleepFor(absl::Milliseconds(2500));
-  const Log log = fake.log();
-  EXPECT_EQ(Find(log, IsResult("long")), -1);
-  EXPECT_EQ(agent->running(), 1);
-  EXPECT_GE(Count(log, IsHeartbeat()), 10);
-}
-
-// A heartbeat that says it is sent every `interval`.
-Pred IsHeartbeatEvery(absl::Duration interval) {
-  return [interval](const Received& r) {
-    return r.msg.has_heartbeat() && FromProto(r.msg.heartbeat().heartbeat_interval()) == interval;
-  };
-}
-
-TEST(Agent, AdoptsTheIntervalFromHeartbeatAcks) {
-  FakeScheduler fake;  // Welcome says 100 ms
-  fake.set_ack_interval(absl::Milliseconds(400));
-  RunningAgent agent(Options(fake.addr()));
-  const int hello = WaitFind(fake, IsHello(), "hello");
-  ASSERT_GE(hello, 0);
-  EXPECT_TRUE(fake.log()[hello].msg.hello().adaptive_heartbeat());
-  EXPECT_GE(WaitFind(fake, IsHeartbeatEvery(absl::Milliseconds(100)), "first heartbeat"), 0);
-  const int slow = WaitFind(fake, IsHeartbeatEvery(absl::Milliseconds(400)), "slower heartbeat");
-  ASSERT_GE(slow, 0);
-  absl::SleepFor(absl::Milliseconds(1300));
-  Log log = fake.log();
-  int beats = 0;
-  absl::Duration prev = log[slow].at;
-  for (int i = slow + 1; i < static_cast<int>(log.size()); ++i) {
-    if (!log[i].msg.has_heartbeat()) continue;
-    ++beats;
-    EXPECT_GE(log[i].at - prev, absl::Milliseconds(350)) << "heartbeat " << i;
-    prev = log[i].at;
-  }
-  EXPECT_GE(beats, 2);
-  EXPECT_LE(beats, 4);
-
-  // And back to a shorter one.
-  fake.set_ack_interval(absl::Milliseconds(100));
-  int fast = -1;
-  ASSERT_TRUE(fake.WaitFor(
-      [&](const Log& l) {
-        fast = Find(l, IsHeartbeatEvery(absl::Milliseconds(100)), slow + 1);
-        return fast >= 0;
-      },
-      absl::Seconds(2)))
-      << "no heartbeat took the shorter interval";
-  absl::SleepFor(absl::Milliseconds(600));
-  log = fake.log();
-  int after = 0;
-  for (int i = fast + 1; i < static_cast<int>(log.size()); ++i) after += log[i].msg.has_heartbeat();
-  EXPECT_GE(after, 4);
-}
-
-TEST(Agent, LeaseKeepsTasksRunningBetweenSparseAcksThenEnds) {
-  FakeScheduler fake;
-  fake.set_stop_on_lost_after(absl::Milliseconds(300));  // shorter than the interval
-  fake.set_lease(absl::Seconds(2));
-  fake.set_ack_interval(absl::Seconds(1));
-  RunningAgent agent(Options(fake.addr()));
-  WaitHello(fake, 1);
-  fake.Push(Assign({Sleep("long", "60")}));
-  WaitFind(fake, IsAccept("long"), "accept");
-  // Real time is the point: several intervals, far past stop_on_lost_after.
-  absl::SleepFor(absl::Milliseconds(2500));
-  EXPECT_EQ(Find(fake.log(), IsResult("long")), -1);
-  EXPECT_EQ(agent->running(), 1);
-
-  fake.set_ack_heartbeats(false);
-  const absl::Duration silent = Mono();
-  const int result = WaitFind(fake, IsResult("long"), "the self-fenced result");
-  ASSERT_GE(result, 0);
-  const Log log = fake.log();
-  EXPECT_EQ(log[result].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
-  EXPECT_THAT(log[result].msg.result().result().error(),
-              HasSubstr("stopped: no contact with the scheduler"));
-  // The last answered heartbeat went out at most 1 s before the acks
-  // stopped; the lease is 2 s from it.
-  EXPECT_LT(log[result].at - silent, absl::Seconds(2) + absl::Milliseconds(500));
-  EXPECT_GE(log[result].at - silent, absl::Seconds(1) - absl::Milliseconds(100));
-  EXPECT_EQ(Count(log, IsHello()), 1) << "the stream stayed up";
 }
 
 TEST(Agent, StreamEndCutsTheLease) {
