@@ -259,6 +259,33 @@ bool IsLostScheduler(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::CANCELLED;
 }
 
+// Patience with a scheduler that answered before and is gone now: it is
+// most likely restarting, so keep asking for up to --timeout from the
+// first failure (and never past the wait's own deadline).
+class LostScheduler {
+ public:
+  explicit LostScheduler(absl::Duration timeout) : timeout_(timeout) {}
+  void Answered() { since_ = absl::InfiniteFuture(); }
+  // After `s` failed the call waiting for `what`: true, after a short
+  // pause, when it should be asked again.
+  bool TryAgain(const grpc::Status& s, const std::string& what, absl::Time deadline) {
+    if (!IsLostScheduler(s)) return false;
+    if (since_ == absl::InfiniteFuture()) {
+      since_ = absl::Now();
+      std::cerr << "note: lost the scheduler while waiting for " << what << " ("
+                << s.error_message() << "); trying again for up to "
+                << absl::FormatDuration(timeout_) << "\n";
+    }
+    if (absl::Now() - since_ >= timeout_ || absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(250));
+    return true;
+  }
+
+ private:
+  const absl::Duration timeout_;
+  absl::Time since_ = absl::InfiniteFuture();
+};
+
 }  // namespace
 
 int Client::SubmitAndWait(const v1::SubmitTasksRequest& req, absl::Duration wait_timeout) {
@@ -331,7 +358,7 @@ bool Client::WaitOne(const std::string& id, absl::Time deadline, v1::WaitTaskRes
   v1::WaitTaskRequest req;
   req.set_id(id);
   bool answered = false;  // the scheduler answered this wait before
-  absl::Time lost_since = absl::InfiniteFuture();
+  LostScheduler lost(opts_.timeout);
   while (true) {
     const absl::Time now = absl::Now();
     // Never zero: a zero timeout waits until the call's own deadline. The
@@ -349,25 +376,11 @@ bool Client::WaitOne(const std::string& id, absl::Time deadline, v1::WaitTaskRes
     if (s.ok()) {
       *out = std::move(resp);
       answered = true;
-      lost_since = absl::InfiniteFuture();
+      lost.Answered();
       if (out->done() || absl::Now() >= deadline) return true;
       continue;
     }
-    // A scheduler that answered this wait and is gone now is most likely
-    // restarting: keep asking for up to --timeout.
-    if (answered && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                     s.error_code() == grpc::StatusCode::CANCELLED)) {
-      if (lost_since == absl::InfiniteFuture()) {
-        lost_since = absl::Now();
-        std::cerr << "note: lost the scheduler while waiting for " << id << " ("
-                  << s.error_message() << "); trying again for up to "
-                  << absl::FormatDuration(opts_.timeout) << "\n";
-      }
-      if (absl::Now() - lost_since < opts_.timeout && absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(250));
-        continue;
-      }
-    }
+    if (answered && lost.TryAgain(s, id, deadline)) continue;
     Report(s);
     return false;
   }
@@ -527,26 +540,14 @@ int Client::SubmitJob(const v1::SubmitJobRequest& req, bool wait, absl::Duration
 bool Client::GetJobPatiently(const std::string& id, absl::Time deadline, v1::Job* job) {
   v1::GetJobRequest req;
   req.set_id(id);
-  absl::Time lost_since = absl::InfiniteFuture();
+  LostScheduler lost(opts_.timeout);
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
     const grpc::Status s = job_stub_->GetJob(&ctx, req, job);
     if (s.ok()) return true;
-    // The scheduler answered the submit: gone now, it is most likely
-    // restarting. Keep asking for up to --timeout.
-    if (IsLostScheduler(s)) {
-      if (lost_since == absl::InfiniteFuture()) {
-        lost_since = absl::Now();
-        std::cerr << "note: lost the scheduler while waiting for job " << id << " ("
-                  << s.error_message() << "); trying again for up to "
-                  << absl::FormatDuration(opts_.timeout) << "\n";
-      }
-      if (absl::Now() - lost_since < opts_.timeout && absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(250));
-        continue;
-      }
-    }
+    // The scheduler answered the submit before, so it was there.
+    if (lost.TryAgain(s, "job " + id, deadline)) continue;
     Report(s);
     return false;
   }
