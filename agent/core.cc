@@ -95,7 +95,7 @@ void AgentCore::StopTakingWork() {
     if (first) {
       spdlog::info("draining: taking no more work; {} task(s) still running", slots_.running());
     }
-    ChangedLocked();
+    cv_.notify_all();
   }
   // When there is no stream now, the next Hello says draining (and Draining
   // follows its Welcome).
@@ -120,7 +120,7 @@ void AgentCore::Drain(absl::Duration timeout) {
       const int n = StopAllLocked(StopCause::kReleased, drain_.ReleaseNote());
       if (n > 0) spdlog::info("drain: releasing {} running task(s) at once", n);
     }
-    ChangedLocked();
+    WakeTimerLocked();
   }
   if (first) SayDraining();
 }
@@ -186,7 +186,7 @@ bool AgentCore::StreamEnded() {
   lease_.StreamEnded(Now(), welcomed);
   stream_open_ = false;
   welcomed_ = false;
-  ChangedLocked();
+  WakeTimerLocked();
   return welcomed;
 }
 
@@ -238,7 +238,7 @@ void AgentCore::OnWelcome(const v1::Welcome& welcome) {
     welcome_max_output_bytes_ = welcome.max_output_bytes();
     draining = drain_.draining();
     welcomed_ = true;
-    ChangedLocked();
+    WakeTimerLocked();
   }
   // Hello said so too, unless the drain began while it was on its way.
   if (draining) SayDraining();
@@ -253,7 +253,7 @@ void AgentCore::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
     spdlog::info("heartbeat interval now {} (was {}), as the scheduler asks",
                  DurationText(interval), DurationText(heartbeat_interval_));
     heartbeat_interval_ = interval;
-    ChangedLocked();  // the timer recomputes when the next one is due
+    WakeTimerLocked();  // the next one may be due sooner
   }
 }
 
@@ -264,7 +264,7 @@ void AgentCore::OnResultAck(const v1::ResultAck& ack) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   unacked_.erase({ack.task_id(), ack.attempt()});
-  ChangedLocked();
+  NotifyLocked();
 }
 
 void AgentCore::OnAssign(const v1::Assign& assign) {
@@ -276,7 +276,7 @@ void AgentCore::OnAssign(const v1::Assign& assign) {
     std::lock_guard<std::mutex> lock(mu_);
     slots_.Admit(assign, drain_.draining(), &replies, &starts);
     threads_ += static_cast<int>(starts.size());
-    if (!starts.empty()) ChangedLocked();  // the timer fences them from now on
+    if (!starts.empty() && lease_.FenceAt() < timer_due_) WakeTimerLocked();
   }
   // Tasks that cannot wait (noop, echo, fail) run right here, and their
   // Results go out with the Accepts, after them: one message for the whole
@@ -359,7 +359,7 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (--threads_ == 0) drain_.TasksEnded(Now());
-  ChangedLocked();
+  NotifyLocked();
 }
 
 void AgentCore::ResendUnacked() {
@@ -391,7 +391,7 @@ absl::Duration AgentCore::Tick() {
       } else {
         // Handed over (or the time is up): end the stream so Run() returns.
         end_stream = stream_open_;
-        cv_.notify_all();  // Run() may be waiting to reconnect: not a change for the timer
+        cv_.notify_all();  // Run() may be waiting to reconnect
         due = now + absl::Milliseconds(50);
       }
     } else {
@@ -425,6 +425,7 @@ absl::Duration AgentCore::Tick() {
       due = std::min(last_heartbeat_ + heartbeat_interval_, drain_.NextDeadline());
       if (slots_.AnyUnstopped()) due = std::min(due, lease_.FenceAt());
     }
+    timer_due_ = due;
   }
   if (out.has_value()) {
     const bool sent = outbox_.Write(std::move(*out));
@@ -438,9 +439,17 @@ absl::Duration AgentCore::Tick() {
   return due;
 }
 
-void AgentCore::ChangedLocked() {
+void AgentCore::WakeTimerLocked() {
   ++changes_;
+  timer_cv_.notify_all();
   cv_.notify_all();
+}
+
+void AgentCore::NotifyLocked() {
+  cv_.notify_all();
+  // Once exiting, a task that ended or a result acknowledged may complete
+  // the drain: the timer says Goodbye.
+  if (drain_.exiting()) WakeTimerLocked();
 }
 
 void AgentCore::TimerLoop() {
@@ -456,15 +465,15 @@ void AgentCore::TimerLoop() {
     // recomputed.
     std::unique_lock<std::mutex> lock(mu_);
     const absl::Duration wait = std::max(due - Now(), absl::Milliseconds(1));
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(wait),
-                 [&] { return timer_stopped_ || changes_ != seen; });
+    timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(wait),
+                       [&] { return timer_stopped_ || changes_ != seen; });
   }
 }
 
 void AgentCore::StopTimer() {
   std::lock_guard<std::mutex> lock(mu_);
   timer_stopped_ = true;
-  cv_.notify_all();
+  timer_cv_.notify_all();
 }
 
 }  // namespace taskgrid::agent

@@ -143,8 +143,12 @@ class AgentCore {
   // Cancels the running tasks as `cause` and drops the waiting links.
   // Needs mu_.
   int StopAllLocked(StopCause cause, const std::string& note);
-  // Wakes the timer (and whoever waits on cv_) to look again. Needs mu_.
-  void ChangedLocked();
+  // Wakes the timer to look again, because something it decides by
+  // changed (and whoever waits on cv_). Needs mu_.
+  void WakeTimerLocked();
+  // Wakes whoever waits on cv_ for tasks or acknowledgements; the timer too
+  // only when that may end a drain. Needs mu_.
+  void NotifyLocked();
   bool HandedOverLocked() const { return threads_ == 0 && unacked_.empty(); }
   void ResendUnacked();
   void SayDraining();
@@ -155,10 +159,14 @@ class AgentCore {
   Outbox outbox_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // notified on every change the timer or Run() waits for
-  Slots slots_;                 // guarded by mu_
-  Lease lease_;                 // guarded by mu_
-  DrainPlan drain_;             // guarded by mu_
+  // Run(), Finish() and the Wait* calls wait on cv_; the timer on timer_cv_,
+  // woken only when what it decides by changed (not once per task: that
+  // would cost a context switch per task on a busy agent).
+  std::condition_variable cv_;
+  std::condition_variable timer_cv_;
+  Slots slots_;                                           // guarded by mu_
+  Lease lease_;                                           // guarded by mu_
+  DrainPlan drain_;                                       // guarded by mu_
   std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release
   int threads_ = 0;                                       // guarded by mu_; live task threads
   absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_
@@ -167,7 +175,9 @@ class AgentCore {
   bool stream_open_ = false;                              // guarded by mu_
   bool welcomed_ = false;       // guarded by mu_; the open stream had its Welcome
   bool timer_stopped_ = false;  // guarded by mu_
-  uint64_t changes_ = 0;        // guarded by mu_; bumped by ChangedLocked()
+  uint64_t changes_ = 0;        // guarded by mu_; bumped by WakeTimerLocked()
+  // Guarded by mu_: when the timer's last pass said it is due again.
+  absl::Duration timer_due_ = -absl::InfiniteDuration();
 
   // Runs TaskThread; last, so its threads are joined before the rest goes.
   WorkerPool workers_;
