@@ -23,7 +23,7 @@
 namespace taskgrid::core {
 
 // Entries of a per-state count array, indexed by v1::TaskState.
-inline constexpr int kNumTaskStates = 11;
+inline constexpr int kNumTaskStates = v1::TaskState_ARRAYSIZE;
 
 struct JobRecord;
 

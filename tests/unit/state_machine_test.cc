@@ -137,7 +137,7 @@ namespace {
 TEST(StateNames, OneVocabularyForTasksJobsAndAgents) {
   EXPECT_EQ(AllStateNames(),
             "SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED CANCELLING CANCELLED "
-            "PAUSED");
+            "PAUSED TRASHED");
   EXPECT_EQ(AllJobStateNames(), "RUNNING SUCCEEDED FAILED CANCELLED");
   EXPECT_EQ(JobStateName(v1::JOB_STATE_FAILED), "FAILED");
   EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "-");
