@@ -41,6 +41,7 @@ void Scheduler::Send(uint64_t conn, v1::SchedulerMessage msg) {
 }
 
 void Scheduler::SendCancel(const TaskRecord& t) {
+  if (t.claimed()) return;  // a pull worker learns it on its next call
   const AgentRecord* a = agents_.Find(t.agent_id);
   if (a == nullptr) return;
   v1::SchedulerMessage msg;
@@ -161,7 +162,9 @@ void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
 TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task_id,
                                    int32_t attempt) {
   TaskRecord* t = Mutable(task_id);
-  if (t == nullptr || !IsInFlight(t->state) || t->attempt != attempt || t->agent_id != a.id) {
+  // A pull worker's claim is never an agent's, whatever the names.
+  if (t == nullptr || !IsInFlight(t->state) || t->attempt != attempt || t->agent_id != a.id ||
+      t->claimed()) {
     return nullptr;
   }
   return t;
@@ -307,6 +310,36 @@ void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {
   }
 }
 
+void Scheduler::BoundResult(v1::TaskResult* r) const {
+  // Whatever the agent or worker was told, what is stored stays readable.
+  const int64_t max = opts_.max_output_bytes;
+  r->set_stdout_cut_bytes(r->stdout_cut_bytes() + CutTail(r->mutable_stdout_tail(), max));
+  r->set_stderr_cut_bytes(r->stderr_cut_bytes() + CutTail(r->mutable_stderr_tail(), max));
+  if (static_cast<int64_t>(r->error().size()) > max) r->set_error(Bounded(r->error(), max));
+  if (r->outcome() == v1::OUTCOME_UNSPECIFIED || r->outcome() == v1::OUTCOME_LOST) {
+    r->set_outcome(v1::OUTCOME_FAILED);
+  }
+  if (r->has_output() && static_cast<int64_t>(r->output().size()) > opts_.max_task_output_bytes) {
+    r->set_error(absl::StrCat("its output is ", r->output().size(), " bytes; the limit is ",
+                              opts_.max_task_output_bytes));
+    r->clear_output();
+    r->set_outcome(v1::OUTCOME_FAILED);
+  }
+}
+
+bool Scheduler::Committed(const std::string& task_id, int32_t attempt,
+                          const std::string& holder) const {
+  const TaskRecord* known = Find(task_id);
+  if (known == nullptr) return false;
+  for (const v1::Attempt& done : known->attempts) {
+    if (done.attempt() == attempt && done.agent_id() == holder &&
+        done.result().outcome() != v1::OUTCOME_LOST) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
   v1::SchedulerMessage ack;
   ack.mutable_result_ack()->set_task_id(m.task_id());
@@ -317,34 +350,12 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
     // A result implies the agent accepted: keep DISPATCHED -> RUNNING.
     if (t->state == v1::TASK_STATE_DISPATCHED) ImpliedAccept(a, *t);
     v1::TaskResult r = m.result();
-    // Whatever the agent was told, what is stored stays readable.
-    const int64_t max = opts_.max_output_bytes;
-    r.set_stdout_cut_bytes(r.stdout_cut_bytes() + CutTail(r.mutable_stdout_tail(), max));
-    r.set_stderr_cut_bytes(r.stderr_cut_bytes() + CutTail(r.mutable_stderr_tail(), max));
-    if (static_cast<int64_t>(r.error().size()) > max) r.set_error(Bounded(r.error(), max));
-    if (r.outcome() == v1::OUTCOME_UNSPECIFIED || r.outcome() == v1::OUTCOME_LOST) {
-      r.set_outcome(v1::OUTCOME_FAILED);
-    }
-    if (r.has_output() && static_cast<int64_t>(r.output().size()) > opts_.max_task_output_bytes) {
-      r.set_error(absl::StrCat("its output is ", r.output().size(), " bytes; the limit is ",
-                               opts_.max_task_output_bytes));
-      r.clear_output();
-      r.set_outcome(v1::OUTCOME_FAILED);
-    }
+    BoundResult(&r);
     FinishAttempt(*t, std::move(r));
     ack.mutable_result_ack()->set_accepted(true);
   } else {
     // A result resent after its ack was lost is already committed: say so.
-    const TaskRecord* known = Find(m.task_id());
-    bool committed = false;
-    if (known != nullptr) {
-      for (const v1::Attempt& done : known->attempts) {
-        if (done.attempt() == m.attempt() && done.agent_id() == a.id &&
-            done.result().outcome() != v1::OUTCOME_LOST) {
-          committed = true;
-        }
-      }
-    }
+    const bool committed = Committed(m.task_id(), m.attempt(), a.id);
     if (!committed) ++stale_messages_;
     ack.mutable_result_ack()->set_accepted(committed);
   }

@@ -88,21 +88,31 @@ void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
   }
 }
 
-void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
-                           absl::Duration requeue_after) {
+Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
+                                          bool holds_slot) {
   TASKGRID_CHECK(IsInFlight(t.state), absl::StrCat("task ", t.id(), " is not in flight"));
-  AgentRecord* holder = agents_.Find(t.agent_id);
-  TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
-  AgentRecord& a = *holder;
-  if (holds_slot) a.used -= SlotsOf(t.spec.placement());
-  a.tasks.erase(t.id());
-  task_deadlines_.Remove(t.id());
+  Closed c;
+  c.claimed = t.claimed();
+  if (c.claimed) {
+    --claimed_by_queue_[t.queue()];
+    if (claimed_by_queue_[t.queue()] == 0) claimed_by_queue_.erase(t.queue());
+    claim_deadlines_.Remove(t.id());
+    t.claim_until = absl::InfinitePast();
+  } else {
+    AgentRecord* holder = agents_.Find(t.agent_id);
+    TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
+    AgentRecord& a = *holder;
+    if (holds_slot) a.used -= SlotsOf(t.spec.placement());
+    a.tasks.erase(t.id());
+    task_deadlines_.Remove(t.id());
+  }
 
   t.link_started = false;
-  const bool pausing = t.pause_requested;
+  c.pausing = t.pause_requested;
   t.pause_requested = false;
   // A pause that stopped the attempt interrupts it, like a drain's release.
-  interrupted |= pausing && result.outcome() == v1::OUTCOME_CANCELLED;
+  interrupted |= c.pausing && result.outcome() == v1::OUTCOME_CANCELLED;
+  c.interrupted = interrupted;
   v1::Attempt done;
   done.set_attempt(t.attempt);
   done.set_agent_id(t.agent_id);
@@ -117,14 +127,20 @@ void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupte
   t.attempts.push_back(std::move(done));
   TrimHistory(t);
   t.result = std::move(result);
-  const std::string agent = std::move(t.agent_id);
+  c.holder = std::move(t.agent_id);
   t.agent_id.clear();
   t.dispatch_time = absl::InfinitePast();
   t.start_time = absl::InfinitePast();
+  return c;
+}
 
+void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
+                           absl::Duration requeue_after) {
+  const Closed c = CloseAttempt(t, std::move(result), interrupted, holds_slot);
+  const std::string& agent = c.holder;
   const AfterAttempt after = DecideAfterAttempt(
-      t, absl::StrCat("attempt ", t.attempt, " on agent ", agent),
-      {interrupted, pausing, requeue_after}, AttemptsUsed(t), opts_, Now(), [this] {
+      t, absl::StrCat("attempt ", t.attempt, c.claimed ? " claimed by " : " on agent ", agent),
+      {c.interrupted, c.pausing, requeue_after}, AttemptsUsed(t), opts_, Now(), [this] {
         return opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
       });
   switch (after.next) {

@@ -34,10 +34,11 @@ void Scheduler::Settle(TaskRecord& t) {
           }
         }
         start_deadlines_.Remove(t.id());
-        Transition(
-            t, v1::TASK_STATE_CANCELLED,
-            absl::StrCat("upstream task ", failed->id(),
-                         failed->state == v1::TASK_STATE_FAILED ? " failed" : " was cancelled"));
+        Transition(t, v1::TASK_STATE_CANCELLED,
+                   absl::StrCat("upstream task ", failed->id(),
+                                failed->state == v1::TASK_STATE_FAILED    ? " failed"
+                                : failed->state == v1::TASK_STATE_TRASHED ? " was trashed"
+                                                                          : " was cancelled"));
       } else if (DepsMet(t)) {
         const v1::TaskState to = ReadyOrScheduled(t);
         Transition(t, to,

@@ -47,6 +47,7 @@ void Scheduler::AddReady(TaskRecord& t) {
     heads_.insert({key, &c});
   }
   c.tasks.insert(key);
+  if (t.spec.placement().agent_ids().empty()) ready_by_queue_[t.queue()].insert(key);
 }
 
 void Scheduler::RemoveReady(const TaskRecord& t) {
@@ -57,6 +58,10 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
   const bool was_head = *c.tasks.begin() == key;
   if (was_head && c.where == ReadyClass::Where::kHeads) heads_.erase({key, &c});
   c.tasks.erase(key);
+  if (auto q = ready_by_queue_.find(t.queue()); q != ready_by_queue_.end()) {
+    q->second.erase(key);
+    if (q->second.empty()) ready_by_queue_.erase(q);
+  }
   if (c.tasks.empty()) {
     parked_.erase(&c);
     ready_.erase(it);

@@ -12,7 +12,8 @@ namespace taskgrid::core {
 absl::Status Scheduler::CheckInvariants() const {
   auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts;
-  size_t pending = 0, scheduled = 0;
+  size_t pending = 0, scheduled = 0, claimable = 0;
+  absl::flat_hash_map<std::string, int64_t> claimed;
   if (table_.by_seq().size() != table_.size()) {
     return fail("the table holds ", table_.size(), " tasks but ", table_.by_seq().size(), " seqs");
   }
@@ -35,13 +36,29 @@ absl::Status Scheduler::CheckInvariants() const {
         return fail("SCHEDULED task ", id, " is not in the timer");
       }
     }
-    if (IsInFlight(t.state)) {
+    if (t.state == v1::TASK_STATE_PENDING && t.spec.placement().agent_ids().empty()) {
+      ++claimable;
+      auto q = ready_by_queue_.find(t.queue());
+      if (q == ready_by_queue_.end() || !q->second.contains(ReadyKeyOf(t))) {
+        return fail("PENDING task ", id, " is not in its queue's ready index");
+      }
+    }
+    if (IsInFlight(t.state) && t.claimed()) {
+      if (t.attempt < 1) return fail("claimed task ", id, " has attempt ", t.attempt);
+      if (t.state != v1::TASK_STATE_RUNNING) return fail("claimed task ", id, " is not RUNNING");
+      if (t.agent_id.empty()) return fail("claimed task ", id, " names no owner");
+      if (!claim_deadlines_.Contains(id)) return fail("claimed task ", id, " has no claim end");
+      if (task_deadlines_.Contains(id)) return fail("claimed task ", id, " has an agent deadline");
+      ++claimed[t.queue()];
+    } else if (IsInFlight(t.state)) {
       if (t.attempt < 1) return fail("in-flight task ", id, " has attempt ", t.attempt);
       const AgentRecord* a = FindAgent(t.agent_id);
       if (a == nullptr) return fail("task ", id, " is held by unknown agent ", t.agent_id);
       if (!a->tasks.contains(id)) return fail("agent ", a->id, " does not list task ", id);
     } else if (!t.agent_id.empty()) {
       return fail("task ", id, " is ", StateName(t.state), " but names agent ", t.agent_id);
+    } else if (t.claimed()) {
+      return fail("task ", id, " is ", StateName(t.state), " but claimed");
     }
     if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
         !task_deadlines_.Contains(t.id())) {
@@ -124,6 +141,22 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
   if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
+  size_t in_queues = 0;
+  for (const auto& [queue, set] : ready_by_queue_) {
+    if (set.empty()) return fail("the ready index of queue ", queue, " is empty but kept");
+    in_queues += set.size();
+  }
+  if (in_queues != claimable) {
+    return fail("queue ready indexes hold ", in_queues, " tasks, not ", claimable);
+  }
+  if (claimed != claimed_by_queue_) return fail("claims are counted wrongly by queue");
+  if (claim_deadlines_.size() != [&] {
+        size_t n = 0;
+        for (const auto& [q, c] : claimed) n += static_cast<size_t>(c);
+        return n;
+      }()) {
+    return fail("claim ends are kept for ", claim_deadlines_.size(), " tasks");
+  }
   if (table_.scheduled().size() != scheduled) {
     return fail("timer holds ", table_.scheduled().size(), " tasks");
   }

@@ -59,6 +59,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.attempt_base = t.attempt_base;
   r.attempts_dropped = t.attempts_dropped;
   r.interrupted_dropped = t.interrupted_dropped;
+  r.claim_until_us = ToUnixMicrosOrZero(t.claim_until);
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
@@ -98,6 +99,7 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
   t.attempt_base = r.attempt_base;
   t.attempts_dropped = r.attempts_dropped;
   t.interrupted_dropped = r.interrupted_dropped;
+  t.claim_until = FromUnixMicrosOrZero(r.claim_until_us);
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }
@@ -125,6 +127,7 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
   if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) *out->mutable_result() = t.result;
   for (const v1::Attempt& a : t.attempts) *out->add_attempts() = a;
   out->set_attempts_dropped(t.attempts_dropped);
+  if (t.claimed()) SetTimestamp(t.claim_until, out->mutable_claim_expire_time());
 }
 
 }  // namespace taskgrid::core

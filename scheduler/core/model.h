@@ -41,6 +41,10 @@ struct TaskRecord {
   std::string reason;
   // A pause is waiting for the agent to stop the live attempt.
   bool pause_requested = false;
+  // Set while a pull worker holds the live attempt (a board claim; then
+  // agent_id is the claim's owner, not an agent): when the claim ends
+  // unless extended. InfinitePast: not a claim.
+  absl::Time claim_until = absl::InfinitePast();
   v1::TaskResult result;  // of the last finished attempt
   // Finished attempts, oldest first: the newest max_attempt_history.
   std::vector<v1::Attempt> attempts;
@@ -76,6 +80,7 @@ struct TaskRecord {
 
   const std::string& id() const { return spec.id(); }
   const std::string& queue() const { return spec.queue(); }
+  bool claimed() const { return claim_until != absl::InfinitePast(); }
   const std::string& job_id() const { return spec.job_id(); }
 };
 
@@ -112,6 +117,7 @@ struct TaskRow {
   int32_t attempt_base = 0;
   int32_t attempts_dropped = 0;
   int32_t interrupted_dropped = 0;
+  int64_t claim_until_us = 0;  // 0: not a board claim
 };
 
 // One finished attempt.

@@ -44,6 +44,12 @@ struct SchedulerOptions {
   int64_t default_queue_max_length = 0;
   absl::flat_hash_map<std::string, int64_t> queue_max_length;
 
+  // Pull mode (BoardService): the lease of a claim when the worker names
+  // none, the longest it may ask for, and the most tasks one Claim takes.
+  absl::Duration default_claim_lease = absl::Seconds(60);
+  absl::Duration max_claim_lease = absl::Hours(1);
+  int max_claims_per_call = 1'000;
+
   // Task defaults.
   int32_t default_max_attempts = 3;
   absl::Duration default_ack_timeout = absl::Seconds(10);

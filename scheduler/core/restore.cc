@@ -41,7 +41,12 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
-    if (IsInFlight(t.state)) restoring_->in_flight.push_back(&t);
+    if (IsInFlight(t.state)) {
+      restoring_->in_flight.push_back(&t);
+    } else if (t.claimed()) {
+      return absl::DataLossError(
+          absl::StrCat("task ", t.id(), " is ", StateName(t.state), " but claimed"));
+    }
     if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
     if (!t.job_id().empty()) {
       JobRecord& j = table_.FindOrAddJob(t.job_id(), t.seq, t.create_time);
@@ -79,6 +84,18 @@ absl::Status Scheduler::FinishRestore() {
     TaskRecord& t = *tp;
     if (t.agent_id.empty()) {
       return absl::DataLossError(absl::StrCat("task ", t.id(), " is in flight with no agent"));
+    }
+    if (t.claimed()) {
+      // A pull worker's claim: it holds until its stored end (the worker
+      // may extend or complete it once the scheduler is back), then the
+      // first tick takes it back.
+      if (t.state != v1::TASK_STATE_RUNNING) {
+        return absl::DataLossError(
+            absl::StrCat("task ", t.id(), " is claimed but ", StateName(t.state)));
+      }
+      ++claimed_by_queue_[t.queue()];
+      claim_deadlines_.Set(t.id(), t.claim_until - absl::UnixEpoch());
+      continue;
     }
     // A chain link still waiting on its agent for its predecessor (in
     // flight there too) holds no slot.

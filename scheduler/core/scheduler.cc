@@ -227,13 +227,14 @@ void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
       Transition(t, v1::TASK_STATE_CANCELLING,
                  absl::StrCat("cancel requested; waiting for agent ", t.agent_id));
       SendCancel(t);
-      if (waiting) {
+      if (waiting || t.claimed()) {
         // A chain link that has not started: the agent drops it on the
-        // Cancel without a word, so it ends here and now.
+        // Cancel without a word, so it ends here and now. A pull worker's
+        // claim ends now too: its next call finds it gone.
         v1::TaskResult r;
         r.set_outcome(v1::OUTCOME_CANCELLED);
         r.set_exit_code(-1);
-        r.set_error("cancelled before it started");
+        r.set_error(waiting ? "cancelled before it started" : "cancelled while claimed");
         FinishAttempt(t, std::move(r));
       }
       return;
@@ -312,12 +313,13 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
       t->reason = absl::StrCat("pause requested; waiting for agent ", t->agent_id);
       PersistRow(*t);
       SendCancel(*t);
-      if (t->chained_after != nullptr) {
+      if (t->chained_after != nullptr || t->claimed()) {
         // A chain link that has not started: the agent drops it silently.
+        // A claim ends now: its worker's next call finds it gone.
         v1::TaskResult r;
         r.set_outcome(v1::OUTCOME_CANCELLED);
         r.set_exit_code(-1);
-        r.set_error("paused before it started");
+        r.set_error(t->claimed() ? "paused while claimed" : "paused before it started");
         FinishAttempt(*t, std::move(r));
       }
       return t;
@@ -473,6 +475,12 @@ void Scheduler::Tick() {
     Transition(*t, v1::TASK_STATE_FAILED,
                absl::StrCat("expired before start: not started within schedule_timeout ",
                             absl::FormatDuration(FromProto(t->spec.schedule_timeout()))));
+  }
+  for (const std::string& id : claim_deadlines_.PopExpired(now - absl::UnixEpoch())) {
+    TaskRecord* t = Mutable(id);
+    if (t == nullptr || !t->claimed()) continue;
+    FinishAttempt(*t, LostResult(absl::StrCat("the claim by ", t->agent_id,
+                                              " ran out: neither completed nor extended")));
   }
   const absl::Duration mono = Mono();
   for (const std::string& id : task_deadlines_.PopExpired(mono)) {

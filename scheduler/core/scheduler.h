@@ -43,6 +43,7 @@
 #include "scheduler/core/placement.h"
 #include "scheduler/core/task_table.h"
 #include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
@@ -130,6 +131,31 @@ class Scheduler {
   // PAUSED; the interrupted attempt does not count against max_attempts.
   absl::StatusOr<const TaskRecord*> Pause(const std::string& id);
   absl::StatusOr<const TaskRecord*> Resume(const std::string& id);
+
+  // --- Pull mode: a job board (board.cc). Requests are checked here too;
+  // on error nothing changed. A claim is the task's live attempt, held by
+  // `owner` instead of an agent; its attempt number fences every later
+  // call (ABORTED when it is no longer the live attempt). ---
+
+  // Takes up to req.max() ready tasks of the queue that `req.labels()`
+  // allow (never tasks pinned to agent ids), best first; each becomes
+  // RUNNING. Returns what each holder needs to run them.
+  absl::StatusOr<std::vector<v1::ClaimedTask>> Claim(const v1::ClaimRequest& req);
+  // The claim's new end (now + lease; zero lease: the default).
+  absl::StatusOr<absl::Time> ExtendClaim(const v1::ClaimRef& ref,
+                                         const google::protobuf::Duration& lease);
+  // Ends the claim with the worker's result, as an agent's Result does.
+  absl::StatusOr<const TaskRecord*> CompleteClaim(const v1::ClaimRef& ref, v1::TaskResult result);
+  // Back to the board at once, not counted.
+  absl::StatusOr<const TaskRecord*> AbandonClaim(const v1::ClaimRef& ref,
+                                                 const std::string& reason);
+  // Ends the attempt and puts the task aside: TRASHED.
+  absl::StatusOr<const TaskRecord*> TrashClaim(const v1::ClaimRef& ref, const std::string& reason);
+  // A TRASHED task back on the board.
+  absl::StatusOr<const TaskRecord*> RestoreTask(const std::string& id);
+  // Ready tasks of `queue` a Claim with these labels would take now.
+  int64_t ClaimableCount(const std::string& queue,
+                         const google::protobuf::Map<std::string, std::string>& labels) const;
 
   // nullptr when unknown.
   const TaskRecord* Find(const std::string& id) const;
@@ -288,6 +314,36 @@ class Scheduler {
   // chain link that never started.
   void EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
                   absl::Duration requeue_after = absl::ZeroDuration());
+  // EndAttempt's first half: the holder (agent or claim) lets go, and the
+  // attempt goes into the history. What comes next is the caller's.
+  struct Closed {
+    std::string holder;  // the agent, or the claim's owner
+    bool claimed = false;
+    bool pausing = false;
+    bool interrupted = false;
+  };
+  Closed CloseAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot);
+
+  // --- Pull mode (board.cc). ---
+  // A result as it may be stored: tails and error cut to max_output_bytes
+  // (counting what went), an output past max_task_output_bytes fails the
+  // attempt, and an outcome the holder may not give is FAILED.
+  void BoundResult(v1::TaskResult* r) const;
+  // The attempt ended with a result from `holder` that was taken (a resent
+  // result whose answer was lost is then no error).
+  bool Committed(const std::string& task_id, int32_t attempt, const std::string& holder) const;
+  // The live claim `ref` names: NOT_FOUND for an unknown task, ABORTED
+  // when it is not (or no longer) that claim.
+  absl::StatusOr<TaskRecord*> LiveClaim(const v1::ClaimRef& ref);
+  // `ref` was completed with `result` already (a CompleteClaim repeated
+  // after its answer was lost), as opposed to ended some other way.
+  bool Completed(const v1::ClaimRef& ref, const v1::TaskResult& result) const;
+  // Whether a worker with `labels` may claim a task placed so.
+  static bool Claimable(const v1::Placement& p,
+                        const google::protobuf::Map<std::string, std::string>& labels);
+  // The lease asked for, or the default; INVALID_ARGUMENT past the bounds.
+  absl::StatusOr<absl::Duration> LeaseOf(const google::protobuf::Duration& lease,
+                                         absl::string_view field) const;
   // The tasks `a` holds, each ended with `result` unless it has moved on
   // meanwhile (a chain link ended with its predecessor).
   void EndHeld(AgentRecord& a, const std::vector<std::string>& ids, const v1::TaskResult& result);
@@ -346,6 +402,15 @@ class Scheduler {
 
   AgentRegistry agents_{&opts_};
   uint64_t assign_counter_ = 0;
+
+  // PENDING tasks by queue, in the order Claim takes them (pull mode);
+  // not those pinned to agent ids, which no claim may take.
+  absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
+  // RUNNING tasks a pull worker holds, by queue (QueueStats.claimed).
+  absl::flat_hash_map<std::string, int64_t> claimed_by_queue_;
+  // When each claim ends: wall time since the Unix epoch, as stored, so a
+  // restart arms it where it was.
+  DeadlineTable claim_deadlines_;
 
   DeadlineTable task_deadlines_;   // DISPATCHED: ack; RUNNING: attempt timeout
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch

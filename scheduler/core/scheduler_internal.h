@@ -54,7 +54,9 @@ enum class DepClass { kOpen, kSucceeded, kFailed };
 
 inline DepClass ClassOf(v1::TaskState s) {
   if (s == v1::TASK_STATE_SUCCEEDED) return DepClass::kSucceeded;
-  if (s == v1::TASK_STATE_FAILED || s == v1::TASK_STATE_CANCELLED) return DepClass::kFailed;
+  if (s == v1::TASK_STATE_FAILED || s == v1::TASK_STATE_CANCELLED || s == v1::TASK_STATE_TRASHED) {
+    return DepClass::kFailed;
+  }
   return DepClass::kOpen;
 }
 

@@ -9,7 +9,7 @@ using v1::TaskState;
 
 bool IsTerminal(TaskState s) {
   return s == v1::TASK_STATE_SUCCEEDED || s == v1::TASK_STATE_FAILED ||
-         s == v1::TASK_STATE_CANCELLED;
+         s == v1::TASK_STATE_CANCELLED || s == v1::TASK_STATE_TRASHED;
 }
 
 bool IsInFlight(TaskState s) {
@@ -33,9 +33,11 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
     case TASK_STATE_SCHEDULED:
     case TASK_STATE_PENDING:
       // BLOCKED again when a dependency is reset or retried before it ran.
+      // A pull worker's claim starts an attempt at once: PENDING -> RUNNING.
       return to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED || to == TASK_STATE_FAILED ||
              to == TASK_STATE_BLOCKED ||
-             (from == TASK_STATE_PENDING ? to == TASK_STATE_DISPATCHED : to == TASK_STATE_PENDING);
+             (from == TASK_STATE_PENDING ? to == TASK_STATE_DISPATCHED || to == TASK_STATE_RUNNING
+                                         : to == TASK_STATE_PENDING);
     case TASK_STATE_DISPATCHED:
       // Accepted; or the hand-over failed (ack timeout, agent lost, rejected):
       // retry now, retry after backoff, or attempts used up; or cancel; or a
@@ -45,9 +47,10 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
              to == TASK_STATE_FAILED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED ||
              to == TASK_STATE_BLOCKED;
     case TASK_STATE_RUNNING:
+      // TRASHED: the pull worker holding it put it aside.
       return to == TASK_STATE_SUCCEEDED || to == TASK_STATE_FAILED || to == TASK_STATE_PENDING ||
              to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLING || to == TASK_STATE_PAUSED ||
-             to == TASK_STATE_BLOCKED;
+             to == TASK_STATE_BLOCKED || to == TASK_STATE_TRASHED;
     case TASK_STATE_CANCELLING:
       // The agent confirms (or its lease ends); a result that beat the cancel
       // to the agent still counts as a success.
@@ -55,11 +58,12 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
     case TASK_STATE_PAUSED:
       return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED || to == TASK_STATE_CANCELLED ||
              to == TASK_STATE_FAILED || to == TASK_STATE_BLOCKED;
-    // Reset (any terminal state) and retry (FAILED, CANCELLED): ready, or
-    // waiting for dependencies, or for not_before.
+    // Reset (any terminal state), retry (FAILED, CANCELLED) and restore
+    // (TRASHED): ready, or waiting for dependencies, or for not_before.
     case TASK_STATE_SUCCEEDED:
     case TASK_STATE_FAILED:
     case TASK_STATE_CANCELLED:
+    case TASK_STATE_TRASHED:
       return to == TASK_STATE_PENDING || to == TASK_STATE_BLOCKED || to == TASK_STATE_SCHEDULED;
     default:
       return false;

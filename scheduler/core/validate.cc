@@ -11,6 +11,7 @@
 #include "common/builtins.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 
 namespace taskgrid::core {
 
@@ -81,6 +82,58 @@ absl::Status ValidateAgentMessage(const v1::AgentMessage& msg) {
   return absl::OkStatus();
 }
 
+absl::Status CheckLabels(absl::string_view field,
+                         const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > kMaxAgentLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", labels.size(), " entries; the limit is ", kMaxAgentLabels));
+  }
+  for (const auto& [k, v] : labels) {
+    if (absl::Status s = CheckName(absl::StrCat(field, " key"), k, kMaxIdLength); !s.ok()) return s;
+    if (v.size() > kMaxLabelValueBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", k, "] is ", v.size(),
+                                                     " bytes; the limit is ", kMaxLabelValueBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateClaim(const v1::ClaimRequest& req, const SchedulerOptions& opts) {
+  if (!req.queue().empty()) {
+    RETURN_IF_ERROR(CheckName("queue", req.queue(), kMaxQueueNameLength));
+  }
+  RETURN_IF_ERROR(CheckName("owner", req.owner(), kMaxIdLength));
+  RETURN_IF_ERROR(CheckDuration(req.lease(), "lease"));
+  if (FromProto(req.lease()) > opts.max_claim_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease is ", absl::FormatDuration(FromProto(req.lease())), "; the limit is ",
+                     absl::FormatDuration(opts.max_claim_lease), " (--max_claim_lease)"));
+  }
+  if (req.max() < 0 || req.max() > opts.max_claims_per_call) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max is ", req.max(), "; it must be in [0, ", opts.max_claims_per_call, "]"));
+  }
+  return CheckLabels("labels", req.labels());
+}
+
+absl::Status ValidateClaimRef(const v1::ClaimRef& ref) {
+  RETURN_IF_ERROR(CheckName("claim.task_id", ref.task_id(), kMaxIdLength));
+  RETURN_IF_ERROR(CheckName("claim.owner", ref.owner(), kMaxIdLength));
+  if (ref.attempt() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "claim.attempt is ", ref.attempt(), "; it is the claimed attempt's number (from 1)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWaitForWork(const v1::WaitForWorkRequest& req) {
+  if (!req.queue().empty()) {
+    RETURN_IF_ERROR(CheckName("queue", req.queue(), kMaxQueueNameLength));
+  }
+  RETURN_IF_ERROR(CheckDuration(req.timeout(), "timeout"));
+  return CheckLabels("labels", req.labels());
+}
+
 absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts) {
   if (absl::Status s = CheckName("hello.agent_id", hello.agent_id(), kMaxIdLength); !s.ok()) {
     return s;
@@ -90,17 +143,7 @@ absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts)
                                                    "; it must be in [1, ", opts.max_agent_slots,
                                                    "] (--max_agent_slots)"));
   }
-  if (hello.labels_size() > kMaxAgentLabels) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.labels has ", hello.labels_size(),
-                                                   " entries; the limit is ", kMaxAgentLabels));
-  }
-  for (const auto& [k, v] : hello.labels()) {
-    if (absl::Status s = CheckName("hello.labels key", k, kMaxIdLength); !s.ok()) return s;
-    if (v.size() > kMaxLabelValueBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("hello.labels[", k, "] is ", v.size(),
-                                                     " bytes; the limit is ", kMaxLabelValueBytes));
-    }
-  }
+  RETURN_IF_ERROR(CheckLabels("hello.labels", hello.labels()));
   if (hello.version().size() > kMaxIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("hello.version is ", hello.version().size(),
                                                    " bytes; the limit is ", kMaxIdLength));

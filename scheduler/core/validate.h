@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "scheduler/core/options.h"
 #include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -39,6 +40,16 @@ absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts)
 // messages only (neither a hello nor another batch). A second Hello is the
 // stream's business (FAILED_PRECONDITION there).
 absl::Status ValidateAgentMessage(const v1::AgentMessage& msg);
+
+// Pull mode: a Claim (queue, owner, lease within --max_claim_lease, max,
+// labels as an agent's), the claim a later call names, and WaitForWork.
+absl::Status ValidateClaim(const v1::ClaimRequest& req, const SchedulerOptions& opts);
+absl::Status ValidateClaimRef(const v1::ClaimRef& ref);
+absl::Status ValidateWaitForWork(const v1::WaitForWorkRequest& req);
+// Labels a worker or agent carries: at most 64, keys valid names, values
+// at most kMaxLabelValueBytes. `field` names them ("hello.labels").
+absl::Status CheckLabels(absl::string_view field,
+                         const google::protobuf::Map<std::string, std::string>& labels);
 
 // Checks one spec; `field` prefixes the messages (e.g. "tasks[3]").
 // An empty id is allowed (the scheduler generates one).

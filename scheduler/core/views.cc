@@ -18,7 +18,10 @@ v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
       return v1::JOB_STATE_RUNNING;
     }
   }
-  if (j.counts[v1::TASK_STATE_FAILED] > 0) return v1::JOB_STATE_FAILED;
+  // A task put aside by its pull worker failed as far as its job goes.
+  if (j.counts[v1::TASK_STATE_FAILED] > 0 || j.counts[v1::TASK_STATE_TRASHED] > 0) {
+    return v1::JOB_STATE_FAILED;
+  }
   if (j.counts[v1::TASK_STATE_CANCELLED] > 0) return v1::JOB_STATE_CANCELLED;
   return v1::JOB_STATE_SUCCEEDED;
 }
@@ -166,6 +169,9 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
       if (counts[s] != 0) {
         (*qs.mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = counts[s];
       }
+    }
+    if (auto it = claimed_by_queue_.find(name); it != claimed_by_queue_.end()) {
+      qs.set_claimed(it->second);
     }
   };
   if (!queue.empty()) {

@@ -74,6 +74,13 @@ const std::set<std::pair<TaskState, TaskState>>& Allowed() {
       // met, with not_before ahead; a chain link goes with its predecessor
       {TASK_STATE_BLOCKED, TASK_STATE_SCHEDULED},
       {TASK_STATE_BLOCKED, TASK_STATE_DISPATCHED},
+      // pull mode: a claim starts at once; its worker may trash it, and a
+      // restore (or reset) puts it back
+      {TASK_STATE_PENDING, TASK_STATE_RUNNING},
+      {TASK_STATE_RUNNING, TASK_STATE_TRASHED},
+      {TASK_STATE_TRASHED, TASK_STATE_PENDING},
+      {TASK_STATE_TRASHED, TASK_STATE_SCHEDULED},
+      {TASK_STATE_TRASHED, TASK_STATE_BLOCKED},
   };
   return *kAllowed;
 }
@@ -104,6 +111,7 @@ TEST(StateMachine, TerminalAndInFlightStates) {
   EXPECT_TRUE(IsTerminal(TASK_STATE_SUCCEEDED));
   EXPECT_TRUE(IsTerminal(TASK_STATE_FAILED));
   EXPECT_TRUE(IsTerminal(TASK_STATE_CANCELLED));
+  EXPECT_TRUE(IsTerminal(TASK_STATE_TRASHED));
   EXPECT_FALSE(IsTerminal(TASK_STATE_CANCELLING));
   EXPECT_FALSE(IsTerminal(TASK_STATE_PAUSED));
   EXPECT_TRUE(IsInFlight(TASK_STATE_DISPATCHED));

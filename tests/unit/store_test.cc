@@ -282,6 +282,42 @@ TYPED_TEST(StoreConformance, TrimmedAttemptsAreGoneAndTheCountsKept) {
   ASSERT_EQ((*tasks)[1].attempts.size(), 1u);  // another task's history is left alone
 }
 
+TYPED_TEST(StoreConformance, AClaimsEndIsKeptOnInsertAndUpdate) {
+  core::WriteBatch b;
+  core::TaskRow claimed = Row("claimed", 1);
+  claimed.claim_until_us = 1'700'000'123'456'789;
+  b.tasks.push_back(claimed);
+  b.tasks.push_back(Row("moved", 2));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch c;
+  core::TaskRow moved = Row("moved", 2);
+  moved.insert = false;
+  moved.claim_until_us = 42;
+  c.tasks.push_back(moved);
+  core::TaskRow released = claimed;
+  released.insert = false;
+  released.claim_until_us = 0;
+  c.tasks.push_back(released);
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  this->Reopen();
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].row.claim_until_us, 0);
+  EXPECT_EQ((*tasks)[1].row.claim_until_us, 42);
+  // And the value an insert carries.
+  core::WriteBatch d;
+  core::TaskRow fresh = Row("fresh", 3);
+  fresh.claim_until_us = 7;
+  d.tasks.push_back(fresh);
+  ASSERT_TRUE(this->store()->Apply(d).ok());
+  this->Reopen();
+  tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 3u);
+  EXPECT_EQ((*tasks)[2].row.claim_until_us, 7);
+}
+
 TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t", 1));
