@@ -17,7 +17,6 @@
 namespace taskgrid::engine {
 
 namespace {
-absl::Status Stopped() { return absl::UnavailableError("the scheduler is shutting down"); }
 
 // page_size (0: 100, at most 1000) and page_token (a submit seq) of a list
 // request.
@@ -56,10 +55,13 @@ Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
       store_(store),
       sched_(clock, opts_.scheduler),
       writer_(store, opts_.writer),
-      waiters_(opts_.max_waits, "--max_waits"),
+      waiters_(opts_.max_waits, "WaitTask calls", "--max_waits"),
+      work_waiters_(opts_.max_waits, "WaitForWork calls", "--max_waits"),
       waker_([this] { WakeLoop(); }) {}
 
 Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Stopped() { return absl::UnavailableError("the scheduler is shutting down"); }
 
 absl::Status Engine::Start() {
   {
@@ -194,13 +196,16 @@ void Engine::Stop() {
     ticker_cv_.notify_all();
   }
   if (ticker_.joinable()) ticker_.join();
-  std::vector<Waiters::Waiter> waiting;
+  std::vector<TaskWaiters::Waiter> waiting;
+  std::vector<WorkWaiters::Waiter> waiting_for_work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     waiting = waiters_.TakeAll();
+    waiting_for_work = work_waiters_.TakeAll();
   }
-  for (Waiters::Waiter& w : waiting) w.done(Stopped());
+  for (TaskWaiters::Waiter& w : waiting) w.done(Stopped());
+  for (WorkWaiters::Waiter& w : waiting_for_work) w.done(Stopped());
   writer_.Stop();
   // After the writer: its last commits may still wake watches.
   {
@@ -253,19 +258,20 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
     if (waiters_.size() == 0 || !core::IsTerminal(static_cast<v1::TaskState>(e.to_state))) {
       continue;
     }
-    for (Waiters::Waiter& w : waiters_.TakeTask(e.task_id)) {
+    for (TaskWaiters::Waiter& w : waiters_.TakeKey(e.task_id)) {
       v1::WaitTaskResponse resp;
       sched_.Describe(*sched_.Find(e.task_id), resp.mutable_task());
       resp.set_done(true);
       resolved.emplace_back(std::move(w.done), std::move(resp));
     }
   }
+  auto work = WorkArrivedLocked(fx.batch.events);
   const int64_t last = fx.batch.events.empty() ? 0 : fx.batch.events.back().revision;
   std::vector<core::EventRow> events;
   if (watch_count_.load() > 0) events = fx.batch.events;  // a watch starting later replays
   writer_.Submit(std::move(fx.batch),
                  [this, messages = std::move(fx.messages), closes = std::move(fx.close_conns),
-                  after = std::move(after), resolved = std::move(resolved),
+                  after = std::move(after), resolved = std::move(resolved), work = std::move(work),
                   events = std::move(events), last](const absl::Status& s) mutable {
                    if (!s.ok()) {
                      std::call_once(fatal_once_, [&] {
@@ -277,6 +283,13 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
                      Deliver(messages, closes);
                    }
                    for (auto& [done, resp] : resolved) {
+                     if (s.ok()) {
+                       done(std::move(resp));
+                     } else {
+                       done(s);
+                     }
+                   }
+                   for (auto& [done, resp] : work) {
                      if (s.ok()) {
                        done(std::move(resp));
                      } else {
@@ -303,17 +316,6 @@ void Engine::Publish(const std::vector<core::EventRow>& events, int64_t last) {
     watches.assign(watches_.begin(), watches_.end());
   }
   for (const std::shared_ptr<Watch>& w : watches) w->Offer(converted, last);
-}
-
-template <typename T>
-void Engine::Answer(absl::StatusOr<T> result, Reply<T> done) {
-  CommitLocked([result = std::move(result), done = std::move(done)](const absl::Status& s) mutable {
-    if (!s.ok()) {
-      done(s);
-    } else {
-      done(std::move(result));
-    }
-  });
 }
 
 void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes) {
@@ -559,7 +561,7 @@ uint64_t Engine::WaitTask(const std::string& id, absl::Duration max_wait,
 }
 
 void Engine::CancelWait(uint64_t waiter) {
-  Waiters::Waiter w;
+  TaskWaiters::Waiter w;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!waiters_.Remove(waiter, &w)) return;  // answered already
@@ -665,12 +667,15 @@ void Engine::GetClusterStats(Reply<v1::ClusterStats> done) {
 // Agents.
 
 void Engine::EndCalls(const absl::Status& why) {
-  std::vector<Waiters::Waiter> waiting;
+  std::vector<TaskWaiters::Waiter> waiting;
+  std::vector<WorkWaiters::Waiter> waiting_for_work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = waiters_.TakeAll();
+    waiting_for_work = work_waiters_.TakeAll();
   }
-  for (Waiters::Waiter& w : waiting) w.done(why);
+  for (TaskWaiters::Waiter& w : waiting) w.done(why);
+  for (WorkWaiters::Waiter& w : waiting_for_work) w.done(why);
   std::lock_guard<std::mutex> lock(channels_mu_);
   for (auto& [conn, channel] : channels_) channel->Close(why);
 }
@@ -748,11 +753,16 @@ void Engine::TickNow() {
   sched_.Tick();
   // Waits that ran out: answer with the task as it is. Only the due ones
   // are looked at.
-  for (Waiters::Waiter& w : waiters_.TakeExpired(clock_->Monotonic())) {
+  for (TaskWaiters::Waiter& w : waiters_.TakeExpired(clock_->Monotonic())) {
     v1::WaitTaskResponse resp;
-    sched_.Describe(*sched_.Find(w.task_id), resp.mutable_task());
+    sched_.Describe(*sched_.Find(w.key), resp.mutable_task());
     resp.set_done(false);
     Answer(absl::StatusOr<v1::WaitTaskResponse>(std::move(resp)), std::move(w.done));
+  }
+  for (WorkWaiters::Waiter& w : work_waiters_.TakeExpired(clock_->Monotonic())) {
+    v1::WaitForWorkResponse resp;
+    resp.set_ready(sched_.ClaimableCount(w.key, w.extra));
+    Answer(absl::StatusOr<v1::WaitForWorkResponse>(std::move(resp)), std::move(w.done));
   }
   CommitLocked(nullptr);
 }

@@ -31,6 +31,7 @@
 #include "scheduler/store/group_commit.h"
 #include "scheduler/store/store.h"
 #include "taskgrid/v1/agent_service.pb.h"
+#include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
@@ -117,6 +118,23 @@ class Engine {
                                                     std::function<void()> wake);
   void StopWatch(const std::shared_ptr<Watch>& watch);
 
+  // --- BoardService (board.cc). Each reply runs once, after the change is
+  // durable. ---
+  void Claim(const v1::ClaimRequest& req, Reply<v1::ClaimResponse> done);
+  void ExtendClaim(const v1::ExtendClaimRequest& req, Reply<v1::ExtendClaimResponse> done);
+  void CompleteClaim(v1::CompleteClaimRequest req, Reply<v1::CompleteClaimResponse> done);
+  void AbandonClaim(const v1::AbandonClaimRequest& req, Reply<v1::AbandonClaimResponse> done);
+  void TrashClaim(const v1::TrashClaimRequest& req, Reply<v1::TrashClaimResponse> done);
+  void RestoreTask(const std::string& id, Reply<v1::Task> done);
+  // Replies when the queue has tasks these labels may claim (at once when
+  // it has), or with ready=0 after `max_wait`. Returns the waiter's id for
+  // CancelWorkWait, 0 when answered at once.
+  uint64_t WaitForWork(const v1::WaitForWorkRequest& req, absl::Duration max_wait,
+                       Reply<v1::WaitForWorkResponse> done);
+  void CancelWorkWait(uint64_t waiter);
+  // WaitForWork calls in progress.
+  size_t waiting_for_work();
+
   // --- JobService. ---
   void SubmitJob(v1::SubmitJobRequest req, Reply<v1::Job> done);
   void GetJob(const std::string& id, Reply<v1::Job> done);
@@ -142,7 +160,8 @@ class Engine {
   absl::Duration heartbeat_interval();
   // The server is stopping: ends every agent stream with `why` (agents
   // reconnect to the next scheduler and keep their tasks within the grace)
-  // and answers every WaitTask in progress with it, so no RPC is left open.
+  // and answers every WaitTask and WaitForWork in progress with it, so no
+  // RPC is left open.
   void EndCalls(const absl::Status& why);
 
   // --- For tests and tools. ---
@@ -166,8 +185,20 @@ class Engine {
   void CommitLocked(std::function<void(const absl::Status&)> after);
   // Aborts on a broken invariant when opts_.check_invariants; mu_ held.
   void CheckInvariantsLocked() const;
+  // Answers `done` with `result` once everything queued so far (this
+  // operation's rows) is committed; with the commit's error if it fails.
   template <typename T>
-  void Answer(absl::StatusOr<T> result, Reply<T> done);
+  void Answer(absl::StatusOr<T> result, Reply<T> done) {
+    CommitLocked(
+        [result = std::move(result), done = std::move(done)](const absl::Status& s) mutable {
+          if (!s.ok()) {
+            done(s);
+          } else {
+            done(std::move(result));
+          }
+        });
+  }
+  static absl::Status Stopped();
   void Deliver(std::vector<core::Outgoing>& messages, const std::vector<uint64_t>& closes);
   // Start's recovery, with mu_ held: reads the store back into sched_, a
   // chunk of rows at a time, on this thread and a reader thread (joined
@@ -199,7 +230,15 @@ class Engine {
   absl::flat_hash_map<uint64_t, std::shared_ptr<AgentChannel>>
       channels_;  // guarded by channels_mu_
 
-  Waiters waiters_;  // guarded by mu_
+  TaskWaiters waiters_;  // guarded by mu_
+  // WaitForWork calls, by queue, with the worker's labels.
+  using WorkWaiters =
+      Waiters<v1::WaitForWorkResponse, google::protobuf::Map<std::string, std::string>>;
+  WorkWaiters work_waiters_;  // guarded by mu_
+  // The work waiters that a commit's events let claim something now,
+  // answered with how much (mu_ held).
+  std::vector<std::pair<Reply<v1::WaitForWorkResponse>, v1::WaitForWorkResponse>> WorkArrivedLocked(
+      const std::vector<core::EventRow>& events);
 
   std::mutex watches_mu_;
   std::set<std::shared_ptr<Watch>> watches_;  // guarded by watches_mu_

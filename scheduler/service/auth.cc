@@ -89,8 +89,16 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.JobService/SubmitJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/CancelJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/RetryJob", Role::kSubmitter},
+      {"/taskgrid.v1.BoardService/RestoreTask", Role::kSubmitter},
       // Agents.
       {"/taskgrid.v1.AgentService/Connect", Role::kAgent},
+      // Pull workers do an agent's work: they receive tasks and report.
+      {"/taskgrid.v1.BoardService/Claim", Role::kAgent},
+      {"/taskgrid.v1.BoardService/ExtendClaim", Role::kAgent},
+      {"/taskgrid.v1.BoardService/CompleteClaim", Role::kAgent},
+      {"/taskgrid.v1.BoardService/AbandonClaim", Role::kAgent},
+      {"/taskgrid.v1.BoardService/TrashClaim", Role::kAgent},
+      {"/taskgrid.v1.BoardService/WaitForWork", Role::kAgent},
       // Changing the cluster.
       {"/taskgrid.v1.ClusterService/DrainAgent", Role::kAdmin},
   };
@@ -230,14 +238,15 @@ grpc::Status TokenAuth::Process(const InputMetadata& auth_metadata, grpc::AuthCo
 }
 
 absl::Status CheckAgentIdentity(const std::string& agent_id,
-                                const std::vector<std::string>& cert_names) {
+                                const std::vector<std::string>& cert_names,
+                                absl::string_view what) {
   if (std::find(cert_names.begin(), cert_names.end(), agent_id) != cert_names.end()) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(
-      absl::StrCat("agent id ", agent_id, " is not a name of the client certificate (its names: ",
-                   cert_names.empty() ? "none" : absl::StrJoin(cert_names, ", "),
-                   "): an agent may only use an id its certificate names"));
+      absl::StrCat(what, " ", agent_id, " is not a name of the client certificate (its names: ",
+                   cert_names.empty() ? "none" : absl::StrJoin(cert_names, ", "), "): a ", what,
+                   " may only be a name its certificate names"));
 }
 
 }  // namespace taskgrid::service

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace taskgrid::service {
 
@@ -85,10 +86,12 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
   const std::vector<Principal> principals_;
 };
 
-// With mTLS an agent may only use an id its certificate names: OK when
-// `agent_id` is one of `cert_names` (PeerCertificateNames), else
-// PERMISSION_DENIED naming the id and the certificate's names.
+// With mTLS an agent may only use an id its certificate names, and a pull
+// worker only such an owner: OK when `agent_id` is one of `cert_names`
+// (PeerCertificateNames), else PERMISSION_DENIED naming the id (as `what`:
+// "agent id", "owner") and the certificate's names.
 absl::Status CheckAgentIdentity(const std::string& agent_id,
-                                const std::vector<std::string>& cert_names);
+                                const std::vector<std::string>& cert_names,
+                                absl::string_view what = "agent id");
 
 }  // namespace taskgrid::service

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
     if (opts.tls.cert.empty()) return absl::InvalidArgumentError("tokens need TLS (--tls_cert)");
     creds->SetAuthMetadataProcessor(opts.tokens);
   }
-  std::unique_ptr<SchedulerServer> s(new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox));
+  std::unique_ptr<SchedulerServer> s(
+      new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.listen, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
@@ -48,6 +49,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   builder.RegisterService(&s->agents_);
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->jobs_);
+  builder.RegisterService(&s->board_);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,

@@ -15,6 +15,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/service/agent_service.h"
 #include "scheduler/service/auth.h"
+#include "scheduler/service/board_service.h"
 #include "scheduler/service/cluster_service.h"
 #include "scheduler/service/job_service.h"
 #include "scheduler/service/task_service.h"
@@ -55,12 +56,14 @@ class SchedulerServer {
         tasks_(engine),
         agents_(engine, bind_agent_ids, agent_outbox),
         cluster_(engine),
-        jobs_(engine) {}
+        jobs_(engine),
+        board_(engine, bind_agent_ids) {}
   engine::Engine* const engine_;
   TaskServiceImpl tasks_;
   AgentServiceImpl agents_;
   ClusterServiceImpl cluster_;
   JobServiceImpl jobs_;
+  BoardServiceImpl board_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
+#include "scheduler/service/long_poll.h"
 #include "scheduler/service/unary.h"
 
 namespace taskgrid::service {
@@ -84,69 +85,12 @@ grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerCon
   return reactor;
 }
 
-namespace {
-
-// One WaitTask call. Its waiter lives in the Engine until the task ends or
-// the wait runs out; a client that goes away (cancel, deadline, broken
-// connection) takes its waiter out at once, so waiters never pile up.
-class WaitCall final : public grpc::ServerUnaryReactor {
- public:
-  WaitCall(engine::Engine* engine, v1::WaitTaskResponse* resp) : engine_(engine), resp_(resp) {}
-
-  void Start(const std::string& id, absl::Duration wait) {
-    const uint64_t waiter =
-        engine_->WaitTask(id, wait, [this](absl::StatusOr<v1::WaitTaskResponse> r) {
-          if (r.ok()) *resp_ = std::move(*r);
-          Finish(ToGrpcStatus(r.status()));
-        });
-    bool cancelled;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      waiter_ = waiter;
-      cancelled = cancelled_;
-    }
-    if (cancelled && waiter != 0) engine_->CancelWait(waiter);
-  }
-
-  void OnCancel() override {
-    uint64_t waiter;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled_ = true;
-      waiter = waiter_;
-    }
-    // Answered already (waiter gone), or not registered yet (Start cancels
-    // it): CancelWait is a no-op then.
-    if (waiter != 0) engine_->CancelWait(waiter);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  engine::Engine* const engine_;
-  v1::WaitTaskResponse* const resp_;
-  std::mutex mu_;
-  uint64_t waiter_ = 0;     // guarded by mu_
-  bool cancelled_ = false;  // guarded by mu_
-};
-
-}  // namespace
-
 grpc::ServerUnaryReactor* TaskServiceImpl::WaitTask(grpc::CallbackServerContext* ctx,
                                                     const v1::WaitTaskRequest* req,
                                                     v1::WaitTaskResponse* resp) {
-  auto* call = new WaitCall(engine_, resp);
-  // Wait for `timeout` (at most an hour), but answer before the caller's
-  // own deadline so it gets the task rather than DEADLINE_EXCEEDED.
-  absl::Duration wait = FromProto(req->timeout());
-  if (wait <= absl::ZeroDuration() || wait > absl::Hours(1)) wait = absl::Hours(1);
-  const auto deadline = ctx->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    const absl::Duration left =
-        absl::FromChrono(deadline - std::chrono::system_clock::now()) - absl::Milliseconds(200);
-    wait = std::max(absl::ZeroDuration(), std::min(wait, left));
-  }
-  call->Start(req->id(), wait);
+  auto* call = new LongPoll<v1::WaitTaskResponse>(
+      resp, [engine = engine_](uint64_t waiter) { engine->CancelWait(waiter); });
+  call->Registered(engine_->WaitTask(req->id(), LongPollWait(ctx, req->timeout()), call->Reply()));
   return call;
 }
 

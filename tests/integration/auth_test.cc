@@ -17,6 +17,7 @@
 
 #include "common/tls.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
+#include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
@@ -99,7 +100,8 @@ TEST(TokenAuth, EveryMethodTheSchedulerServesHasARole) {
   int services = 0;
   for (const google::protobuf::FileDescriptor* file :
        {v1::SubmitTasksRequest::descriptor()->file(), v1::SubmitJobRequest::descriptor()->file(),
-        v1::ListAgentsRequest::descriptor()->file(), v1::AgentMessage::descriptor()->file()}) {
+        v1::ListAgentsRequest::descriptor()->file(), v1::AgentMessage::descriptor()->file(),
+        v1::ClaimRequest::descriptor()->file()}) {
     for (int s = 0; s < file->service_count(); ++s, ++services) {
       const google::protobuf::ServiceDescriptor* service = file->service(s);
       for (int i = 0; i < service->method_count(); ++i) {
@@ -109,7 +111,7 @@ TEST(TokenAuth, EveryMethodTheSchedulerServesHasARole) {
       }
     }
   }
-  EXPECT_EQ(services, 4);
+  EXPECT_EQ(services, 5);
   // The table names nothing the scheduler does not serve, besides health and reflection.
   int none = 0;
   for (const auto& [method, role] : MethodRoles()) none += role == Role::kNone;
@@ -126,14 +128,15 @@ TEST(TokenAuth, EachRoleCallsWhatItMayAndNothingElse) {
       "/taskgrid.v1.JobService/ListJobs",       "/taskgrid.v1.JobService/SubmitJob",
       "/taskgrid.v1.ClusterService/ListAgents", "/taskgrid.v1.ClusterService/GetClusterStats",
       "/taskgrid.v1.ClusterService/DrainAgent", "/taskgrid.v1.AgentService/Connect",
+      "/taskgrid.v1.BoardService/Claim",        "/taskgrid.v1.BoardService/RestoreTask",
   };
   // token -> which of `methods` it may call (1) or not (0).
   const std::map<std::string, std::vector<int>> allowed = {
-      {"reader-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 0}},
-      {"submitter-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 0, 0}},
-      {"agent-token-0123456789", {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}},
-      {"admin-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
-      {"ops-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 1}},
+      {"reader-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0}},
+      {"submitter-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1}},
+      {"agent-token-0123456789", {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0}},
+      {"admin-token-0123456789", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+      {"ops-token-0123456789", {1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0}},
   };
   const std::map<std::string, std::string> names = {{"reader-token-0123456789", "rita"},
                                                     {"submitter-token-0123456789", "sam"},

@@ -1,4 +1,4 @@
-// Waiters: each answered once, found by task, by id and by deadline, and
+// Waiters: each answered once, found by key, by id and by deadline, and
 // expiry looks only at the waiters that are due.
 #include "scheduler/engine/waiters.h"
 
@@ -11,24 +11,24 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-Waiters::Reply Noop() {
+TaskWaiters::Reply Noop() {
   return [](absl::StatusOr<v1::WaitTaskResponse>) {};
 }
 
-std::vector<uint64_t> Ids(const std::vector<Waiters::Waiter>& ws) {
+std::vector<uint64_t> Ids(const std::vector<TaskWaiters::Waiter>& ws) {
   std::vector<uint64_t> out;
-  for (const Waiters::Waiter& w : ws) out.push_back(w.id);
+  for (const TaskWaiters::Waiter& w : ws) out.push_back(w.id);
   return out;
 }
 
 TEST(Waiters, TakeTaskTakesOnlyThatTasksWaiters) {
-  Waiters w(10, "--max_waits");
+  TaskWaiters w(10, "WaitTask calls", "--max_waits");
   const uint64_t a1 = *w.Add("a", absl::Seconds(5), Noop());
   const uint64_t b = *w.Add("b", absl::Seconds(5), Noop());
   const uint64_t a2 = *w.Add("a", absl::Seconds(9), Noop());
   EXPECT_NE(a1, 0u);
-  EXPECT_THAT(Ids(w.TakeTask("a")), ElementsAre(a1, a2));
-  EXPECT_TRUE(w.TakeTask("a").empty());
+  EXPECT_THAT(Ids(w.TakeKey("a")), ElementsAre(a1, a2));
+  EXPECT_TRUE(w.TakeKey("a").empty());
   EXPECT_EQ(w.size(), 1u);
   // Gone from the deadline index too: only b expires.
   EXPECT_THAT(Ids(w.TakeExpired(absl::Seconds(100))), ElementsAre(b));
@@ -36,19 +36,19 @@ TEST(Waiters, TakeTaskTakesOnlyThatTasksWaiters) {
 }
 
 TEST(Waiters, RemoveTakesOneWaiterOnceFromEveryIndex) {
-  Waiters w(10, "--max_waits");
+  TaskWaiters w(10, "WaitTask calls", "--max_waits");
   const uint64_t a = *w.Add("a", absl::Seconds(5), Noop());
   const uint64_t a2 = *w.Add("a", absl::Seconds(5), Noop());
-  Waiters::Waiter got;
+  TaskWaiters::Waiter got;
   ASSERT_TRUE(w.Remove(a, &got));
-  EXPECT_EQ(got.task_id, "a");
+  EXPECT_EQ(got.key, "a");
   EXPECT_FALSE(w.Remove(a, &got)) << "a second cancel finds nothing";
-  EXPECT_THAT(Ids(w.TakeTask("a")), ElementsAre(a2));
+  EXPECT_THAT(Ids(w.TakeKey("a")), ElementsAre(a2));
   EXPECT_TRUE(w.TakeExpired(absl::Seconds(100)).empty());
 }
 
 TEST(Waiters, ExpiryLooksOnlyAtTheDueWaiters) {
-  Waiters w(100'000, "--max_waits");
+  TaskWaiters w(100'000, "WaitTask calls", "--max_waits");
   for (int i = 0; i < 10'000; ++i) w.Add("far" + std::to_string(i), absl::Hours(1), Noop()).value();
   const uint64_t soon = *w.Add("soon", absl::Seconds(2), Noop());
   const uint64_t sooner = *w.Add("sooner", absl::Seconds(1), Noop());
@@ -60,7 +60,7 @@ TEST(Waiters, ExpiryLooksOnlyAtTheDueWaiters) {
 }
 
 TEST(Waiters, IsBoundedNamingTheFlag) {
-  Waiters w(2, "--max_waits");
+  TaskWaiters w(2, "WaitTask calls", "--max_waits");
   ASSERT_TRUE(w.Add("a", absl::Seconds(1), Noop()).ok());
   ASSERT_TRUE(w.Add("a", absl::Seconds(1), Noop()).ok());
   absl::StatusOr<uint64_t> third = w.Add("b", absl::Seconds(1), Noop());
@@ -68,17 +68,36 @@ TEST(Waiters, IsBoundedNamingTheFlag) {
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(third.status().message()), HasSubstr("--max_waits=2"));
   EXPECT_EQ(w.size(), 2u) << "the refused one stores nothing";
-  w.TakeTask("a");
+  w.TakeKey("a");
   EXPECT_TRUE(w.Add("b", absl::Seconds(1), Noop()).ok()) << "room again";
 }
 
+TEST(Waiters, TakeKeyIfTakesOnlyTheWaitersItIsAskedFor) {
+  Waiters<v1::WaitForWorkResponse, int> w(10, "WaitForWork calls", "--max_waits");
+  auto noop = [](absl::StatusOr<v1::WaitForWorkResponse>) {};
+  const uint64_t small = *w.Add("q", absl::Seconds(5), noop, 1);
+  const uint64_t big = *w.Add("q", absl::Seconds(5), noop, 7);
+  *w.Add("other", absl::Seconds(5), noop, 7);
+  std::vector<uint64_t> taken;
+  for (const auto& got : w.TakeKeyIf("q", [](const auto& x) { return x.extra > 3; })) {
+    taken.push_back(got.id);
+  }
+  EXPECT_THAT(taken, ElementsAre(big));
+  EXPECT_TRUE(w.HasKey("q"));
+  EXPECT_EQ(w.size(), 2u);
+  decltype(w)::Waiter left;
+  ASSERT_TRUE(w.Remove(small, &left));
+  EXPECT_EQ(left.extra, 1);
+  EXPECT_FALSE(w.HasKey("q"));
+}
+
 TEST(Waiters, TakeAllEmptiesEveryIndex) {
-  Waiters w(10, "--max_waits");
+  TaskWaiters w(10, "WaitTask calls", "--max_waits");
   w.Add("a", absl::Seconds(1), Noop()).value();
   w.Add("b", absl::Seconds(2), Noop()).value();
   EXPECT_EQ(w.TakeAll().size(), 2u);
   EXPECT_EQ(w.size(), 0u);
-  EXPECT_TRUE(w.TakeTask("a").empty());
+  EXPECT_TRUE(w.TakeKey("a").empty());
   EXPECT_TRUE(w.TakeExpired(absl::Hours(1)).empty());
 }
 
