@@ -24,6 +24,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -105,13 +106,25 @@ ABSL_FLAG(int64_t, after, 0,
 ABSL_FLAG(int64_t, count, 0, "watch: exit after this many events (0: no limit)");
 ABSL_FLAG(bool, follow, false, "watch: reconnect by itself when the stream ends");
 
+// board (pull mode).
+ABSL_FLAG(std::string, owner, "", "board: who claims (the worker's name)");
+ABSL_FLAG(absl::Duration, lease, absl::ZeroDuration(),
+          "board claim, extend: how long the claim holds (0: the scheduler's default, 60s)");
+ABSL_FLAG(int32_t, max, 1, "board claim: at most this many tasks");
+ABSL_FLAG(int32_t, exit_code, 0, "board complete: the exit code (0: SUCCEEDED, else FAILED)");
+ABSL_FLAG(std::string, stdout, "", "board complete: the output to keep as stdout");
+ABSL_FLAG(std::string, error, "", "board complete: why it failed");
+ABSL_FLAG(std::string, reason, "", "board abandon, trash: why");
+
 namespace {
 
+using taskgrid::ctl::BoardUsageText;
 using taskgrid::ctl::Command;
 using taskgrid::ctl::CommandHelp;
 using taskgrid::ctl::Commands;
 using taskgrid::ctl::FindCommand;
 using taskgrid::ctl::JobUsageText;
+using taskgrid::ctl::kBoardCommands;
 using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 using taskgrid::ctl::kJobCommands;
@@ -446,6 +459,96 @@ int BuildJobList(v1::ListJobsRequest* req) {
 
 absl::Duration WaitTimeout() { return absl::GetFlag(FLAGS_wait_timeout); }
 
+// The claim `board extend|complete|abandon|trash ID ATTEMPT --owner=O` names.
+int BuildClaimRef(const std::string& name, const std::vector<std::string>& args,
+                  const std::string& hint, v1::ClaimRef* ref) {
+  int32_t attempt = 0;
+  if (args.size() != 2 || args[0].empty() || !absl::SimpleAtoi(args[1], &attempt) || attempt < 1) {
+    return UsageError(absl::StrCat(name, " takes a task ID and the claimed ATTEMPT number"), hint);
+  }
+  if (absl::GetFlag(FLAGS_owner).empty()) return UsageError(name + " needs --owner", hint);
+  ref->set_task_id(args[0]);
+  ref->set_attempt(attempt);
+  ref->set_owner(absl::GetFlag(FLAGS_owner));
+  return kExitOk;
+}
+
+// The worker's --labels, for board claim and board wait.
+int BuildWorkerLabels(google::protobuf::Map<std::string, std::string>* out) {
+  auto labels = taskgrid::ctl::ParseKeyValues("labels", absl::GetFlag(FLAGS_labels));
+  if (!labels.ok()) return UsageError(std::string(labels.status().message()));
+  for (const auto& [k, v] : *labels) (*out)[k] = v;
+  return kExitOk;
+}
+
+int RunBoard(const std::string& name, const std::vector<std::string>& args,
+             taskgrid::ctl::Client& client, const std::string& hint) {
+  const absl::Duration lease = absl::GetFlag(FLAGS_lease);
+  if (lease < absl::ZeroDuration() || lease == absl::InfiniteDuration()) {
+    return UsageError("--lease must be a positive duration like 60s", hint);
+  }
+  if (name == "board claim" || name == "board wait") {
+    if (!args.empty()) {
+      return UsageError(absl::StrCat("unexpected "
+                                     ", args[0], "
+                                     " after ",
+                                     name),
+                        hint);
+    }
+  }
+  if (name == "board claim") {
+    v1::ClaimRequest req;
+    if (absl::GetFlag(FLAGS_owner).empty()) return UsageError("board claim needs --owner", hint);
+    req.set_owner(absl::GetFlag(FLAGS_owner));
+    req.set_queue(absl::GetFlag(FLAGS_queue));
+    req.set_max(absl::GetFlag(FLAGS_max));
+    if (lease > absl::ZeroDuration()) *req.mutable_lease() = taskgrid::ToProto(lease);
+    if (int rc = BuildWorkerLabels(req.mutable_labels()); rc != kExitOk) return rc;
+    return client.BoardClaim(req);
+  }
+  if (name == "board wait") {
+    v1::WaitForWorkRequest req;
+    req.set_queue(absl::GetFlag(FLAGS_queue));
+    if (int rc = BuildWorkerLabels(req.mutable_labels()); rc != kExitOk) return rc;
+    *req.mutable_timeout() = taskgrid::ToProto(std::min(WaitTimeout(), absl::Hours(1)));
+    return client.BoardWait(req);
+  }
+  if (name == "board restore") {
+    if (args.size() != 1 || args[0].empty())
+      return UsageError("board restore takes one task ID", hint);
+    return client.BoardRestore(args[0]);
+  }
+  v1::ClaimRef ref;
+  if (int rc = BuildClaimRef(name, args, hint, &ref); rc != kExitOk) return rc;
+  if (name == "board extend") {
+    v1::ExtendClaimRequest req;
+    *req.mutable_claim() = ref;
+    if (lease > absl::ZeroDuration()) *req.mutable_lease() = taskgrid::ToProto(lease);
+    return client.BoardExtend(req);
+  }
+  if (name == "board complete") {
+    v1::CompleteClaimRequest req;
+    *req.mutable_claim() = ref;
+    v1::TaskResult* r = req.mutable_result();
+    const int32_t code = absl::GetFlag(FLAGS_exit_code);
+    r->set_outcome(code == 0 ? v1::OUTCOME_SUCCEEDED : v1::OUTCOME_FAILED);
+    r->set_exit_code(code);
+    r->set_stdout_tail(absl::GetFlag(FLAGS_stdout));
+    r->set_error(absl::GetFlag(FLAGS_error));
+    return client.BoardComplete(req);
+  }
+  if (name == "board abandon") {
+    v1::AbandonClaimRequest req;
+    *req.mutable_claim() = ref;
+    req.set_reason(absl::GetFlag(FLAGS_reason));
+    return client.BoardAbandon(req);
+  }
+  v1::TrashClaimRequest req;  // board trash
+  *req.mutable_claim() = ref;
+  req.set_reason(absl::GetFlag(FLAGS_reason));
+  return client.BoardTrash(req);
+}
+
 bool ValidWaitTimeout() { return WaitTimeout() > absl::ZeroDuration(); }
 
 int Run(int argc, char** argv) {
@@ -494,12 +597,12 @@ int Run(int argc, char** argv) {
       std::cout << UsageText();
       return kExitOk;
     }
-    if (topic == "job") {
+    if (topic == "job" || topic == "board") {
       if (sub.empty()) {
-        std::cout << JobUsageText();
+        std::cout << (topic == "job" ? JobUsageText() : BoardUsageText());
         return kExitOk;
       }
-      topic = absl::StrCat("job ", sub);
+      topic = absl::StrCat(topic, " ", sub);
     }
     const Command* c = FindCommand(topic);
     if (c == nullptr) return UsageError(absl::StrCat("unknown command \"", topic, "\""));
@@ -521,13 +624,14 @@ int Run(int argc, char** argv) {
   }
   std::string name = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
-  if (name == "job") {
-    // Two words name the command: job submit, job get, ...
-    if (args.empty()) return UsageError("job needs a command", kJobCommands);
-    name = absl::StrCat("job ", args[0]);
+  if (name == "job" || name == "board") {
+    // Two words name the command: job submit, board claim, ...
+    const char* group = name == "job" ? kJobCommands : kBoardCommands;
+    if (args.empty()) return UsageError(name + " needs a command", group);
+    name = absl::StrCat(name, " ", args[0]);
     args.erase(args.begin());
     if (FindCommand(name) == nullptr) {
-      return UsageError(absl::StrCat("unknown command \"", name, "\""), kJobCommands);
+      return UsageError(absl::StrCat("unknown command \"", name, "\""), group);
     }
   }
   const Command* command = FindCommand(name);
@@ -558,7 +662,8 @@ int Run(int argc, char** argv) {
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
 
   // 4. The command.
-  if ((name == "submit" || name == "wait" || name == "job submit") && !ValidWaitTimeout()) {
+  if ((name == "submit" || name == "wait" || name == "job submit" || name == "board wait") &&
+      !ValidWaitTimeout()) {
     return UsageError("--wait_timeout must be a positive duration like 10m", command_hint);
   }
   if (name == "submit") {
@@ -596,6 +701,7 @@ int Run(int argc, char** argv) {
         name == "job cancel" ? taskgrid::ctl::JobAction::kCancel : taskgrid::ctl::JobAction::kRetry,
         args[0]);
   }
+  if (absl::StartsWith(name, "board ")) return RunBoard(name, args, client, command_hint);
   if (name == "wait") {
     if (args.empty()) return UsageError("wait needs a task ID", command_hint);
     for (const std::string& id : args) {

@@ -33,6 +33,8 @@ METHODS = {
     "taskgrid.v1.AgentService": ["Connect"],
     "taskgrid.v1.ClusterService": ["ListAgents", "DrainAgent", "GetClusterStats"],
     "taskgrid.v1.JobService": ["SubmitJob", "GetJob", "ListJobs", "CancelJob", "RetryJob"],
+    "taskgrid.v1.BoardService": ["Claim", "ExtendClaim", "CompleteClaim", "AbandonClaim",
+                                 "TrashClaim", "RestoreTask", "WaitForWork"],
     "grpc.health.v1.Health": ["Check", "Watch"],
 }
 
@@ -40,6 +42,7 @@ METHODS = {
 INVALID_ARGUMENT = 3 << 3
 DEADLINE_EXCEEDED = 4 << 3
 NOT_FOUND = 5 << 3
+ABORTED = 10 << 3
 
 
 def json_stream(text):
@@ -183,6 +186,40 @@ class ReflectionTest(unittest.TestCase):
                                                      "steps": [{"builtin": {"name": "noop"}}]}]},
                          INVALID_ARGUMENT)
         self.assertIn("depends_on[0]", err["message"])
+
+    def test_board_with_json(self):
+        # Labels the cluster's agent lacks: the task waits on the board.
+        self.call("taskgrid.v1.TaskService/SubmitTasks", {"tasks": [
+            {"id": "pulled", "queue": "pull", "placement": {"requiredLabels": {"pull": "1"}},
+             "payload": base64.b64encode(b"in").decode(),
+             "steps": [{"builtin": {"name": "noop"}}]}]})
+        ready = self.call("taskgrid.v1.BoardService/WaitForWork",
+                          {"queue": "pull", "labels": {"pull": "1"}, "timeout": "10s"},
+                          "--timeout", "15s")
+        self.assertEqual(ready, {"ready": "1"})
+        claimed = self.call("taskgrid.v1.BoardService/Claim",
+                            {"queue": "pull", "owner": "py-7", "lease": "30s",
+                             "labels": {"pull": "1"}})
+        self.assertEqual(len(claimed["claims"]), 1)
+        a = claimed["claims"][0]["assignment"]
+        self.assertEqual((a["taskId"], a["attempt"]), ("pulled", 1))
+        self.assertEqual(base64.b64decode(a["payload"]), b"in")
+        self.assertIn("expireTime", claimed["claims"][0])
+        ref = {"taskId": "pulled", "attempt": 1, "owner": "py-7"}
+        ext = self.call("taskgrid.v1.BoardService/ExtendClaim", {"claim": ref, "lease": "60s"})
+        self.assertIn("expireTime", ext)
+        wrong = dict(ref, owner="someone-else")
+        err = self.error("taskgrid.v1.BoardService/CompleteClaim",
+                         {"claim": wrong, "result": {"outcome": "OUTCOME_SUCCEEDED"}}, ABORTED)
+        self.assertIn("not live", err["message"])
+        done = self.call("taskgrid.v1.BoardService/CompleteClaim",
+                         {"claim": ref, "result": {"outcome": "OUTCOME_SUCCEEDED",
+                                                   "stdoutTail": base64.b64encode(b"out").decode()}})
+        self.assertEqual(done["task"]["state"], "TASK_STATE_SUCCEEDED")
+        self.assertEqual(done["task"]["attempts"][-1]["agentId"], "py-7")
+        err = self.error("taskgrid.v1.BoardService/Claim", {"queue": "pull", "owner": ""},
+                         INVALID_ARGUMENT)
+        self.assertIn("owner", err["message"])
 
     def test_wait_and_watch_with_json(self):
         self.call("taskgrid.v1.TaskService/SubmitTasks", {"tasks": [

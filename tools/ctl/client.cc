@@ -32,6 +32,7 @@ Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
   stub_ = v1::TaskService::NewStub(channel_);
   cluster_stub_ = v1::ClusterService::NewStub(channel_);
   job_stub_ = v1::JobService::NewStub(channel_);
+  board_stub_ = v1::BoardService::NewStub(channel_);
 }
 
 void Client::Report(const grpc::Status& gs) const {

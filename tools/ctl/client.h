@@ -17,6 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
@@ -87,6 +88,19 @@ class Client {
   int ListJobs(v1::ListJobsRequest req, bool all);
   int ActOnJob(JobAction action, const std::string& id);
 
+  // BoardService (board.cc): pull mode from the command line, for scripts
+  // and for looking at what a worker would get. Claim prints the claims;
+  // the claim calls print "ID STATE" (ExtendClaim: the new end);
+  // BoardWait exits kExitOk when work is ready, kExitWaitTimedOut when the
+  // wait ran out with none.
+  int BoardClaim(const v1::ClaimRequest& req);
+  int BoardExtend(const v1::ExtendClaimRequest& req);
+  int BoardComplete(const v1::CompleteClaimRequest& req);
+  int BoardAbandon(const v1::AbandonClaimRequest& req);
+  int BoardTrash(const v1::TrashClaimRequest& req);
+  int BoardRestore(const std::string& id);
+  int BoardWait(const v1::WaitForWorkRequest& req);
+
  private:
   // Runs `rpc` with a fresh context carrying the deadline. On failure prints
   // "error: CODE: message" on stderr and returns false.
@@ -123,6 +137,7 @@ class Client {
   std::unique_ptr<v1::TaskService::Stub> stub_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
   std::unique_ptr<v1::JobService::Stub> job_stub_;          // same channel as stub_
+  std::unique_ptr<v1::BoardService::Stub> board_stub_;      // same channel as stub_
 };
 
 // The templates every command file uses.

@@ -13,6 +13,10 @@ std::string JobStatesLine() { return absl::StrCat("Job states: ", core::AllJobSt
 extern const char kJobCommands[] =
     "Job commands: job submit, job get, job list, job cancel, job retry";
 
+extern const char kBoardCommands[] =
+    "Board commands: board claim, board extend, board complete, board abandon, board trash, "
+    "board restore, board wait";
+
 const std::vector<Command>& Commands() {
   static const auto* commands = new std::vector<Command>{
       {"submit",
@@ -279,6 +283,73 @@ and history go on); the tasks cancelled because an upstream task failed wait
 BLOCKED again. Other tasks are left as they are. Refused
 (FAILED_PRECONDITION, exit 1) when the job has no FAILED task. Prints
 "JOB STATE  N tasks: COUNTS"; --json prints the Job.)txt"},
+      {"board claim",
+       "board claim --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",
+       "Claim ready tasks of a queue as a pull worker",
+       "taskgridctl board claim --queue=images --owner=worker-7 --lease=5m",
+       {"owner", "queue", "max", "lease", "labels"},
+       R"txt(Takes up to --max (default 1, at most 1,000) ready tasks of the queue, best
+first (priority, then submit order), each as a new RUNNING attempt held by
+--owner until --lease (default: the scheduler's, 60s; at most 1 hour)
+passes. Tasks that require labels are claimed only with --labels that carry
+them; tasks pinned to agents (--agents) never are. Agents and pull workers
+may share a queue: no task goes to both.
+
+Prints ID, ATTEMPT, EXPIRES and STEPS of each claim, or "no task to claim".
+The ATTEMPT is the claim's fencing token: extend, complete, abandon and trash
+name it, and a claim that expired, was cancelled or belongs to another owner
+is refused (ABORTED, exit 1). A claim neither completed nor extended in time
+counts as a lost attempt, and the task goes back on the board. --json prints
+the ClaimResponse, whose assignments hold everything needed to run the task
+(steps, payload, inputs).)txt"},
+      {"board extend",
+       "board extend ID ATTEMPT --owner=NAME [--lease=DUR]",
+       "Keep a claim: it now ends --lease from now",
+       "taskgridctl board extend resize-1 1 --owner=worker-7 --lease=5m",
+       {"owner", "lease"},
+       R"txt(Prints "ID attempt N claimed by OWNER until TIME"; ABORTED (exit 1) when the
+claim is no longer live.)txt"},
+      {"board complete",
+       "board complete ID ATTEMPT --owner=NAME [--exit_code=N] [--stdout=TEXT] [--error=TEXT]",
+       "End a claim with its result",
+       "taskgridctl board complete resize-1 1 --owner=worker-7 --stdout='done'",
+       {"owner", "exit_code", "stdout", "error"},
+       R"txt(Exit code 0 ends the task SUCCEEDED; any other fails the attempt, and the
+task's retry policy decides what follows, as for an agent's result.
+Completing the same claim again with the same result is answered as the first
+time (safe to retry); any other call on an ended claim is ABORTED. Prints
+"ID STATE".)txt"},
+      {"board abandon",
+       "board abandon ID ATTEMPT --owner=NAME [--reason=TEXT]",
+       "Give a claimed task back to the board, not counted",
+       "taskgridctl board abandon resize-1 1 --owner=worker-7 --reason='shutting down'",
+       {"owner", "reason"},
+       R"txt(The task is ready again at once; the attempt does not count against
+max_attempts. Prints "ID STATE".)txt"},
+      {"board trash",
+       "board trash ID ATTEMPT --owner=NAME [--reason=TEXT]",
+       "Put a claimed task aside as TRASHED, for review",
+       "taskgridctl board trash resize-1 1 --owner=worker-7 --reason='corrupt input'",
+       {"owner", "reason"},
+       R"txt(A TRASHED task stays in the table (list --state=TRASHED) until it is restored
+or reset; tasks that depend on it are cancelled, as after a failure. Prints
+"ID STATE".)txt"},
+      {"board restore",
+       "board restore ID",
+       "Put a TRASHED task back on the board",
+       "taskgridctl board restore resize-1",
+       {},
+       R"txt(The task is ready again (or waits for its dependencies or not_before); the
+attempts it used still count. Prints "ID STATE".)txt"},
+      {"board wait",
+       "board wait [--queue=Q] [--labels=k=v,...] [--wait_timeout=DUR]",
+       "Wait until a queue has tasks this worker could claim",
+       "taskgridctl board wait --queue=images --wait_timeout=30s && taskgridctl board claim ...",
+       {"queue", "labels", "wait_timeout"},
+       R"txt(A long poll: answers as soon as the queue holds tasks that --labels allow
+(at once when it already does), or when --wait_timeout (at most 1 hour) passes.
+Prints "N ready"; exit 0 when N > 0, 4 when the wait ran out with none.
+Another worker may claim them first.)txt"},
       {"help",
        "help [COMMAND]",
        "This text, or the details of one command",
@@ -336,6 +407,20 @@ std::string JobUsageText() {
   absl::StrAppend(&out,
                   "\nAlso: list --job=JOB and watch --job=JOB show the tasks of one job.\n"
                   "`taskgridctl help job COMMAND` shows the details of a command.\n");
+  return out;
+}
+
+// `taskgridctl help board`: the board commands, as in UsageText.
+std::string BoardUsageText() {
+  std::string out =
+      "The board (pull mode): workers claim ready tasks of a queue, then complete,\n"
+      "abandon or trash each claim. See also clients/python/pull_worker.py.\n\n"
+      "Commands:\n";
+  for (const Command& c : Commands()) {
+    if (!absl::StartsWith(c.name, "board ")) continue;
+    absl::StrAppend(&out, "  ", c.synopsis, "\n      ", c.summary, "\n      $ ", c.example, "\n");
+  }
+  absl::StrAppend(&out, "\n`taskgridctl help board COMMAND` shows the details of a command.\n");
   return out;
 }
 

@@ -14,6 +14,7 @@ std::string StatesLine();
 // "Job states: RUNNING ...".
 std::string JobStatesLine();
 extern const char kJobCommands[];
+extern const char kBoardCommands[];
 
 struct Command {
   const char* name;
@@ -32,6 +33,8 @@ const Command* FindCommand(const std::string& name);
 std::string UsageText();
 // `taskgridctl help job`: the job commands.
 std::string JobUsageText();
+// `taskgridctl help board`: the board commands.
+std::string BoardUsageText();
 // `taskgridctl help NAME`.
 std::string CommandHelp(const Command& c);
 

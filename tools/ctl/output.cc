@@ -239,8 +239,11 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
       }
     }
   }
+  const bool claims = std::any_of(resp.queues().begin(), resp.queues().end(),
+                                  [](const v1::QueueStats& q) { return q.claimed() > 0; });
   std::vector<std::string> header = {"QUEUE", "LENGTH", "MAX"};
   for (v1::TaskState s : states) header.push_back(core::StateName(s));
+  if (claims) header.push_back("CLAIMED");
   Table table(std::move(header));
   for (const v1::QueueStats& q : resp.queues()) {
     std::vector<std::string> row = {
@@ -250,6 +253,7 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
       auto it = q.counts().find(core::StateName(s));
       row.push_back(absl::StrCat(it == q.counts().end() ? 0 : it->second));
     }
+    if (claims) row.push_back(absl::StrCat(q.claimed()));
     table.AddRow(std::move(row));
   }
   return table.Render();
@@ -265,7 +269,13 @@ std::string FormatTaskDetail(const v1::Task& t) {
   // attempts count against max_attempts, so the two are shown apart.
   Field(&out, "Attempt", t.attempt() == 0 ? std::string("-") : absl::StrCat(t.attempt()));
   Field(&out, "Attempts used", absl::StrCat(t.attempts_used(), " / ", t.max_attempts()));
-  Field(&out, "Agent", OrDash(t.agent_id()));
+  if (t.has_claim_expire_time()) {
+    // A pull worker holds it (BoardService), not an agent.
+    Field(&out, "Claimed by",
+          absl::StrCat(t.agent_id(), " until ", FormatTime(t.claim_expire_time())));
+  } else {
+    Field(&out, "Agent", OrDash(t.agent_id()));
+  }
   Field(&out, "Priority", absl::StrCat(spec.priority()));
   Field(&out, "Created", FormatTime(t.create_time()));
   Field(&out, "Updated", FormatTime(t.update_time()));
@@ -435,6 +445,19 @@ std::string FormatJobList(const std::vector<v1::Job>& jobs) {
   for (const v1::Job& j : jobs) {
     table.AddRow({j.id(), core::JobStateName(j.state()), absl::StrCat(j.task_count()),
                   FormatJobCounts(j), FormatTime(j.create_time()), FormatTime(j.update_time())});
+  }
+  return table.Render();
+}
+
+std::string FormatClaims(const v1::ClaimResponse& resp) {
+  if (resp.claims().empty()) return "no task to claim\n";
+  Table table({"ID", "ATTEMPT", "EXPIRES", "STEPS"});
+  for (const v1::ClaimedTask& c : resp.claims()) {
+    const v1::Assignment& a = c.assignment();
+    std::vector<std::string> steps;
+    for (const v1::Step& s : a.steps()) steps.push_back(StepText(s));
+    table.AddRow({a.task_id(), absl::StrCat(a.attempt()), FormatTime(c.expire_time()),
+                  Shorten(OneLine(absl::StrJoin(steps, "; ")), 60)});
   }
   return table.Render();
 }

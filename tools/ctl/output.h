@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
@@ -74,6 +75,10 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp);
 // The detail view of `get`: fields, result with output tails, attempts table
 // (an interrupted attempt's outcome reads e.g. "CANCELLED (interrupted)").
 std::string FormatTaskDetail(const v1::Task& t);
+
+// `board claim`: ID, ATTEMPT (the fencing token later calls name), EXPIRES
+// and the steps of each claimed task, or "no task to claim".
+std::string FormatClaims(const v1::ClaimResponse& resp);
 
 // How long before `now` `then` was: "0.4s ago", "12s ago", "3m05s ago",
 // "2h10m ago"; "-" when `then` is unset (InfinitePast). A `then` after `now`
