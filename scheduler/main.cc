@@ -86,6 +86,10 @@ ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
           "Most WaitTask calls waiting at once; past it a new one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, default_claim_lease, absl::Seconds(60),
+          "Pull mode: how long a claim holds when the worker asks for no lease");
+ABSL_FLAG(absl::Duration, max_claim_lease, absl::Hours(1),
+          "Pull mode: the longest lease a worker may ask for in Claim or ExtendClaim");
 ABSL_FLAG(int64_t, max_agent_outbox_bytes, 64 << 20,
           "Bytes that may wait for an agent behind a write it has not taken for 10s; past "
           "them its stream is ended (an agent that stopped reading)");
@@ -155,6 +159,8 @@ int main(int argc, char** argv) {
   so.max_job_tasks = absl::GetFlag(FLAGS_max_job_tasks);
   so.max_chain_length = absl::GetFlag(FLAGS_max_chain_length);
   so.max_attempt_history = absl::GetFlag(FLAGS_max_attempt_history);
+  so.default_claim_lease = absl::GetFlag(FLAGS_default_claim_lease);
+  so.max_claim_lease = absl::GetFlag(FLAGS_max_claim_lease);
   so.max_agent_slots = absl::GetFlag(FLAGS_max_agent_slots);
   so.default_queue_max_length = absl::GetFlag(FLAGS_default_queue_max_length);
   so.default_max_attempts = absl::GetFlag(FLAGS_default_max_attempts);
@@ -244,6 +250,14 @@ int main(int argc, char** argv) {
   }
   if (!(so.max_heartbeats_per_second >= 0)) {
     spdlog::error("--max_heartbeats_per_second must be >= 0 (0: no bound)");
+    return 2;
+  }
+  if (so.default_claim_lease <= absl::ZeroDuration() ||
+      so.max_claim_lease < so.default_claim_lease ||
+      so.max_claim_lease == absl::InfiniteDuration()) {
+    spdlog::error(
+        "--default_claim_lease must be positive and at most --max_claim_lease (got {} and {})",
+        absl::FormatDuration(so.default_claim_lease), absl::FormatDuration(so.max_claim_lease));
     return 2;
   }
   if (so.event_retention < absl::Seconds(1)) {

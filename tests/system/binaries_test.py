@@ -57,6 +57,8 @@ class BinariesTest(unittest.TestCase):
                 (["--max_job_tasks=0"], "--max_job_tasks must be at least 1"),
                 (["--max_chain_length=-3"], "--max_chain_length must be at least 1, not -3"),
                 (["--max_attempt_history=0"], "--max_attempt_history must be at least 1"),
+                (["--default_claim_lease=2h"], "--default_claim_lease must be positive and at most"),
+                (["--default_claim_lease=0s"], "--default_claim_lease must be positive"),
                 # Reachable from other machines with no TLS or tokens: only
                 # when asked for in so many words.
                 (["--listen=0.0.0.0:0"], "pass --insecure"),
