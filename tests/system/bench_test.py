@@ -37,6 +37,8 @@ EXPECTED = {
            "scheduler_rss": POSITIVE, "scheduler_peak_rss": POSITIVE, "scheduler_cpu": FINITE,
            "sim_late_heartbeats": FINITE, "sim_max_heartbeat_delay": FINITE,
            "agent_heartbeat_interval": POSITIVE, "heartbeats_per_second": POSITIVE},
+    "W7": {"claim_complete_rate": POSITIVE, "claim_p50": POSITIVE, "claim_p99": POSITIVE,
+           "double_claims": ZERO},
 }
 
 
@@ -130,6 +132,7 @@ class BenchTest(unittest.TestCase):
         w3 = by_workload["W3"]
         self.assertLessEqual(w3["latency_p50"]["value"], w3["latency_p99"]["value"])
         self.assertLessEqual(w3["latency_p99"]["value"], w3["latency_max"]["value"])
+        self.assertEqual(by_workload["W7"]["claim_complete_rate"]["settings"]["claimers"], 16)
         held = by_workload["W6"]["agents_held"]
         self.assertEqual(held["value"], held["n"], "not every simulated agent stayed connected")
         # The table goes to stderr with --json.

@@ -140,6 +140,7 @@ void Cluster::Connect() {
   channel_ = grpc::CreateCustomChannel(addr_, *creds, args);
   tasks_ = v1::TaskService::NewStub(channel_);
   cluster_ = v1::ClusterService::NewStub(channel_);
+  board_ = v1::BoardService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }
 

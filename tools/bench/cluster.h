@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
 #include "tools/bench/child_process.h"
@@ -119,6 +120,7 @@ class Cluster {
 
   v1::TaskService::Stub* tasks() { return tasks_.get(); }
   v1::ClusterService::Stub* cluster() { return cluster_.get(); }
+  v1::BoardService::Stub* board() { return board_.get(); }
 
   // Waits until every id in `ids` is listed ACTIVE by ListAgents.
   absl::Status WaitAgentsActive(const std::vector<std::string>& ids, absl::Duration timeout);
@@ -160,6 +162,7 @@ class Cluster {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> tasks_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_;
+  std::unique_ptr<v1::BoardService::Stub> board_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 

@@ -1,4 +1,4 @@
-// The six workloads of taskgrid-bench. Each starts what it needs
+// The workloads of taskgrid-bench. Each starts what it needs
 // (a scheduler of its own unless --addr, real taskgrid-agent processes,
 // simulated agents), measures, appends its Figures, and stops everything it
 // started before returning, on success and on error alike.
@@ -44,6 +44,8 @@ struct Sizes {
   std::vector<int64_t> w6_agents = {2000, 10000};
   absl::Duration w6_window = absl::Seconds(60);
   int w6_per_process = 1000;
+  int64_t w7_tasks = 20000;
+  int w7_claimers = 16;
 
   static Sizes Full() { return Sizes(); }
   static Sizes Smoke();
@@ -61,5 +63,7 @@ absl::Status RunW3Latency(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW4Recovery(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW5Restart(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out);
+// board.cc: pull mode.
+absl::Status RunW7Claims(const RunContext& ctx, std::vector<Figure>* out);
 
 }  // namespace taskgrid::bench
