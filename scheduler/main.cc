@@ -86,6 +86,11 @@ ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
           "Most WaitTask calls waiting at once; past it a new one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_merged_payloads, 10'000,
+          "Delivery by merge key: most payloads one task gathers; past it a submit is "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_merged_payload_bytes, 16 << 20,
+          "Delivery by merge key: most bytes of payloads one task gathers");
 ABSL_FLAG(absl::Duration, default_claim_lease, absl::Seconds(60),
           "Pull mode: how long a claim holds when the worker asks for no lease");
 ABSL_FLAG(absl::Duration, max_claim_lease, absl::Hours(1),
@@ -160,6 +165,8 @@ int main(int argc, char** argv) {
   so.max_chain_length = absl::GetFlag(FLAGS_max_chain_length);
   so.max_attempt_history = absl::GetFlag(FLAGS_max_attempt_history);
   so.default_claim_lease = absl::GetFlag(FLAGS_default_claim_lease);
+  so.max_merged_payloads = absl::GetFlag(FLAGS_max_merged_payloads);
+  so.max_merged_payload_bytes = absl::GetFlag(FLAGS_max_merged_payload_bytes);
   so.max_claim_lease = absl::GetFlag(FLAGS_max_claim_lease);
   so.max_agent_slots = absl::GetFlag(FLAGS_max_agent_slots);
   so.default_queue_max_length = absl::GetFlag(FLAGS_default_queue_max_length);
@@ -230,7 +237,9 @@ int main(int argc, char** argv) {
        {std::pair<const char*, int64_t>{"max_job_tasks", so.max_job_tasks},
         {"max_chain_length", so.max_chain_length},
         {"max_agent_slots", so.max_agent_slots},
-        {"max_attempt_history", so.max_attempt_history}}) {
+        {"max_attempt_history", so.max_attempt_history},
+        {"max_merged_payloads", so.max_merged_payloads},
+        {"max_merged_payload_bytes", so.max_merged_payload_bytes}}) {
     if (value < 1) {
       spdlog::error("--{} must be at least 1, not {}", flag, value);
       return 2;

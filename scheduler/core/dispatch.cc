@@ -22,6 +22,7 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
   as->set_queue(t.queue());
   *as->mutable_steps() = t.spec.steps();
   as->set_payload(t.spec.payload());
+  if (t.merge) *as->mutable_merged_payloads() = t.merge->merged.payloads();
   *as->mutable_attempt_timeout() = t.spec.attempt_timeout();
   as->set_slots(SlotsOf(t.spec.placement()));
   if (run_after != nullptr) as->set_run_after(run_after->id());

@@ -12,7 +12,7 @@ namespace taskgrid::core {
 absl::Status Scheduler::CheckInvariants() const {
   auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts;
-  size_t pending = 0, scheduled = 0, claimable = 0;
+  size_t pending = 0, scheduled = 0, claimable = 0, joinable = 0;
   absl::flat_hash_map<std::string, int64_t> claimed;
   if (table_.by_seq().size() != table_.size()) {
     return fail("the table holds ", table_.size(), " tasks but ", table_.by_seq().size(), " seqs");
@@ -103,6 +103,16 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " and the chain link after it disagree");
     }
     if (t.job != nullptr && t.job->id != t.job_id()) return fail("task ", id, " is in another job");
+    if (static_cast<bool>(t.merge) != !t.spec.merge_key().empty()) {
+      return fail("task ", id, " has merge state ", t.merge ? "without" : "missing for",
+                  " a merge key");
+    }
+    if (Joinable(t)) {
+      ++joinable;
+      if (JoinableTask(MergeKeyOf(t)) != &t) {
+        return fail("task ", id, " of merge key ", t.spec.merge_key(), " is not the one joined");
+      }
+    }
     if (static_cast<int32_t>(t.attempts.size()) + t.attempts_dropped > t.attempt) {
       return fail("task ", id, " has more finished attempts than its counter");
     }
@@ -150,6 +160,9 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("queue ready indexes hold ", in_queues, " tasks, not ", claimable);
   }
   if (claimed != claimed_by_queue_) return fail("claims are counted wrongly by queue");
+  if (merge_index_.size() != joinable) {
+    return fail("the merge index holds ", merge_index_.size(), " keys, not ", joinable);
+  }
   if (claim_deadlines_.size() != [&] {
         size_t n = 0;
         for (const auto& [q, c] : claimed) n += static_cast<size_t>(c);

@@ -60,6 +60,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.attempts_dropped = t.attempts_dropped;
   r.interrupted_dropped = t.interrupted_dropped;
   r.claim_until_us = ToUnixMicrosOrZero(t.claim_until);
+  if (t.merge) t.merge->merged.SerializeToString(&r.merged);
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
@@ -100,6 +101,14 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
   t.attempts_dropped = r.attempts_dropped;
   t.interrupted_dropped = r.interrupted_dropped;
   t.claim_until = FromUnixMicrosOrZero(r.claim_until_us);
+  if (!r.merged.empty()) {
+    MergeState& m = t.merge.emplace();
+    if (!m.merged.ParseFromString(r.merged)) {
+      return absl::DataLossError(
+          absl::StrCat("task ", r.id, ": stored merged payloads do not parse"));
+    }
+    for (const std::string& p : m.merged.payloads()) m.bytes += static_cast<int64_t>(p.size());
+  }
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }
@@ -128,6 +137,7 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
   for (const v1::Attempt& a : t.attempts) *out->add_attempts() = a;
   out->set_attempts_dropped(t.attempts_dropped);
   if (t.claimed()) SetTimestamp(t.claim_until, out->mutable_claim_expire_time());
+  if (t.merge) *out->mutable_merged() = t.merge->merged;
 }
 
 }  // namespace taskgrid::core

@@ -27,6 +27,38 @@ inline constexpr int kNumTaskStates = v1::TaskState_ARRAYSIZE;
 
 struct JobRecord;
 
+// Owns a T (or nothing) and copies it deeply: a member that costs one
+// pointer in the many records that have none.
+template <typename T>
+class Boxed {
+ public:
+  Boxed() = default;
+  Boxed(const Boxed& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
+  Boxed(Boxed&&) noexcept = default;
+  Boxed& operator=(const Boxed& o) {
+    p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
+    return *this;
+  }
+  Boxed& operator=(Boxed&&) noexcept = default;
+  T& emplace() {
+    p_ = std::make_unique<T>();
+    return *p_;
+  }
+  explicit operator bool() const { return p_ != nullptr; }
+  T* operator->() const { return p_.get(); }
+  T& operator*() const { return *p_; }
+
+ private:
+  std::unique_ptr<T> p_;
+};
+
+// What a task delivered by merge key has gathered: every payload, its fire
+// time, and their size (kept, so a merge costs no walk over them).
+struct MergeState {
+  v1::MergedPayloads merged;
+  int64_t bytes = 0;
+};
+
 struct TaskRecord {
   v1::TaskSpec spec;
   int64_t seq = 0;  // submit order, unique and increasing
@@ -45,6 +77,8 @@ struct TaskRecord {
   // agent_id is the claim's owner, not an agent): when the claim ends
   // unless extended. InfinitePast: not a claim.
   absl::Time claim_until = absl::InfinitePast();
+  // Set for a task with spec.merge_key: the payloads merged into it.
+  Boxed<MergeState> merge;
   v1::TaskResult result;  // of the last finished attempt
   // Finished attempts, oldest first: the newest max_attempt_history.
   std::vector<v1::Attempt> attempts;
@@ -118,6 +152,7 @@ struct TaskRow {
   int32_t attempts_dropped = 0;
   int32_t interrupted_dropped = 0;
   int64_t claim_until_us = 0;  // 0: not a board claim
+  std::string merged;          // serialized v1::MergedPayloads; empty: no merge key
 };
 
 // One finished attempt.

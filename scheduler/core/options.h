@@ -49,6 +49,11 @@ struct SchedulerOptions {
   absl::Duration default_claim_lease = absl::Seconds(60);
   absl::Duration max_claim_lease = absl::Hours(1);
   int max_claims_per_call = 1'000;
+  // Delivery by merge key: what one task may gather (payloads and their
+  // bytes, --max_merged_payloads, --max_merged_payload_bytes); a submit
+  // past either is RESOURCE_EXHAUSTED.
+  int64_t max_merged_payloads = 10'000;
+  int64_t max_merged_payload_bytes = 16 << 20;
 
   // Task defaults.
   int32_t default_max_attempts = 3;

@@ -56,6 +56,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     }
     table_.Enter(t);  // as Transition does
     if (t.state == v1::TASK_STATE_PENDING) AddReady(t);
+    IndexMerge(t);
   }
   tasks->clear();
   return absl::OkStatus();

@@ -32,6 +32,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   const v1::TaskState from =
       table_.Apply(t, to, std::move(reason), Now(), event_agent, &effects_.batch);
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
+  IndexMerge(t);
 
   // Dependents see the change; a task that starts waiting is looked at too.
   NoteStateChange(t, from, to, &settle_queue_);
@@ -40,7 +41,9 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
 }
 
 v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
-  const absl::Time not_before = FromProto(t.spec.not_before());
+  // A task delivered by merge key fires when its merges say.
+  const absl::Time not_before =
+      t.merge ? FromProto(t.merge->merged.fire_time()) : FromProto(t.spec.not_before());
   if (not_before > Now() && not_before > t.next_run_time) t.next_run_time = not_before;
   return t.next_run_time > Now() ? v1::TASK_STATE_SCHEDULED : v1::TASK_STATE_PENDING;
 }
@@ -112,6 +115,15 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
   std::vector<const TaskRecord*> existing(specs.size(), nullptr);
   std::vector<size_t> fresh;                       // indexes of the tasks to create
   absl::flat_hash_map<std::string, int64_t> adds;  // queue -> new tasks
+  // Merge keys: the specs that join a task, and what each key's task holds
+  // once this batch is in (checked against the limits before any change).
+  struct Gathered {
+    TaskRecord* task = nullptr;  // an existing task; nullptr: made by this batch
+    size_t first = 0;            // else the spec that makes it
+    int64_t count = 0, bytes = 0;
+  };
+  absl::flat_hash_map<MergeKey, Gathered> gathered;
+  std::vector<std::pair<size_t, MergeKey>> joins;  // (spec, key), in request order
   for (size_t i = 0; i < specs.size(); ++i) {
     v1::TaskSpec& spec = specs[i];
     const FieldPath field("tasks", static_cast<int>(i));
@@ -137,6 +149,31 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         existing[i] = t;
         continue;
       }
+    }
+    if (!spec.merge_key().empty()) {
+      if (job_id != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field.str(), ".merge_key is set: the tasks of a job are not delivered by merge key"));
+      }
+      const MergeKey key{spec.queue(), spec.merge_key()};
+      auto [g, is_new] = gathered.try_emplace(key);
+      if (is_new) {
+        g->second.task = JoinableTask(key);
+        if (g->second.task != nullptr) {
+          g->second.count = g->second.task->merge->merged.payloads_size();
+          g->second.bytes = g->second.task->merge->bytes;
+        }
+      }
+      if (!is_new || g->second.task != nullptr) {  // joins a task
+        RETURN_IF_ERROR(CheckMergeRoom(key, g->second.count, g->second.bytes, spec, field));
+        ++g->second.count;
+        g->second.bytes += static_cast<int64_t>(spec.payload().size());
+        joins.emplace_back(i, key);
+        continue;
+      }
+      g->second.first = i;  // makes the key's task
+      g->second.count = 1;
+      g->second.bytes = static_cast<int64_t>(spec.payload().size());
     }
     fresh.push_back(i);
     ++adds[spec.queue()];
@@ -176,6 +213,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
     t.placement_class = PlacementClass(t.spec.placement());
+    if (!t.spec.merge_key().empty()) StartMerge(t, now);
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
     created.push_back(&t);
@@ -195,6 +233,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
                  : to == v1::TASK_STATE_SCHEDULED ? "waiting for not_before"
                                                   : "submitted");
       ArmStartDeadline(*t, now);
+    }
+    // Then the submits that join a task, in request order.
+    for (const auto& [i, key] : joins) {
+      const Gathered& g = gathered.at(key);
+      TaskRecord* t = g.task != nullptr ? g.task : const_cast<TaskRecord*>(out[g.first]);
+      Merge(*t, specs[i], now);
+      out[i] = t;
     }
   }
   Dispatch();

@@ -42,6 +42,7 @@
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "scheduler/core/task_table.h"
+#include "scheduler/core/validate.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
@@ -156,6 +157,12 @@ class Scheduler {
   // Ready tasks of `queue` a Claim with these labels would take now.
   int64_t ClaimableCount(const std::string& queue,
                          const google::protobuf::Map<std::string, std::string>& labels) const;
+
+  // --- Delivery by merge key (merge.cc). Submit joins a task of the same
+  // queue and merge key that was never dispatched; this cancels that task
+  // (NOT_FOUND when there is none). ---
+  absl::StatusOr<const TaskRecord*> DeleteByMergeKey(const std::string& queue,
+                                                     const std::string& merge_key);
 
   // nullptr when unknown.
   const TaskRecord* Find(const std::string& id) const;
@@ -324,6 +331,26 @@ class Scheduler {
   };
   Closed CloseAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot);
 
+  // --- Delivery by merge key (merge.cc). ---
+  using MergeKey = std::pair<std::string, std::string>;  // (queue, merge_key)
+  static MergeKey MergeKeyOf(const TaskRecord& t) { return {t.queue(), t.spec.merge_key()}; }
+  // A later submit with its merge key may join `t`: it has one, was never
+  // dispatched, and waits (SCHEDULED, PENDING or PAUSED).
+  static bool Joinable(const TaskRecord& t);
+  // Keeps merge_index_ true to Joinable(t) after t changed.
+  void IndexMerge(TaskRecord& t);
+  // The joinable task of `key`, or nullptr.
+  TaskRecord* JoinableTask(const MergeKey& key) const;
+  // A new task with a merge key gathers its own payload first.
+  void StartMerge(TaskRecord& t, absl::Time now);
+  // RESOURCE_EXHAUSTED when `t` (nullptr: a task of this batch, with
+  // `count` payloads of `bytes` so far) cannot take `spec`'s payload too.
+  absl::Status CheckMergeRoom(const MergeKey& key, int64_t count, int64_t bytes,
+                              const v1::TaskSpec& spec, const FieldPath& field) const;
+  // `spec` joins `t`: its payload is appended, and with MERGE_UPDATE_ALWAYS
+  // a SCHEDULED task fires at the spec's not_before (now when unset).
+  void Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now);
+
   // --- Pull mode (board.cc). ---
   // A result as it may be stored: tails and error cut to max_output_bytes
   // (counting what went), an output past max_task_output_bytes fails the
@@ -406,6 +433,8 @@ class Scheduler {
   // PENDING tasks by queue, in the order Claim takes them (pull mode);
   // not those pinned to agent ids, which no claim may take.
   absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
+  // The task each (queue, merge key) joins: Joinable ones only.
+  absl::flat_hash_map<MergeKey, TaskRecord*> merge_index_;
   // RUNNING tasks a pull worker holds, by queue (QueueStats.claimed).
   absl::flat_hash_map<std::string, int64_t> claimed_by_queue_;
   // When each claim ends: wall time since the Unix epoch, as stored, so a

@@ -76,9 +76,23 @@ v1::TaskState TaskTable::Apply(TaskRecord& t, v1::TaskState to, std::string reas
                  absl::StrCat("task ", t.id(), ": ", StateName(from), " -> ", StateName(to)));
   if (from != v1::TASK_STATE_UNSPECIFIED) Leave(t);
   t.state = to;
+  Enter(t);
+  Record(t, from, std::move(reason), now, event_agent, batch);
+  return from;
+}
+
+void TaskTable::Amend(TaskRecord& t, const std::function<void(TaskRecord&)>& change,
+                      std::string reason, absl::Time now, WriteBatch* batch) {
+  Leave(t);
+  change(t);
+  Enter(t);
+  Record(t, t.state, std::move(reason), now, nullptr, batch);
+}
+
+void TaskTable::Record(TaskRecord& t, v1::TaskState from, std::string reason, absl::Time now,
+                       const std::string* event_agent, WriteBatch* batch) {
   t.reason = std::move(reason);
   t.update_time = now;
-  Enter(t);
   if (t.job != nullptr) t.job->update_time = now;
   batch->tasks.push_back(ToRow(t, from == v1::TASK_STATE_UNSPECIFIED));
   EventRow e;
@@ -86,7 +100,7 @@ v1::TaskState TaskTable::Apply(TaskRecord& t, v1::TaskState to, std::string reas
   e.task_id = t.id();
   e.queue = t.queue();
   e.from_state = from;
-  e.to_state = to;
+  e.to_state = t.state;
   e.attempt = t.attempt;
   e.agent_id = event_agent != nullptr ? *event_agent : t.agent_id;
   e.time_us = ToUnixMicrosOrZero(now);
@@ -99,7 +113,6 @@ v1::TaskState TaskTable::Apply(TaskRecord& t, v1::TaskState to, std::string reas
     revision_marks_.back().first = e.revision;
   }
   batch->events.push_back(std::move(e));
-  return from;
 }
 
 void TaskTable::Enter(TaskRecord& t) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -61,6 +62,12 @@ class TaskTable {
   // the event names when the task no longer has one. Returns the old state.
   v1::TaskState Apply(TaskRecord& t, v1::TaskState to, std::string reason, absl::Time now,
                       const std::string* event_agent, WriteBatch* batch);
+  // A change to `t` that keeps its state (a merge: payloads, fire time):
+  // `change` runs between leaving and entering the indexes, and the row
+  // and an event row (from = to = the state, with `reason`) are appended,
+  // so watchers see it too.
+  void Amend(TaskRecord& t, const std::function<void(TaskRecord&)>& change, std::string reason,
+             absl::Time now, WriteBatch* batch);
   // The indexes t.state puts a task in (counts, the timer). Apply leaves
   // and enters them; a restore enters each task once.
   void Enter(TaskRecord& t);
@@ -84,6 +91,10 @@ class TaskTable {
   int64_t PruneBefore(absl::Time cutoff);
 
  private:
+  // Apply's and Amend's second half: t's reason and update time, its row
+  // and the event row (from -> t.state).
+  void Record(TaskRecord& t, v1::TaskState from, std::string reason, absl::Time now,
+              const std::string* event_agent, WriteBatch* batch);
   // Keyed by the record's own spec.id() (never changed once the task is in
   // the map), so a million tasks do not hold a second copy of every id.
   absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;

@@ -281,6 +281,21 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
     if (absl::Status s = CheckNameAt(FieldPath(f, "job_id"), spec.job_id(), kMaxIdLength); !s.ok())
       return s;
   }
+  if (!spec.merge_key().empty()) {
+    RETURN_IF_ERROR(CheckNameAt(FieldPath(f, "merge_key"), spec.merge_key(), kMaxIdLength));
+    if (spec.depends_on_size() > 0) {
+      return Invalid(
+          FieldPath(f, "merge_key"),
+          "cannot go with depends_on: a task delivered by merge key has no dependencies");
+    }
+  }
+  if (!v1::MergeUpdate_IsValid(spec.merge_update())) {
+    return Invalid(FieldPath(f, "merge_update"),
+                   absl::StrCat("is unknown (", spec.merge_update(), ")"));
+  }
+  if (spec.merge_update() != v1::MERGE_UPDATE_UNSPECIFIED && spec.merge_key().empty()) {
+    return Invalid(FieldPath(f, "merge_update"), "needs merge_key");
+  }
   if (spec.depends_on_size() > opts.max_job_tasks) {
     return Invalid(FieldPath(f, "depends_on"),
                    absl::StrCat("has ", spec.depends_on_size(), " entries; the limit is ",

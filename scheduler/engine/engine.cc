@@ -523,6 +523,21 @@ void Engine::RetryJob(const std::string& id, Reply<v1::Job> done) {
   JobOp(&core::Scheduler::RetryJob, id, std::move(done));
 }
 
+void Engine::DeleteByMergeKey(const v1::DeleteByMergeKeyRequest& req, Reply<v1::Task> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  auto t = sched_.DeleteByMergeKey(req.queue(), req.merge_key());
+  absl::StatusOr<v1::Task> result;
+  if (!t.ok()) {
+    result = t.status();
+  } else {
+    v1::Task task;
+    sched_.Describe(**t, &task);
+    result = std::move(task);
+  }
+  Answer(std::move(result), std::move(done));
+}
+
 void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
                            Reply<v1::GetQueueStatsResponse> done) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -101,6 +101,7 @@ class Engine {
   void PauseTask(const std::string& id, Reply<v1::Task> done);
   void ResumeTask(const std::string& id, Reply<v1::Task> done);
   void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
+  void DeleteByMergeKey(const v1::DeleteByMergeKeyRequest& req, Reply<v1::Task> done);
   // Replies when the task is terminal, or with done=false after `max_wait`.
   // Returns the waiter's id, for CancelWait; 0 when it was answered at
   // once (done, an error, or no wait asked for).

@@ -86,6 +86,7 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.TaskService/ResetTask", Role::kSubmitter},
       {"/taskgrid.v1.TaskService/PauseTask", Role::kSubmitter},
       {"/taskgrid.v1.TaskService/ResumeTask", Role::kSubmitter},
+      {"/taskgrid.v1.TaskService/DeleteByMergeKey", Role::kSubmitter},
       {"/taskgrid.v1.JobService/SubmitJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/CancelJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/RetryJob", Role::kSubmitter},

@@ -77,6 +77,14 @@ grpc::ServerUnaryReactor* TaskServiceImpl::ResumeTask(grpc::CallbackServerContex
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TaskServiceImpl::DeleteByMergeKey(grpc::CallbackServerContext* ctx,
+                                                            const v1::DeleteByMergeKeyRequest* req,
+                                                            v1::Task* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->DeleteByMergeKey(*req, std::move(reply));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerContext* ctx,
                                                          const v1::GetQueueStatsRequest* req,
                                                          v1::GetQueueStatsResponse* resp) {

@@ -36,6 +36,9 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* WaitTask(grpc::CallbackServerContext* ctx,
                                      const v1::WaitTaskRequest* req,
                                      v1::WaitTaskResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteByMergeKey(grpc::CallbackServerContext* ctx,
+                                             const v1::DeleteByMergeKeyRequest* req,
+                                             v1::Task* resp) override;
   grpc::ServerWriteReactor<v1::TaskEvent>* WatchTasks(grpc::CallbackServerContext* ctx,
                                                       const v1::WatchTasksRequest* req) override;
 

@@ -151,6 +151,12 @@ const std::vector<const char*>& Migrations() {
       R"sql(
       ALTER TABLE tasks ADD COLUMN claim_until_us INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 7 -> 8: delivery by merge key. The payloads merged into the task
+      // and its fire time (a serialized MergedPayloads; empty for a task
+      // without a merge key).
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN merged BLOB NOT NULL DEFAULT x'';
+      )sql",
   };
   return *kMigrations;
 }
@@ -322,14 +328,14 @@ absl::Status SqliteStore::Prepare() {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
-       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us) "
+       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merged) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-       "?19, ?20)"},
+       "?19, ?20, ?21)"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
        "pause_requested = ?11, attempt_base = ?12, attempts_dropped = ?14, "
-       "interrupted_dropped = ?15, claim_until_us = ?16 WHERE seq = ?13 AND id = ?1"},
+       "interrupted_dropped = ?15, claim_until_us = ?16, merged = ?17 WHERE seq = ?13 AND id = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
@@ -467,6 +473,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 18, now.attempts_dropped);
       sqlite3_bind_int(st, 19, now.interrupted_dropped);
       sqlite3_bind_int64(st, 20, now.claim_until_us);
+      BindBlob(st, 21, now.merged);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;
@@ -486,6 +493,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 14, r.attempts_dropped);
       sqlite3_bind_int(st, 15, r.interrupted_dropped);
       sqlite3_bind_int64(st, 16, r.claim_until_us);
+      BindBlob(st, 17, r.merged);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
@@ -558,7 +566,7 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
                          "pause_requested, job_id, attempt_base, attempts_dropped, "
-                         "interrupted_dropped, claim_until_us FROM tasks ORDER BY seq",
+                         "interrupted_dropped, claim_until_us, merged FROM tasks ORDER BY seq",
                          -1, &raw_st, nullptr) != SQLITE_OK) {
     return SqlError(db.get(), "loading tasks");
   }
@@ -592,6 +600,7 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
     r.attempts_dropped = sqlite3_column_int(st, 17);
     r.interrupted_dropped = sqlite3_column_int(st, 18);
     r.claim_until_us = sqlite3_column_int64(st, 19);
+    AssignColumn(st, 20, &r.merged);
     if (n == kScanChunkRows) {
       status = sink(&rows);
       if (!status.ok()) break;

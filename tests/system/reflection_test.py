@@ -29,7 +29,7 @@ CALL_TIMEOUT = 30.0   # each buf process
 METHODS = {
     "taskgrid.v1.TaskService": ["SubmitTasks", "GetTask", "ListTasks", "CancelTask", "RetryTask",
                                 "ResetTask", "PauseTask", "ResumeTask", "GetQueueStats",
-                                "WaitTask", "WatchTasks"],
+                                "WaitTask", "WatchTasks", "DeleteByMergeKey"],
     "taskgrid.v1.AgentService": ["Connect"],
     "taskgrid.v1.ClusterService": ["ListAgents", "DrainAgent", "GetClusterStats"],
     "taskgrid.v1.JobService": ["SubmitJob", "GetJob", "ListJobs", "CancelJob", "RetryJob"],

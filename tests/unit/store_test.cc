@@ -318,6 +318,27 @@ TYPED_TEST(StoreConformance, AClaimsEndIsKeptOnInsertAndUpdate) {
   EXPECT_EQ((*tasks)[2].row.claim_until_us, 7);
 }
 
+TYPED_TEST(StoreConformance, MergedPayloadsAreKeptAndReplacedWithTheRow) {
+  core::WriteBatch b;
+  core::TaskRow r = Row("keyed", 1);
+  r.merged = "first";
+  b.tasks.push_back(r);
+  b.tasks.push_back(Row("plain", 2));
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch c;
+  core::TaskRow grown = r;
+  grown.insert = false;
+  grown.merged = std::string("first\0second", 12);
+  c.tasks.push_back(grown);
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  this->Reopen();
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].row.merged, std::string("first\0second", 12));
+  EXPECT_EQ((*tasks)[1].row.merged, "");
+}
+
 TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t", 1));
