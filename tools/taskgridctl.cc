@@ -82,6 +82,10 @@ ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
+ABSL_FLAG(std::string, merge_key, "",
+          "submit: join the waiting task of this key (its payload appended); delete: the key");
+ABSL_FLAG(std::string, merge_update, "",
+          "submit --merge_key: always (default: each submit moves the fire time) or once");
 ABSL_FLAG(bool, wait, false,
           "submit: then wait until every task finished (exit code as wait); job submit: until "
           "the job finished");
@@ -300,6 +304,13 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   spec->set_priority(absl::GetFlag(FLAGS_priority));
   if (absl::GetFlag(FLAGS_max_attempts) < 0) return UsageError("--max_attempts is negative");
   spec->set_max_attempts(absl::GetFlag(FLAGS_max_attempts));
+  if (!absl::GetFlag(FLAGS_merge_key).empty()) spec->set_merge_key(absl::GetFlag(FLAGS_merge_key));
+  if (const std::string u = absl::GetFlag(FLAGS_merge_update); !u.empty()) {
+    if (u != "always" && u != "once") {
+      return UsageError(absl::StrCat("--merge_update must be always or once, not \"", u, "\""));
+    }
+    spec->set_merge_update(u == "always" ? v1::MERGE_UPDATE_ALWAYS : v1::MERGE_UPDATE_ONCE);
+  }
   if (absl::GetFlag(FLAGS_slots) < 0) return UsageError("--slots is negative");
   if (absl::GetFlag(FLAGS_slots) > 0) {
     spec->mutable_placement()->set_slots(absl::GetFlag(FLAGS_slots));
@@ -702,6 +713,12 @@ int Run(int argc, char** argv) {
         args[0]);
   }
   if (absl::StartsWith(name, "board ")) return RunBoard(name, args, client, command_hint);
+  if (name == "delete") {
+    if (!args.empty() || absl::GetFlag(FLAGS_merge_key).empty()) {
+      return UsageError("delete takes --merge_key=KEY (and --queue=Q), no ID", command_hint);
+    }
+    return client.DeleteByMergeKey(absl::GetFlag(FLAGS_queue), absl::GetFlag(FLAGS_merge_key));
+  }
   if (name == "wait") {
     if (args.empty()) return UsageError("wait needs a task ID", command_hint);
     for (const std::string& id : args) {

@@ -145,6 +145,22 @@ int Client::Act(Action action, const std::string& id) {
   return kExitOk;
 }
 
+int Client::DeleteByMergeKey(const std::string& queue, const std::string& merge_key) {
+  v1::DeleteByMergeKeyRequest req;
+  req.set_queue(queue);
+  req.set_merge_key(merge_key);
+  v1::Task task;
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->DeleteByMergeKey(ctx, req, &task); })) {
+    return kExitRpcFailed;
+  }
+  if (opts_.json) {
+    std::cout << ToJson(task);
+  } else {
+    std::cout << task.spec().id() << " " << core::StateName(task.state()) << "\n";
+  }
+  return kExitOk;
+}
+
 int Client::Stats(const std::string& queue) {
   v1::GetQueueStatsRequest req;
   req.set_queue(queue);

@@ -73,6 +73,8 @@ class Client {
   int List(v1::ListTasksRequest req, bool all);
   int Act(Action action, const std::string& id);
   int Stats(const std::string& queue);
+  // Cancels the waiting task of a merge key; prints "ID STATE".
+  int DeleteByMergeKey(const std::string& queue, const std::string& merge_key);
   // ClusterService: the table of agents, draining one, the cluster's counts.
   int Agents();
   int Drain(const std::string& agent_id);

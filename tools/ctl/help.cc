@@ -26,7 +26,7 @@ const std::vector<Command>& Commands() {
        {// The task.
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
-        "schedule_timeout", "labels", "agents", "slots",
+        "schedule_timeout", "labels", "agents", "slots", "merge_key", "merge_update",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -57,6 +57,13 @@ Flags of the task (one task, one step):
   --labels=k=v,...      run only on agents carrying these labels
   --agents=a1,a2        run only on these agents
   --slots=N             slots the task takes on its agent (default 1)
+  --merge_key=KEY       delivery by merge key: while a task of this queue and
+                        key waits (not yet dispatched), join it instead of
+                        making a new one (its payload is appended; the
+                        response shows the joined task)
+  --merge_update=always|once  always (default): the joined task fires at this
+                        submit's --not_before (now when unset); once: it keeps
+                        the first submit's time
   --builtin=NAME        run a builtin of the agent instead of a program:
                         noop | sleep SECONDS | fail [CODE] | echo [WORDS...]
 
@@ -350,6 +357,15 @@ attempts it used still count. Prints "ID STATE".)txt"},
 (at once when it already does), or when --wait_timeout (at most 1 hour) passes.
 Prints "N ready"; exit 0 when N > 0, 4 when the wait ran out with none.
 Another worker may claim them first.)txt"},
+      {"delete",
+       "delete --merge_key=KEY [--queue=Q]",
+       "Cancel the waiting task of a merge key",
+       "taskgridctl delete --merge_key=user-7 --queue=hooks",
+       {"merge_key", "queue"},
+       R"txt(The task that later submits with the key would join (not yet dispatched)
+ends CANCELLED, with every payload it gathered; the next submit with the key
+starts a new one. NOT_FOUND (exit 1) when no task of the key waits. Prints
+"ID STATE".)txt"},
       {"help",
        "help [COMMAND]",
        "This text, or the details of one command",

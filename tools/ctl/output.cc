@@ -280,7 +280,10 @@ std::string FormatTaskDetail(const v1::Task& t) {
   Field(&out, "Created", FormatTime(t.create_time()));
   Field(&out, "Updated", FormatTime(t.update_time()));
   if (t.state() == v1::TASK_STATE_SCHEDULED) Field(&out, "Next run", FormatTime(t.next_run_time()));
-  if (spec.has_not_before()) Field(&out, "Not before", FormatTime(spec.not_before()));
+  // A task delivered by merge key fires when its merges say (below).
+  if (spec.has_not_before() && !t.has_merged()) {
+    Field(&out, "Not before", FormatTime(spec.not_before()));
+  }
   if (const absl::Duration d = FromProto(spec.schedule_timeout()); d > absl::ZeroDuration()) {
     // Counted from the submit: a task not started by then ends FAILED.
     Field(&out, "Start by",
@@ -294,6 +297,14 @@ std::string FormatTaskDetail(const v1::Task& t) {
   }
   if (!spec.payload().empty())
     Field(&out, "Payload", absl::StrCat(spec.payload().size(), " bytes"));
+  if (t.has_merged()) {
+    int64_t bytes = 0;
+    for (const std::string& p : t.merged().payloads()) bytes += static_cast<int64_t>(p.size());
+    Field(&out, "Merge key",
+          absl::StrCat(spec.merge_key(), ": ", t.merged().payloads_size(), " payloads (", bytes,
+                       " bytes), fires at ", FormatTime(t.merged().fire_time()), " (",
+                       spec.merge_update() == v1::MERGE_UPDATE_ONCE ? "once" : "always", ")"));
+  }
 
   const v1::TaskResult& r = t.result();
   out += "\n";
