@@ -48,6 +48,7 @@ void Scheduler::StartMerge(TaskRecord& t, absl::Time now) {
   MergeState& m = t.merge.emplace();
   m.merged.add_payloads(t.spec.payload());
   m.bytes = static_cast<int64_t>(t.spec.payload().size());
+  effects_.batch.merged.push_back({t.id(), 0, t.spec.payload()});
   SetTimestamp(t.spec.has_not_before() ? FromProto(t.spec.not_before()) : now,
                m.merged.mutable_fire_time());
 }
@@ -83,6 +84,7 @@ void Scheduler::Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now) {
       t,
       [&](TaskRecord& r) {
         MergeState& m = *r.merge;
+        effects_.batch.merged.push_back({r.id(), m.merged.payloads_size(), spec.payload()});
         m.merged.add_payloads(spec.payload());
         m.bytes += static_cast<int64_t>(spec.payload().size());
         if (move) {

@@ -35,6 +35,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(attempts, other.attempts);
   MoveAppend(clear_attempts, other.clear_attempts);
   MoveAppend(trim_attempts, other.trim_attempts);
+  MoveAppend(merged, other.merged);
   MoveAppend(events, other.events);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
@@ -60,7 +61,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.attempts_dropped = t.attempts_dropped;
   r.interrupted_dropped = t.interrupted_dropped;
   r.claim_until_us = ToUnixMicrosOrZero(t.claim_until);
-  if (t.merge) t.merge->merged.SerializeToString(&r.merged);
+  if (t.merge) r.merge_fire_us = ToUnixMicrosOrZero(FromProto(t.merge->merged.fire_time()));
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
@@ -77,7 +78,8 @@ AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a) {
 }
 
 absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
-                                                       absl::Span<const AttemptRow> attempts) {
+                                                       absl::Span<const AttemptRow> attempts,
+                                                       absl::Span<const MergedRow> merged) {
   auto owned = std::make_unique<TaskRecord>();
   TaskRecord& t = *owned;
   if (!t.spec.ParseFromString(r.spec)) {
@@ -101,13 +103,20 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
   t.attempts_dropped = r.attempts_dropped;
   t.interrupted_dropped = r.interrupted_dropped;
   t.claim_until = FromUnixMicrosOrZero(r.claim_until_us);
-  if (!r.merged.empty()) {
+  if (!t.spec.merge_key().empty()) {
     MergeState& m = t.merge.emplace();
-    if (!m.merged.ParseFromString(r.merged)) {
-      return absl::DataLossError(
-          absl::StrCat("task ", r.id, ": stored merged payloads do not parse"));
+    SetTimestamp(FromUnixMicrosOrZero(r.merge_fire_us), m.merged.mutable_fire_time());
+    for (const MergedRow& p : merged) {
+      if (p.n != m.merged.payloads_size()) {
+        return absl::DataLossError(absl::StrCat("task ", r.id, ": merged payload ",
+                                                m.merged.payloads_size(), " is missing"));
+      }
+      m.merged.add_payloads(p.payload);
+      m.bytes += static_cast<int64_t>(p.payload.size());
     }
-    for (const std::string& p : m.merged.payloads()) m.bytes += static_cast<int64_t>(p.size());
+    if (m.merged.payloads_size() == 0) {
+      return absl::DataLossError(absl::StrCat("task ", r.id, ": its merged payloads are missing"));
+    }
   }
   if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));

@@ -152,7 +152,7 @@ struct TaskRow {
   int32_t attempts_dropped = 0;
   int32_t interrupted_dropped = 0;
   int64_t claim_until_us = 0;  // 0: not a board claim
-  std::string merged;          // serialized v1::MergedPayloads; empty: no merge key
+  int64_t merge_fire_us = 0;   // a task with a merge key: when it fires
 };
 
 // One finished attempt.
@@ -160,6 +160,15 @@ struct AttemptRow {
   std::string task_id;
   int32_t attempt = 0;
   std::string data;  // serialized v1::Attempt
+};
+
+// One payload gathered by a task with a merge key: the n-th, from 0.
+// Written once, when it is merged; a merge never rewrites what the task
+// gathered before.
+struct MergedRow {
+  std::string task_id;
+  int32_t n = 0;
+  std::string payload;
 };
 
 // One state change: the event log that WatchTasks will serve.
@@ -183,34 +192,39 @@ struct WriteBatch {
   // (task id, n): delete the task's attempts numbered below n (the oldest,
   // past the history bound). Applied after `attempts`.
   std::vector<std::pair<std::string, int32_t>> trim_attempts;
+  std::vector<MergedRow> merged;
   std::vector<EventRow> events;
   // Event history retention: delete events with revision <= this (0: none).
   int64_t prune_events_through = 0;
 
   bool empty() const {
     return tasks.empty() && attempts.empty() && clear_attempts.empty() && trim_attempts.empty() &&
-           events.empty() && prune_events_through == 0;
+           merged.empty() && events.empty() && prune_events_through == 0;
   }
   size_t size() const {
     return tasks.size() + attempts.size() + clear_attempts.size() + trim_attempts.size() +
-           events.size();
+           merged.size() + events.size();
   }
   // Moves every row of `other` to the end of this batch.
   void Append(WriteBatch&& other);
 };
 
-// What recovery reads back: a task row and its finished attempts.
+// What recovery reads back: a task row, its finished attempts and what it
+// gathered by merge key.
 struct StoredTask {
   TaskRow row;
   std::vector<AttemptRow> attempts;
+  std::vector<MergedRow> merged;
 };
 
 TaskRow ToRow(const TaskRecord& t, bool insert);
 AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a);
-// The record of a stored task: its row (whose strings are moved out) and
-// its finished attempts, oldest first. DataLoss when a blob does not parse.
+// The record of a stored task: its row (whose strings are moved out), its
+// finished attempts, oldest first, and its merged payloads in order.
+// DataLoss when a blob does not parse or a merged payload is missing.
 absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& row,
-                                                       absl::Span<const AttemptRow> attempts);
+                                                       absl::Span<const AttemptRow> attempts,
+                                                       absl::Span<const MergedRow> merged = {});
 
 // The API view of a record.
 void ToTaskProto(const TaskRecord& t, v1::Task* out);

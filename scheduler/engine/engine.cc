@@ -82,11 +82,13 @@ namespace {
 // recovery: enough to ride out a hiccup on either side, a few MiB at most.
 constexpr size_t kRestoreChunksInFlight = 8;
 
-// The finished attempts of each task, found by task id: runs of the rows
-// LoadAttempts returned (ordered by task id), which must outlive it.
-class AttemptIndex {
+// Rows of one kind (finished attempts, merged payloads) as the store
+// returns them, sorted by task id, found by task id: a span per task into
+// the rows, which must outlive the index.
+template <typename Row>
+class RowIndex {
  public:
-  explicit AttemptIndex(const std::vector<core::AttemptRow>& rows) {
+  explicit RowIndex(const std::vector<Row>& rows) {
     for (size_t i = 0; i < rows.size();) {
       size_t end = i + 1;
       while (end < rows.size() && rows[end].task_id == rows[i].task_id) ++end;
@@ -94,14 +96,14 @@ class AttemptIndex {
       i = end;
     }
   }
-  absl::Span<const core::AttemptRow> Of(const std::string& task_id) const {
+  absl::Span<const Row> Of(const std::string& task_id) const {
     if (runs_.empty()) return {};
     auto it = runs_.find(task_id);
-    return it == runs_.end() ? absl::Span<const core::AttemptRow>() : it->second;
+    return it == runs_.end() ? absl::Span<const Row>() : it->second;
   }
 
  private:
-  absl::flat_hash_map<absl::string_view, absl::Span<const core::AttemptRow>> runs_;
+  absl::flat_hash_map<absl::string_view, absl::Span<const Row>> runs_;
 };
 
 }  // namespace
@@ -110,12 +112,14 @@ absl::Status Engine::Restore() {
   if (started_) return absl::FailedPreconditionError("the engine was started already");
   ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
   ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
+  ASSIGN_OR_RETURN(const std::vector<core::MergedRow> merged, store_->LoadMerged());
   // Revisions go on after the newest ever handed out, even when retention
   // pruned every event.
   ASSIGN_OR_RETURN(const store::EventSpan span, store_->GetEventSpan());
   const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
   RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), span.newest, oldest));
-  const AttemptIndex index(attempts);
+  const RowIndex<core::AttemptRow> index(attempts);
+  const RowIndex<core::MergedRow> merged_index(merged);
 
   // Two threads share the work, about half each at 1,000,000 tasks: a
   // reader thread steps SQLite and files finished records into the
@@ -167,7 +171,9 @@ absl::Status Engine::Restore() {
     records.reserve(rows->size());
     for (core::TaskRow& row : *rows) {
       const absl::Span<const core::AttemptRow> of = index.Of(row.id);
-      absl::StatusOr<std::unique_ptr<core::TaskRecord>> rec = core::FromStored(std::move(row), of);
+      const absl::Span<const core::MergedRow> gathered = merged_index.Of(row.id);
+      absl::StatusOr<std::unique_ptr<core::TaskRecord>> rec =
+          core::FromStored(std::move(row), of, gathered);
       if (!rec.ok()) {
         parse_status = rec.status();
         break;

@@ -32,6 +32,7 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.upper_bound({id, INT32_MAX}));
   }
   for (const core::AttemptRow& a : batch.attempts) attempts_[{a.task_id, a.attempt}] = a;
+  for (const core::MergedRow& m : batch.merged) merged_[{m.task_id, m.n}] = m;
   for (const auto& [id, below] : batch.trim_attempts) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.lower_bound({id, below}));
   }
@@ -69,6 +70,13 @@ absl::Status MemoryStore::ScanTasks(const RowSink& sink) {
     if (absl::Status s = sink(&chunk); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::MergedRow> out;
+  for (const auto& [key, m] : merged_) out.push_back(m);
+  return out;
 }
 
 absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts() {

@@ -16,6 +16,7 @@ class MemoryStore final : public Store {
   absl::StatusOr<int64_t> CountTasks() override;
   absl::Status ScanTasks(const RowSink& sink) override;
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
@@ -23,6 +24,7 @@ class MemoryStore final : public Store {
   std::mutex mu_;
   std::map<std::string, core::TaskRow> tasks_;                            // guarded by mu_
   std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_
+  std::map<std::pair<std::string, int32_t>, core::MergedRow> merged_;     // guarded by mu_
   std::vector<StoredEvent> events_;                                       // guarded by mu_
   int64_t newest_pruned_ = 0;                                             // guarded by mu_
 };

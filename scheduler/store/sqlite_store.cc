@@ -151,11 +151,17 @@ const std::vector<const char*>& Migrations() {
       R"sql(
       ALTER TABLE tasks ADD COLUMN claim_until_us INTEGER NOT NULL DEFAULT 0;
       )sql",
-      // 7 -> 8: delivery by merge key. The payloads merged into the task
-      // and its fire time (a serialized MergedPayloads; empty for a task
-      // without a merge key).
+      // 7 -> 8: delivery by merge key. A task's fire time, and the
+      // payloads merged into it, a row each, written once (a merge appends
+      // one row instead of rewriting what the task gathered).
       R"sql(
-      ALTER TABLE tasks ADD COLUMN merged BLOB NOT NULL DEFAULT x'';
+      ALTER TABLE tasks ADD COLUMN merge_fire_us INTEGER NOT NULL DEFAULT 0;
+      CREATE TABLE merged (
+        task_id TEXT NOT NULL,
+        n       INTEGER NOT NULL,
+        payload BLOB NOT NULL,
+        PRIMARY KEY (task_id, n)
+      ) WITHOUT ROWID;
       )sql",
   };
   return *kMigrations;
@@ -328,14 +334,16 @@ absl::Status SqliteStore::Prepare() {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
-       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merged) "
+       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
        "?19, ?20, ?21)"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
        "pause_requested = ?11, attempt_base = ?12, attempts_dropped = ?14, "
-       "interrupted_dropped = ?15, claim_until_us = ?16, merged = ?17 WHERE seq = ?13 AND id = ?1"},
+       "interrupted_dropped = ?15, claim_until_us = ?16, merge_fire_us = ?17 "
+       "WHERE seq = ?13 AND id = ?1"},
+      {&insert_merged_, "INSERT OR REPLACE INTO merged (task_id, n, payload) VALUES (?1, ?2, ?3)"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
@@ -419,8 +427,9 @@ SqliteStore::~SqliteStore() {
     ckpt_thread_.join();
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
-  for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
-                           trim_attempts_, insert_event_, prune_events_, note_pruned_}) {
+  for (sqlite3_stmt* st :
+       {insert_task_, update_task_, insert_attempt_, clear_attempts_, trim_attempts_,
+        insert_merged_, insert_event_, prune_events_, note_pruned_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -473,7 +482,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 18, now.attempts_dropped);
       sqlite3_bind_int(st, 19, now.interrupted_dropped);
       sqlite3_bind_int64(st, 20, now.claim_until_us);
-      BindBlob(st, 21, now.merged);
+      sqlite3_bind_int64(st, 21, now.merge_fire_us);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;
@@ -493,12 +502,18 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 14, r.attempts_dropped);
       sqlite3_bind_int(st, 15, r.interrupted_dropped);
       sqlite3_bind_int64(st, 16, r.claim_until_us);
-      BindBlob(st, 17, r.merged);
+      sqlite3_bind_int64(st, 17, r.merge_fire_us);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));
       }
     }
+  }
+  for (const core::MergedRow& m : batch.merged) {
+    BindText(insert_merged_, 1, m.task_id);
+    sqlite3_bind_int(insert_merged_, 2, m.n);
+    BindBlob(insert_merged_, 3, m.payload);
+    if (absl::Status s = Step(db_, insert_merged_, "inserting a merged payload"); !s.ok()) return s;
   }
   for (const std::string& id : batch.clear_attempts) {
     BindText(clear_attempts_, 1, id);
@@ -566,7 +581,8 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
                          "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
                          "next_run_us, dispatch_us, start_us, reason, result, spec, "
                          "pause_requested, job_id, attempt_base, attempts_dropped, "
-                         "interrupted_dropped, claim_until_us, merged FROM tasks ORDER BY seq",
+                         "interrupted_dropped, claim_until_us, merge_fire_us FROM tasks ORDER BY "
+                         "seq",
                          -1, &raw_st, nullptr) != SQLITE_OK) {
     return SqlError(db.get(), "loading tasks");
   }
@@ -600,7 +616,7 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
     r.attempts_dropped = sqlite3_column_int(st, 17);
     r.interrupted_dropped = sqlite3_column_int(st, 18);
     r.claim_until_us = sqlite3_column_int64(st, 19);
-    AssignColumn(st, 20, &r.merged);
+    r.merge_fire_us = sqlite3_column_int64(st, 20);
     if (n == kScanChunkRows) {
       status = sink(&rows);
       if (!status.ok()) break;
@@ -634,6 +650,25 @@ absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");
+  return out;
+}
+
+absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT task_id, n, payload FROM merged ORDER BY task_id, n", -1, &st,
+                         nullptr) != SQLITE_OK) {
+    return SqlError(db_, "loading merged payloads");
+  }
+  std::vector<core::MergedRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    core::MergedRow& m = out.emplace_back();
+    m.task_id = ColumnString(st, 0);
+    m.n = sqlite3_column_int(st, 1);
+    m.payload = ColumnString(st, 2);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(db_, "loading merged payloads");
   return out;
 }
 

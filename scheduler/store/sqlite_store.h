@@ -45,6 +45,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<int64_t> CountTasks() override;
   absl::Status ScanTasks(const RowSink& sink) override;
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
@@ -71,6 +72,7 @@ class SqliteStore final : public Store {
   sqlite3_stmt* insert_attempt_ = nullptr;
   sqlite3_stmt* clear_attempts_ = nullptr;
   sqlite3_stmt* trim_attempts_ = nullptr;
+  sqlite3_stmt* insert_merged_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
   sqlite3_stmt* note_pruned_ = nullptr;

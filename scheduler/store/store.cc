@@ -23,6 +23,12 @@ absl::StatusOr<std::vector<core::StoredTask>> Store::LoadTasks() {
     auto it = index.find(a.task_id);
     if (it != index.end()) out[it->second].attempts.push_back(std::move(a));
   }
+  auto merged = LoadMerged();
+  if (!merged.ok()) return merged.status();
+  for (core::MergedRow& m : *merged) {
+    auto it = index.find(m.task_id);
+    if (it != index.end()) out[it->second].merged.push_back(std::move(m));
+  }
   return out;
 }
 

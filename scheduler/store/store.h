@@ -64,6 +64,8 @@ class Store {
 
   // Every finished attempt, by task id and then attempt number.
   virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
+  // Every merged payload, by task id and then number.
+  virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
 
   // Every task with its finished attempts, in submit (seq) order: the whole
   // table at once, for tests and tools (recovery uses the calls above).

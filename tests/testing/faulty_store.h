@@ -76,6 +76,9 @@ class FaultyStore final : public store::Store {
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override {
     return inner_->LoadAttempts();
   }
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override {
+    return inner_->LoadMerged();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     auto events = inner_->ReadEvents(after, limit);
     std::unique_lock<std::mutex> lock(mu_);

@@ -318,25 +318,34 @@ TYPED_TEST(StoreConformance, AClaimsEndIsKeptOnInsertAndUpdate) {
   EXPECT_EQ((*tasks)[2].row.claim_until_us, 7);
 }
 
-TYPED_TEST(StoreConformance, MergedPayloadsAreKeptAndReplacedWithTheRow) {
+TYPED_TEST(StoreConformance, MergedPayloadsAreAppendedAndReadBackInOrder) {
   core::WriteBatch b;
   core::TaskRow r = Row("keyed", 1);
-  r.merged = "first";
+  r.merge_fire_us = 1'700'000'000'000'000;
   b.tasks.push_back(r);
   b.tasks.push_back(Row("plain", 2));
+  b.merged.push_back({"keyed", 0, "first"});
   ASSERT_TRUE(this->store()->Apply(b).ok());
   core::WriteBatch c;
-  core::TaskRow grown = r;
-  grown.insert = false;
-  grown.merged = std::string("first\0second", 12);
-  c.tasks.push_back(grown);
+  core::TaskRow later = r;
+  later.insert = false;
+  later.merge_fire_us = 1'700'000'000'500'000;
+  c.tasks.push_back(later);
+  c.merged.push_back({"keyed", 1, std::string("second\0", 7)});
+  c.merged.push_back({"keyed", 2, ""});
   ASSERT_TRUE(this->store()->Apply(c).ok());
   this->Reopen();
   auto tasks = this->store()->LoadTasks();
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   ASSERT_EQ(tasks->size(), 2u);
-  EXPECT_EQ((*tasks)[0].row.merged, std::string("first\0second", 12));
-  EXPECT_EQ((*tasks)[1].row.merged, "");
+  const core::StoredTask& keyed = (*tasks)[0];
+  EXPECT_EQ(keyed.row.merge_fire_us, 1'700'000'000'500'000);
+  ASSERT_EQ(keyed.merged.size(), 3u);
+  EXPECT_EQ(keyed.merged[0].payload, "first");
+  EXPECT_EQ(keyed.merged[1].payload, std::string("second\0", 7));
+  EXPECT_EQ(keyed.merged[2].n, 2);
+  EXPECT_TRUE((*tasks)[1].merged.empty());
+  EXPECT_EQ((*tasks)[1].row.merge_fire_us, 0);
 }
 
 TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
