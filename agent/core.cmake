@@ -13,7 +13,7 @@ add_library(taskgrid::agent_exec ALIAS taskgrid_agent_exec)
 target_include_directories(taskgrid_agent_exec PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(taskgrid_agent_exec
   PUBLIC taskgrid_proto taskgrid_common absl::time absl::strings absl::status
-  PRIVATE spdlog::spdlog Threads::Threads)
+  PRIVATE spdlog::spdlog CURL::libcurl Threads::Threads)
 
 add_library(taskgrid_agent_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/core.cc
