@@ -355,6 +355,22 @@ TaskRun::StepEnd TaskRun::RunStep(int index, OutputTail* out, OutputTail* err) {
   }
 }
 
+void TaskRun::SetStops(int index, internal::StopControl* ctl) const {
+  bool is_attempt = false;
+  ctl->deadline = StepDeadline(index, &is_attempt);
+  ctl->deadline_reason = is_attempt ? StopReason::kAttemptTimeout : StopReason::kStepTimeout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctl->wake_fd = wake_fd_;  // stays open until Run() returns
+  }
+  ctl->cancelled = [this] { return cancelled(); };
+}
+
+TaskRun::StepEnd TaskRun::Stopped(StopReason reason, int index) const {
+  if (reason == StopReason::kCancelled) return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
+  return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(reason, index, assignment_)};
+}
+
 TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* err) {
   const v1::ExecStep& exec = assignment_.steps(index).exec();
   const std::string prefix = absl::StrCat("step ", index, ": ");
@@ -398,15 +414,8 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   if (index == 0) spec.stdin_data = assignment_.payload();
 
   internal::ChildControl ctl;
-  bool is_attempt = false;
-  ctl.deadline = StepDeadline(index, &is_attempt);
-  ctl.deadline_reason = is_attempt ? StopReason::kAttemptTimeout : StopReason::kStepTimeout;
+  SetStops(index, &ctl);
   ctl.kill_grace = opts_.kill_grace;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ctl.wake_fd = wake_fd_;  // stays open until Run() returns
-  }
-  ctl.cancelled = [this] { return cancelled(); };
   ctl.on_pid = [this, index](pid_t pid) {
     pid_.store(pid);
     if (pid != 0) {
@@ -417,14 +426,7 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
 
   const internal::ChildExit ex = internal::RunChild(spec, ctl, out, err);
   if (!ex.start_error.empty()) return StepEnd::Failed(-1, prefix + ex.start_error);
-  switch (ex.stopped_by) {
-    case StopReason::kNone:
-      break;
-    case StopReason::kCancelled:
-      return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
-    default:
-      return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(ex.stopped_by, index, assignment_)};
-  }
+  if (ex.stopped_by != StopReason::kNone) return Stopped(ex.stopped_by, index);
   if (WIFEXITED(ex.wait_status)) {
     const int code = WEXITSTATUS(ex.wait_status);
     if (code == 0) return StepEnd{};
@@ -462,14 +464,7 @@ TaskRun::StepEnd TaskRun::RunBuiltinStep(int index, OutputTail* out) {
       assignment_.steps(index).builtin(), index,
       index == 0 ? absl::string_view(assignment_.payload()) : absl::string_view(), sleep);
   out->Append(r.output);
-  switch (r.stopped_by) {
-    case StopReason::kNone:
-      break;
-    case StopReason::kCancelled:
-      return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
-    default:
-      return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(r.stopped_by, index, assignment_)};
-  }
+  if (r.stopped_by != StopReason::kNone) return Stopped(r.stopped_by, index);
   if (!r.error.empty()) return StepEnd::Failed(r.exit_code, r.error);
   return StepEnd{};
 }

@@ -42,6 +42,8 @@ namespace taskgrid::agent {
 
 namespace internal {
 class OutputTail;
+struct StopControl;
+enum class StopReason;
 }  // namespace internal
 
 struct ExecutorOptions {
@@ -115,6 +117,10 @@ class TaskRun {
   StepEnd RunStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunExecStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunBuiltinStep(int index, internal::OutputTail* out);
+  // Fills in when step `index` is stopped: its deadline and Cancel().
+  void SetStops(int index, internal::StopControl* ctl) const;
+  // The end of step `index` stopped from outside for `reason` (not kNone).
+  StepEnd Stopped(internal::StopReason reason, int index) const;
   // For step `index` starting now: the earlier of its own and the attempt's
   // deadline (monotonic time, InfiniteDuration for none), and whether it is
   // the attempt's.
