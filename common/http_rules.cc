@@ -1,7 +1,6 @@
 #include "common/http_rules.h"
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -14,7 +13,7 @@ constexpr const char* kMethods[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELE
 // RFC 9110's tchar: what a header name is made of.
 bool IsTokenChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         (c != '\0' && absl::string_view("!#$%&'*+-.^_`|~").find(c) != absl::string_view::npos);
+         absl::string_view("!#$%&'*+-.^_`|~").find(c) != absl::string_view::npos;
 }
 
 bool IsToken(absl::string_view s) {
