@@ -1,19 +1,21 @@
 # The gRPC-free half of the agent, included by the top-level CMakeLists.txt
 # in every build (so its tests also run under ThreadSanitizer):
-#   taskgrid_agent_exec: runs the steps of an Assignment as processes and
-#     builtins and makes its TaskResult (agent/executor.h);
+#   taskgrid_agent_exec: runs the steps of an Assignment as processes,
+#     builtins and HTTP requests (libcurl) and makes its TaskResult
+#     (agent/executor.h);
 #   taskgrid_agent_core: what the agent decides (agent/core.h): slots and
 #     chains, the lease, the drain, the outbox, with time from a Clock.
 # agent/CMakeLists.txt adds the gRPC transport and the binary.
 add_library(taskgrid_agent_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/builtins.cc
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
+  ${CMAKE_CURRENT_LIST_DIR}/http_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/process.cc)
 add_library(taskgrid::agent_exec ALIAS taskgrid_agent_exec)
 target_include_directories(taskgrid_agent_exec PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(taskgrid_agent_exec
   PUBLIC taskgrid_proto taskgrid_common absl::time absl::strings absl::status
-  PRIVATE spdlog::spdlog Threads::Threads)
+  PRIVATE spdlog::spdlog CURL::libcurl Threads::Threads)
 
 add_library(taskgrid_agent_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/core.cc

@@ -19,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "agent/builtins.h"
+#include "agent/http_step.h"
 #include "agent/process.h"
 #include "common/clock.h"
 #include "common/ids.h"
@@ -121,6 +122,8 @@ struct TaskRun::StepEnd {
   v1::Outcome outcome = v1::OUTCOME_SUCCEEDED;
   int exit_code = 0;
   std::string error;
+  // Another attempt cannot help (TaskResult.permanent).
+  bool permanent = false;
 
   static StepEnd Failed(int exit_code, std::string error) {
     return StepEnd{v1::OUTCOME_FAILED, exit_code, std::move(error)};
@@ -169,12 +172,14 @@ v1::TaskResult TaskRun::Run() {
     std::abort();
   }
   run_start_ = Now();
-  // Builtins neither read inputs nor write the output file, and wait on cv_
-  // rather than poll(): a task of builtins only gets no directory and no
-  // eventfd (five syscalls fewer per noop).
+  // Builtins and HTTP requests neither read inputs nor write the output
+  // file, and builtins wait on cv_ rather than poll(): a task of builtins
+  // only gets no directory and no eventfd (five syscalls fewer per noop).
   const bool has_exec = std::any_of(assignment_.steps().begin(), assignment_.steps().end(),
                                     [](const v1::Step& s) { return s.has_exec(); });
-  if (has_exec) {
+  const bool has_http = std::any_of(assignment_.steps().begin(), assignment_.steps().end(),
+                                    [](const v1::Step& s) { return s.has_http(); });
+  if (has_exec || has_http) {
     std::lock_guard<std::mutex> lock(mu_);
     // Without it Cancel() is still seen, at the next poll period.
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -211,6 +216,7 @@ v1::TaskResult TaskRun::Run() {
   result.set_stdout_tail(out.Take());
   result.set_stderr_tail(err.Take());
   result.set_error(end.error);
+  result.set_permanent(end.permanent);
   if (!attempt_dir_.empty()) {
     CollectOutput(&result);
     RemoveTree(attempt_dir_);
@@ -350,9 +356,27 @@ TaskRun::StepEnd TaskRun::RunStep(int index, OutputTail* out, OutputTail* err) {
       return RunExecStep(index, out, err);
     case v1::Step::kBuiltin:
       return RunBuiltinStep(index, out);
+    case v1::Step::kHttp:
+      return RunHttpStep(index, out);
     default:
-      return StepEnd::Failed(-1, absl::StrCat("step ", index, " has neither exec nor builtin"));
+      return StepEnd::Failed(-1, absl::StrCat("step ", index, " has no exec, builtin or http"));
   }
+}
+
+void TaskRun::SetStops(int index, internal::StopControl* ctl) const {
+  bool is_attempt = false;
+  ctl->deadline = StepDeadline(index, &is_attempt);
+  ctl->deadline_reason = is_attempt ? StopReason::kAttemptTimeout : StopReason::kStepTimeout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctl->wake_fd = wake_fd_;  // stays open until Run() returns
+  }
+  ctl->cancelled = [this] { return cancelled(); };
+}
+
+TaskRun::StepEnd TaskRun::Stopped(StopReason reason, int index) const {
+  if (reason == StopReason::kCancelled) return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
+  return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(reason, index, assignment_)};
 }
 
 TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* err) {
@@ -398,15 +422,8 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   if (index == 0) spec.stdin_data = assignment_.payload();
 
   internal::ChildControl ctl;
-  bool is_attempt = false;
-  ctl.deadline = StepDeadline(index, &is_attempt);
-  ctl.deadline_reason = is_attempt ? StopReason::kAttemptTimeout : StopReason::kStepTimeout;
+  SetStops(index, &ctl);
   ctl.kill_grace = opts_.kill_grace;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ctl.wake_fd = wake_fd_;  // stays open until Run() returns
-  }
-  ctl.cancelled = [this] { return cancelled(); };
   ctl.on_pid = [this, index](pid_t pid) {
     pid_.store(pid);
     if (pid != 0) {
@@ -417,14 +434,7 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
 
   const internal::ChildExit ex = internal::RunChild(spec, ctl, out, err);
   if (!ex.start_error.empty()) return StepEnd::Failed(-1, prefix + ex.start_error);
-  switch (ex.stopped_by) {
-    case StopReason::kNone:
-      break;
-    case StopReason::kCancelled:
-      return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
-    default:
-      return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(ex.stopped_by, index, assignment_)};
-  }
+  if (ex.stopped_by != StopReason::kNone) return Stopped(ex.stopped_by, index);
   if (WIFEXITED(ex.wait_status)) {
     const int code = WEXITSTATUS(ex.wait_status);
     if (code == 0) return StepEnd{};
@@ -462,16 +472,19 @@ TaskRun::StepEnd TaskRun::RunBuiltinStep(int index, OutputTail* out) {
       assignment_.steps(index).builtin(), index,
       index == 0 ? absl::string_view(assignment_.payload()) : absl::string_view(), sleep);
   out->Append(r.output);
-  switch (r.stopped_by) {
-    case StopReason::kNone:
-      break;
-    case StopReason::kCancelled:
-      return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
-    default:
-      return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(r.stopped_by, index, assignment_)};
-  }
+  if (r.stopped_by != StopReason::kNone) return Stopped(r.stopped_by, index);
   if (!r.error.empty()) return StepEnd::Failed(r.exit_code, r.error);
   return StepEnd{};
+}
+
+TaskRun::StepEnd TaskRun::RunHttpStep(int index, OutputTail* out) {
+  const v1::HttpStep& step = assignment_.steps(index).http();
+  internal::StopControl ctl;
+  SetStops(index, &ctl);
+  const internal::HttpEnd end =
+      internal::RunHttp(step, index, internal::MakeHttpBody(step, assignment_), ctl, out);
+  if (end.stopped_by != StopReason::kNone) return Stopped(end.stopped_by, index);
+  return StepEnd{end.outcome, end.exit_code, end.error, end.permanent};
 }
 
 }  // namespace taskgrid::agent

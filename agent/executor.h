@@ -1,6 +1,7 @@
 // TaskRun: one attempt of one task on the agent. Runs the assignment's steps
 // in order (each exec step a real process in a process group of its own,
-// each builtin in-process) and turns what happened into a TaskResult.
+// each builtin in-process, each http step an HTTP request the agent makes
+// itself: agent/http_step.h) and turns what happened into a TaskResult.
 //
 // gRPC-free: the agent session creates a TaskRun per Assign entry, calls
 // Run() on a thread of its own and sends the result back; Cancel() comes
@@ -42,6 +43,8 @@ namespace taskgrid::agent {
 
 namespace internal {
 class OutputTail;
+struct StopControl;
+enum class StopReason;
 }  // namespace internal
 
 struct ExecutorOptions {
@@ -74,11 +77,14 @@ std::string DefaultWorkDir(const std::string& agent_id);
 // not after the TaskRun is destroyed, which must wait until Run() returned.
 // Several TaskRuns may run at once on different threads.
 //
-// The result: OUTCOME_SUCCEEDED when every step exited 0; otherwise the
-// attempt stops at the first step that did not, and `step` is its index
-// (the last step's on success). exit_code is the step's exit code, -1 when it
-// was killed, timed out, was cancelled or could not start. Timeouts of zero
-// (or negative) mean no limit; the attempt timeout counts from Run()'s start.
+// The result: OUTCOME_SUCCEEDED when every step exited 0 (an http step: got
+// a success status); otherwise the attempt stops at the first step that did
+// not, and `step` is its index (the last step's on success). exit_code is the
+// step's exit code (an http step's: the HTTP status), -1 when it was killed,
+// timed out, was cancelled, could not start or got no response. `permanent`
+// is set when an http step got a status that another attempt cannot change
+// (neither a success nor 5xx nor 429). Timeouts of zero (or negative) mean
+// no limit; the attempt timeout counts from Run()'s start.
 // `output` is set when a step wrote the $TASKGRID_OUTPUT file (a regular file
 // of at most kMaxOutputFileBytes; anything else fails an attempt that
 // otherwise succeeded). An attempt whose directory or input files cannot be
@@ -92,9 +98,10 @@ class TaskRun {
 
   taskgrid::v1::TaskResult Run();
   // Stops the attempt: kills the running step's whole process group
-  // (SIGTERM, then SIGKILL after kill_grace), interrupts a builtin sleep at
-  // once; Run() then returns OUTCOME_CANCELLED. Idempotent. Before Run(),
-  // Run() starts nothing; after Run() returned, it has no effect.
+  // (SIGTERM, then SIGKILL after kill_grace), interrupts a builtin sleep or
+  // an HTTP request at once; Run() then returns OUTCOME_CANCELLED.
+  // Idempotent. Before Run(), Run() starts nothing; after Run() returned, it
+  // has no effect.
   void Cancel();
   // The pid of the step process running now (also its process group id), or
   // 0. For tests and logs.
@@ -115,6 +122,11 @@ class TaskRun {
   StepEnd RunStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunExecStep(int index, internal::OutputTail* out, internal::OutputTail* err);
   StepEnd RunBuiltinStep(int index, internal::OutputTail* out);
+  StepEnd RunHttpStep(int index, internal::OutputTail* out);
+  // Fills in when step `index` is stopped: its deadline and Cancel().
+  void SetStops(int index, internal::StopControl* ctl) const;
+  // The end of step `index` stopped from outside for `reason` (not kNone).
+  StepEnd Stopped(internal::StopReason reason, int index) const;
   // For step `index` starting now: the earlier of its own and the attempt's
   // deadline (monotonic time, InfiniteDuration for none), and whether it is
   // the attempt's.

@@ -75,13 +75,6 @@ void SetNonBlocking(const Fd& fd) {
   if (flags >= 0) fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
 }
 
-int PollTimeoutMs(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return -1;
-  if (d <= absl::ZeroDuration()) return 0;
-  d = std::min(d, absl::Hours(1));
-  return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
-}
-
 // Blocks SIGPIPE in this thread while it lives: a write to a stdin pipe the
 // child closed then fails with EPIPE instead of killing the agent. The
 // signal a failed write leaves pending is taken back by Consume().
@@ -250,6 +243,24 @@ bool HasEnded(pid_t pid) {
 
 }  // namespace
 
+int PollTimeoutMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return -1;
+  if (d <= absl::ZeroDuration()) return 0;
+  d = std::min(d, absl::Hours(1));
+  return static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
+}
+
+StopReason StopControl::Due(absl::Duration now) const {
+  if (cancelled && cancelled()) return StopReason::kCancelled;
+  if (now >= deadline) return deadline_reason;
+  return StopReason::kNone;
+}
+
+void StopControl::ClearWake() const {
+  uint64_t count;
+  if (wake_fd >= 0) (void)!read(wake_fd, &count, sizeof(count));
+}
+
 OutputTail::OutputTail(int64_t cap) : cap_(cap > 0 ? static_cast<size_t>(cap) : 0) {}
 
 void OutputTail::Append(const char* data, size_t n) {
@@ -369,11 +380,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   for (;;) {
     const absl::Duration now = Now();
     if (result.stopped_by == StopReason::kNone) {
-      if (ctl.cancelled && ctl.cancelled()) {
-        result.stopped_by = StopReason::kCancelled;
-      } else if (now >= ctl.deadline) {
-        result.stopped_by = ctl.deadline_reason;
-      }
+      result.stopped_by = ctl.Due(now);
       if (result.stopped_by != StopReason::kNone) {
         KillGroup(pid, SIGTERM);
         KillGroup(pid, SIGCONT);  // a stopped process must run to see SIGTERM
@@ -417,10 +424,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     if (p_out != nullptr && p_out->revents != 0) read_some(out_r, out);
     if (p_err != nullptr && p_err->revents != 0) read_some(err_r, err);
     if (p_in != nullptr && p_in->revents != 0) write_some();
-    if (p_wake != nullptr && (p_wake->revents & POLLIN) != 0) {
-      uint64_t count;
-      (void)!read(ctl.wake_fd, &count, sizeof(count));
-    }
+    if (p_wake != nullptr && (p_wake->revents & POLLIN) != 0) ctl.ClearWake();
   }
 
   // The child ended (still a zombie, so `pid` is still our group's id): what

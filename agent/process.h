@@ -52,17 +52,32 @@ struct ChildSpec {
   absl::string_view stdin_data;  // empty: stdin is a pipe closed at once
 };
 
-// When and how to stop the child. Borrowed for the duration of RunChild().
-struct ChildControl {
+// When a step that waits is stopped from outside: what a child process and
+// an HTTP request (http_step.h) share. Borrowed while the step runs.
+struct StopControl {
   // Monotonic time (RealClock::Monotonic) at which the step is stopped for
   // `deadline_reason`; absl::InfiniteDuration() for none.
   absl::Duration deadline = absl::InfiniteDuration();
   StopReason deadline_reason = StopReason::kStepTimeout;
-  absl::Duration kill_grace = absl::Seconds(2);
   // An eventfd (or -1) that is made readable whenever cancelled() may have
-  // turned true; RunChild() reads it empty when it wakes on it.
+  // turned true; the step reads it empty when it wakes on it.
   int wake_fd = -1;
   std::function<bool()> cancelled;
+
+  // What stops the step at monotonic time `now`: kCancelled, else
+  // deadline_reason once the deadline passed, else kNone.
+  StopReason Due(absl::Duration now) const;
+  // Reads wake_fd empty, after a wait woke on it.
+  void ClearWake() const;
+};
+
+// How long poll() may wait for `d` (rounded up to a millisecond; -1 for an
+// infinite `d`, at most an hour otherwise).
+int PollTimeoutMs(absl::Duration d);
+
+// When and how to stop the child. Borrowed for the duration of RunChild().
+struct ChildControl : StopControl {
+  absl::Duration kill_grace = absl::Seconds(2);
   // Told the child's pid once it runs, and 0 once it was reaped.
   std::function<void(pid_t)> on_pid;
 };

@@ -84,6 +84,13 @@ AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, co
         end.requeue_after > absl::ZeroDuration() ? now + end.requeue_after : absl::InfinitePast(),
         std::move(why)};
   }
+  // The agent knows another attempt would end the same (an HTTP status
+  // that is neither a success nor the server's passing trouble).
+  if (r.permanent()) {
+    std::string reason = absl::StrCat(what, " ", OutcomeWord(r.outcome()), " for good");
+    if (!r.error().empty()) absl::StrAppend(&reason, ": ", r.error());
+    return {Next::kFailed, absl::InfinitePast(), std::move(reason)};
+  }
   if (!IsRetryableFailure(t, r)) {
     return {Next::kFailed, absl::InfinitePast(),
             absl::StrCat(why, " (exit code ", r.exit_code(), " is not retryable)")};

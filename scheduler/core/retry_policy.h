@@ -50,6 +50,8 @@ struct AfterAttempt {
   std::string reason;
 };
 
+// A failed result marked `permanent` ends the task FAILED whatever attempts
+// are left, as does an exit code the retry policy calls not retryable.
 // `t` has its history and result updated (t.result is the attempt's) and
 // is still in its in-flight state (CANCELLING when a cancel waited for
 // it). `what` names the attempt ("attempt 2 on agent a1"); `attempts_used`

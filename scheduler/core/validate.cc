@@ -1,6 +1,7 @@
 #include "scheduler/core/validate.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,7 +9,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/builtins.h"
+#include "common/http_rules.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -58,6 +61,13 @@ absl::Status CheckBuiltin(const v1::BuiltinStep& b, const FieldPath& field) {
   if (!bad.has_value()) return absl::OkStatus();
   return Invalid(bad->index < 0 ? FieldPath(field, "args") : FieldPath(field, "args", bad->index),
                  bad->rule);
+}
+
+absl::Status CheckHttp(const v1::HttpStep& h, const FieldPath& field) {
+  const std::optional<http::Problem> bad =
+      http::CheckStep(h.method(), h.url(), h.headers(), absl::MakeConstSpan(h.success_codes()));
+  if (!bad.has_value()) return absl::OkStatus();
+  return Invalid(FieldPath(field, bad->field), bad->rule);
 }
 
 }  // namespace
@@ -215,8 +225,11 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
         if (absl::Status s = CheckBuiltin(step.builtin(), FieldPath(sf, "builtin")); !s.ok())
           return s;
         break;
+      case v1::Step::kHttp:
+        if (absl::Status s = CheckHttp(step.http(), FieldPath(sf, "http")); !s.ok()) return s;
+        break;
       default:
-        return Invalid(sf, "has neither exec nor builtin");
+        return Invalid(sf, "has no exec, builtin or http");
     }
     if (absl::Status s = CheckDuration(step.timeout(), FieldPath(sf, "timeout")); !s.ok()) return s;
   }

@@ -31,10 +31,12 @@
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/assignment.h"
 
 namespace taskgrid::agent {
 namespace {
 
+using ::taskgrid::testing::Assignment;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -60,16 +62,6 @@ v1::Step Builtin(const std::string& name, std::vector<std::string> args = {}) {
 v1::Step WithTimeout(v1::Step step, absl::Duration timeout) {
   *step.mutable_timeout() = ToProto(timeout);
   return step;
-}
-
-v1::Assignment Assignment(std::vector<v1::Step> steps, const std::string& payload = "") {
-  v1::Assignment a;
-  a.set_task_id("task-1");
-  a.set_attempt(1);
-  a.set_queue("default");
-  for (v1::Step& s : steps) *a.add_steps() = std::move(s);
-  a.set_payload(payload);
-  return a;
 }
 
 ExecutorOptions Options() {
@@ -657,7 +649,7 @@ TEST(TaskRun, RejectsMalformedSteps) {
   r = RunTask(Assignment({Builtin("noop"), v1::Step()}));
   EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
   EXPECT_EQ(r.step(), 1);
-  EXPECT_EQ(r.error(), "step 1 has neither exec nor builtin");
+  EXPECT_EQ(r.error(), "step 1 has no exec, builtin or http");
 
   r = RunTask(Assignment({Exec({})}));
   EXPECT_EQ(r.exit_code(), -1);

@@ -11,6 +11,7 @@
 #include "common/address.h"
 #include "common/builtins.h"
 #include "common/ids.h"
+#include "common/json.h"
 #include "common/key_values.h"
 #include "common/proto_time.h"
 #include "common/worker_pool.h"
@@ -131,6 +132,69 @@ TEST(WorkerPool, ClosuresThatRunAtOnceEachGetAThread) {
     pool.Run([&] { ++ran; });
   }
   EXPECT_EQ(ran.load(), 9);
+}
+
+TEST(Json, StringsAreAlwaysValidJson) {
+  EXPECT_EQ(JsonString(""), "\"\"");
+  EXPECT_EQ(JsonString("a \"q\" \\ /"), "\"a \\\"q\\\" \\\\ /\"");
+  EXPECT_EQ(JsonString("l1\nl2\r\t\x01\x1f"), "\"l1\\nl2\\r\\t\\u0001\\u001f\"");
+  using namespace std::string_literals;
+  EXPECT_EQ(JsonString("nul\0"s), "\"nul\\u0000\"");
+  // UTF-8 passes as is; bytes that are not UTF-8 become U+FFFD one by one.
+  EXPECT_EQ(JsonString("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  EXPECT_EQ(JsonString("\xFF\xC3"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  EXPECT_EQ(JsonString("\xC0\xAF"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // overlong "/"
+  EXPECT_EQ(JsonString("\xED\xA0\x80"),                               // a surrogate
+            "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  for (const std::string& s : {"x"s, "\xFF"s, "\"\\"s, "\0\x7f"s}) {
+    EXPECT_TRUE(IsJsonValue(JsonString(s))) << s;
+  }
+}
+
+TEST(Json, OnlyOneStrictValueIsJson) {
+  for (const char* good :
+       {"0", "-0", "12.5e-3", "1E+9", "true", "false", "null", "\"\"", "\"\\u00e9\\n\\/\"", "[]",
+        "{}", " [1, \"a\", {\"k\": [null]}] \n", "{\"a\":{\"b\":{}}}", "\"caf\xC3\xA9\""}) {
+    EXPECT_TRUE(IsJsonValue(good)) << good;
+  }
+  for (const char* bad : {"",
+                          " ",
+                          "01",
+                          "1.",
+                          ".5",
+                          "+1",
+                          "1e",
+                          "-",
+                          "NaN",
+                          "Infinity",
+                          "tru",
+                          "True",
+                          "nul",
+                          "'a'",
+                          "{a: 1}",
+                          "{\"a\" 1}",
+                          "[1,]",
+                          "[1 2]",
+                          "{\"a\":1,}",
+                          "[1]]",
+                          "1 2",
+                          "\"unterminated",
+                          "\"tab\there\"",
+                          "\"\\x\"",
+                          "\"\\u12\"",
+                          "[1] // c",
+                          "\"\xFF\"",
+                          "hello"}) {
+    EXPECT_FALSE(IsJsonValue(bad)) << bad;
+  }
+  // Nesting is bounded: the check recurses.
+  const std::string deep_ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(IsJsonValue(deep_ok));
+  const std::string too_deep =
+      std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']');
+  EXPECT_FALSE(IsJsonValue(too_deep));
+  EXPECT_FALSE(IsJsonValue(std::string(100000, '[')));
 }
 
 }  // namespace

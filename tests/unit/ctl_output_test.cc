@@ -15,6 +15,7 @@ namespace taskgrid::ctl {
 namespace {
 
 using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
 using ::testing::Not;
 
 v1::Task RunningTask() {
@@ -70,6 +71,24 @@ TEST(CtlOutput, DetailSaysWhenOlderAttemptsWereNotKept) {
   t.set_attempts_dropped(2);
   EXPECT_THAT(FormatTaskDetail(t),
               ContainsRegex("\nAttempts \\(the newest 1; 2 older not kept\\):\n"));
+}
+
+TEST(CtlOutput, DetailShowsAnHttpStepAsItsMethodAndUrl) {
+  v1::Task t = RunningTask();
+  v1::Step* post = t.mutable_spec()->add_steps();
+  post->mutable_http()->set_url("http://host/path");
+  (*post->mutable_http()->mutable_headers())["Authorization"] = "Bearer secret";
+  v1::Step* get = t.mutable_spec()->add_steps();
+  get->mutable_http()->set_method("GET");
+  get->mutable_http()->set_url("https://host/status?full=1");
+  get->mutable_http()->add_success_codes(200);
+  get->mutable_http()->add_success_codes(404);
+  get->mutable_timeout()->set_seconds(5);
+  const std::string out = FormatTaskDetail(t);
+  EXPECT_THAT(out, HasSubstr("\nSteps:          [0] http POST http://host/path\n"));
+  EXPECT_THAT(out, HasSubstr("\n                [1] http GET https://host/status?full=1 "
+                             "(success: 200, 404) [timeout 5s]\n"));
+  EXPECT_THAT(out, Not(ContainsRegex("secret")));
 }
 
 TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {

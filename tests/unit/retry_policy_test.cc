@@ -74,6 +74,34 @@ TEST_F(RetryPolicyTest, ANonRetryableExitCodeFailsAtOnce) {
   EXPECT_THAT(a.reason, HasSubstr("exit code 2 is not retryable"));
 }
 
+TEST_F(RetryPolicyTest, APermanentFailureEndsTheTaskWhateverAttemptsAreLeft) {
+  t_.spec.set_max_attempts(10);
+  t_.result.set_permanent(true);
+  t_.result.set_exit_code(404);
+  t_.result.set_error("HTTP 404 from POST http://127.0.0.1:1234/hook");
+  const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);
+  EXPECT_EQ(a.next, Next::kFailed);
+  EXPECT_EQ(a.next_run_time, absl::InfinitePast());
+  EXPECT_EQ(a.reason,
+            "attempt 1 on agent a failed for good: HTTP 404 from POST http://127.0.0.1:1234/hook");
+  EXPECT_EQ(draws_, 0);
+}
+
+TEST_F(RetryPolicyTest, APermanentFailureStillYieldsToACancelAndAPause) {
+  t_.result.set_permanent(true);
+  EXPECT_EQ(Decide(v1::OUTCOME_FAILED, {.interrupted = true, .pausing = true}).next, Next::kPaused);
+  t_.state = v1::TASK_STATE_CANCELLING;
+  EXPECT_EQ(Decide(v1::OUTCOME_FAILED).next, Next::kCancelled);
+}
+
+TEST_F(RetryPolicyTest, AFailureThatIsNotPermanentIsRetried) {
+  t_.result.set_permanent(false);
+  t_.result.set_exit_code(503);
+  const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);
+  EXPECT_EQ(a.next, Next::kRetry);
+  EXPECT_THAT(a.reason, HasSubstr("will retry"));
+}
+
 TEST_F(RetryPolicyTest, TheLastAllowedAttemptFails) {
   const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/3);
   EXPECT_EQ(a.next, Next::kFailed);

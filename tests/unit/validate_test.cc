@@ -161,7 +161,7 @@ TEST(Validate, StepsMustBeThereAndWellFormed) {
   s.clear_steps();
   EXPECT_THAT(Error(s), HasSubstr("tasks[0].steps is empty"));
   s.add_steps();
-  EXPECT_THAT(Error(s), HasSubstr("neither exec nor builtin"));
+  EXPECT_EQ(Error(s), "tasks[0].steps[0] has no exec, builtin or http");
   s.mutable_steps(0)->mutable_builtin()->set_name("explode");
   EXPECT_THAT(Error(s), HasSubstr("steps[0].builtin.name"));
   s.mutable_steps(0)->mutable_builtin()->set_name("sleep");
@@ -171,6 +171,114 @@ TEST(Validate, StepsMustBeThereAndWellFormed) {
   EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
   s.mutable_steps(0)->mutable_timeout()->set_seconds(-1);
   EXPECT_THAT(Error(s), HasSubstr("steps[0].timeout is negative"));
+}
+
+v1::TaskSpec GoodHttp() {
+  v1::TaskSpec s = Good();
+  v1::HttpStep* h = s.add_steps()->mutable_http();
+  h->set_url("https://hooks.example.com/v1/done?task=1");
+  return s;
+}
+
+v1::HttpStep& Http(v1::TaskSpec& s) { return *s.mutable_steps(1)->mutable_http(); }
+
+TEST(Validate, AcceptsAnHttpStep) {
+  v1::TaskSpec s = GoodHttp();
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+  for (const char* method : {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", ""}) {
+    Http(s).set_method(method);
+    EXPECT_TRUE(ValidateSpec(s, {}, "t").ok()) << method;
+  }
+  Http(s).set_url("http://127.0.0.1:8080/hook");
+  (*Http(s).mutable_headers())["Content-Type"] = "application/json; charset=utf-8";
+  (*Http(s).mutable_headers())["X-Weird_But.Legal!~"] = "";
+  using namespace std::string_literals;
+  Http(s).set_body("binary \0 body"s);  // bytes: anything goes
+  for (int code : {100, 200, 404, 599}) Http(s).add_success_codes(code);
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, HttpStepRefusalsNameTheField) {
+  using namespace std::string_literals;
+  struct Case {
+    std::string name;
+    std::function<void(v1::HttpStep&)> spoil;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"no url", [](v1::HttpStep& h) { h.clear_url(); },
+       "tasks[0].steps[1].http.url is empty: the step needs a URL"},
+      {"other scheme", [](v1::HttpStep& h) { h.set_url("ftp://host/file"); },
+       "tasks[0].steps[1].http.url \"ftp://host/file\" must start with http:// or https://"},
+      {"no scheme", [](v1::HttpStep& h) { h.set_url("host/path"); },
+       "tasks[0].steps[1].http.url \"host/path\" must start with http:// or https://"},
+      {"no host", [](v1::HttpStep& h) { h.set_url("https:///path"); },
+       "tasks[0].steps[1].http.url has no host"},
+      {"space", [](v1::HttpStep& h) { h.set_url("http://host/a b"); },
+       "tasks[0].steps[1].http.url holds a NUL, CR, LF or space (percent-encode it)"},
+      {"CR LF", [](v1::HttpStep& h) { h.set_url("http://host/\r\nX-Evil: 1"); },
+       "tasks[0].steps[1].http.url holds a NUL, CR, LF or space (percent-encode it)"},
+      {"NUL", [](v1::HttpStep& h) { h.set_url("http://host/\0x"s); },
+       "tasks[0].steps[1].http.url holds a NUL, CR, LF or space (percent-encode it)"},
+      {"method", [](v1::HttpStep& h) { h.set_method("get"); },
+       "tasks[0].steps[1].http.method \"get\" is not one of GET, HEAD, POST, PUT, PATCH, "
+       "DELETE (empty means POST)"},
+      {"header name", [](v1::HttpStep& h) { (*h.mutable_headers())["Bad Name"] = "v"; },
+       "tasks[0].steps[1].http.headers has an invalid name \"Bad Name\" (a header name is "
+       "letters, digits and !#$%&'*+-.^_`|~)"},
+      {"header name CR LF", [](v1::HttpStep& h) { (*h.mutable_headers())["X\r\nY"] = "v"; },
+       "tasks[0].steps[1].http.headers has an invalid name \"X\\r\\nY\" (a header name is "
+       "letters, digits and !#$%&'*+-.^_`|~)"},
+      {"empty header name", [](v1::HttpStep& h) { (*h.mutable_headers())[""] = "v"; },
+       "tasks[0].steps[1].http.headers has an invalid name \"\" (a header name is letters, "
+       "digits and !#$%&'*+-.^_`|~)"},
+      {"header value LF",
+       [](v1::HttpStep& h) { (*h.mutable_headers())["X-Key"] = "a\nX-Injected: 1"; },
+       "tasks[0].steps[1].http.headers[X-Key] holds a NUL, CR or LF"},
+      {"header value CR", [](v1::HttpStep& h) { (*h.mutable_headers())["X-Key"] = "a\rb"; },
+       "tasks[0].steps[1].http.headers[X-Key] holds a NUL, CR or LF"},
+      {"header value NUL", [](v1::HttpStep& h) { (*h.mutable_headers())["X-Key"] = "a\0b"s; },
+       "tasks[0].steps[1].http.headers[X-Key] holds a NUL, CR or LF"},
+      {"65 headers",
+       [](v1::HttpStep& h) {
+         for (int i = 0; i < 65; ++i) (*h.mutable_headers())["X-" + std::to_string(i)] = "v";
+       },
+       "tasks[0].steps[1].http.headers has 65 entries; the limit is 64"},
+      {"code 99", [](v1::HttpStep& h) { h.add_success_codes(200), h.add_success_codes(99); },
+       "tasks[0].steps[1].http.success_codes[1] is 99; a status is in [100, 599]"},
+      {"code 600", [](v1::HttpStep& h) { h.add_success_codes(600); },
+       "tasks[0].steps[1].http.success_codes[0] is 600; a status is in [100, 599]"},
+      {"65 codes",
+       [](v1::HttpStep& h) {
+         for (int i = 0; i < 65; ++i) h.add_success_codes(200 + i);
+       },
+       "tasks[0].steps[1].http.success_codes has 65 entries; the limit is 64"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::TaskSpec s = GoodHttp();
+    c.spoil(Http(s));
+    EXPECT_EQ(Error(s), c.error);
+  }
+  // The limits themselves are allowed.
+  v1::TaskSpec s = GoodHttp();
+  for (int i = 0; i < 64; ++i) {
+    (*Http(s).mutable_headers())["X-" + std::to_string(i)] = "v";
+    Http(s).add_success_codes(200 + i);
+  }
+  EXPECT_TRUE(ValidateSpec(s, {}, "t").ok());
+}
+
+TEST(Validate, AnHttpStepCountsTowardsTheSpecBytes) {
+  SchedulerOptions o;
+  o.max_spec_bytes = 1024;
+  v1::TaskSpec s = GoodHttp();
+  Http(s).set_body(std::string(2000, 'b'));
+  EXPECT_THAT(Error(s, o),
+              HasSubstr("bytes without its payload and depends_on; the limit is 1024"));
+  s = GoodHttp();
+  (*Http(s).mutable_headers())["Authorization"] = std::string(2000, 't');
+  EXPECT_THAT(Error(s, o), HasSubstr("the limit is 1024"));
 }
 
 TEST(Validate, PayloadLimit) {

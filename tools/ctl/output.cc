@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/http_rules.h"
 #include "common/proto_time.h"
 #include "google/protobuf/util/json_util.h"
 #include "scheduler/core/state_machine.h"
@@ -64,6 +65,13 @@ std::string StepText(const v1::Step& step) {
     std::vector<std::string> words = {step.builtin().name()};
     for (const std::string& a : step.builtin().args()) words.push_back(QuoteArg(a));
     out = absl::StrCat("builtin ", absl::StrJoin(words, " "));
+  } else if (step.has_http()) {
+    // Header values are left out: they often carry credentials.
+    const v1::HttpStep& h = step.http();
+    out = absl::StrCat("http ", http::MethodOrDefault(h.method()), " ", h.url());
+    if (!h.success_codes().empty()) {
+      absl::StrAppend(&out, " (success: ", absl::StrJoin(h.success_codes(), ", "), ")");
+    }
   } else {
     out = "(empty step)";
   }
