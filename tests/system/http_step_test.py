@@ -11,6 +11,7 @@ Run through ctest (system.http_step), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
 """
 import base64
+import datetime
 import http.server
 import json
 import os
@@ -26,7 +27,7 @@ WAIT = 30.0
 
 class Hook:
     """An HTTP server on 127.0.0.1 that records every request. /flaky
-    answers 503 twice, then 200; any other path 404."""
+    answers 503 twice, then 200; /batch 200; any other path 404."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -40,7 +41,9 @@ class Hook:
                     hook.requests.append((self.command, self.path,
                                           {k.lower(): v for k, v in self.headers.items()}, body))
                     seen = sum(1 for r in hook.requests if r[1] == self.path)
-                if self.path != "/flaky":
+                if self.path == "/batch":
+                    self.answer(200, b"batch taken\n")
+                elif self.path != "/flaky":
                     self.answer(404, b"no such hook\n")
                 elif seen <= 2:
                     self.answer(503, b"busy, come back\n")
@@ -144,6 +147,30 @@ class HttpStepTest(unittest.TestCase):
         self.assertIn("failed for good: HTTP 404 from POST " + self.hook.url("/missing"),
                       task["reason"])
         self.assertEqual(len(self.hook.received("/missing")), 1)
+
+    def test_submits_by_merge_key_arrive_as_one_request_with_every_payload(self):
+        ids = set()
+        for payload in ('{"n": 1}', '{"n": 2}', "not json"):
+            # Each submit fires two seconds from its own time (merge_update
+            # always): the three arrive together once they stopped coming.
+            when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
+            spec = {"queue": "http", "merge_key": "user-9",
+                    "not_before": when.isoformat().replace("+00:00", "Z"),
+                    "steps": [{"http": {"url": self.hook.url("/batch")}, "timeout": "10s"}],
+                    "payload": b64(payload)}
+            out = json.loads(self.cluster.ctl("--json", "submit", "-f", "-",
+                                              input=json.dumps(spec), check=True).stdout)
+            ids.add(out["tasks"][0]["spec"]["id"])
+        self.assertEqual(len(ids), 1, "every submit joined the first one's task")
+        task = self.cluster.wait_state(ids.pop(), ["SUCCEEDED", "FAILED"], timeout=WAIT)
+        self.assertEqual(task["state"], "TASK_STATE_SUCCEEDED", json.dumps(task))
+        self.assertEqual(len(task["merged"]["payloads"]), 3)
+        got = self.hook.received("/batch")
+        self.assertEqual(len(got), 1, "delivered once")
+        method, _, headers, body = got[0]
+        self.assertEqual(method, "POST")
+        self.assertEqual(headers.get("content-type"), "application/json")
+        self.assertEqual(json.loads(body), [{"n": 1}, {"n": 2}, "not json"])
 
 
 if __name__ == "__main__":
