@@ -19,6 +19,8 @@ jobs=$(nproc)
 "$root/deploy/install-buf.sh"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+# Leaks inside Debian's uninstrumented OpenSSL are not ours (tests/lsan.supp).
+export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 export no_proxy=127.0.0.1,localhost
