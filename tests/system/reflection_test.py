@@ -221,6 +221,26 @@ class ReflectionTest(unittest.TestCase):
                          INVALID_ARGUMENT)
         self.assertIn("owner", err["message"])
 
+    def test_merge_key_with_json(self):
+        spec = {"queue": "merged", "mergeKey": "k-1", "notBefore": "2099-01-01T00:00:00Z",
+                "steps": [{"builtin": {"name": "noop"}}]}
+        first = self.call("taskgrid.v1.TaskService/SubmitTasks",
+                          {"tasks": [dict(spec, payload=base64.b64encode(b"a").decode())]})
+        second = self.call("taskgrid.v1.TaskService/SubmitTasks",
+                           {"tasks": [dict(spec, payload=base64.b64encode(b"b").decode(),
+                                           mergeUpdate="MERGE_UPDATE_ONCE")]})
+        task_id = first["tasks"][0]["spec"]["id"]
+        self.assertEqual(second["tasks"][0]["spec"]["id"], task_id)
+        merged = second["tasks"][0]["merged"]
+        self.assertEqual([base64.b64decode(p) for p in merged["payloads"]], [b"a", b"b"])
+        deleted = self.call("taskgrid.v1.TaskService/DeleteByMergeKey",
+                            {"queue": "merged", "mergeKey": "k-1"})
+        self.assertEqual((deleted["spec"]["id"], deleted["state"]),
+                         (task_id, "TASK_STATE_CANCELLED"))
+        err = self.error("taskgrid.v1.TaskService/DeleteByMergeKey",
+                         {"queue": "merged", "mergeKey": "k-1"}, NOT_FOUND)
+        self.assertIn("k-1", err["message"])
+
     def test_wait_and_watch_with_json(self):
         self.call("taskgrid.v1.TaskService/SubmitTasks", {"tasks": [
             {"id": "watched", "queue": "watch",
