@@ -39,6 +39,7 @@ METHODS = {
 }
 
 # buf curl exits with the gRPC code shifted left by 3 when the RPC fails.
+CANCELLED = 1 << 3
 INVALID_ARGUMENT = 3 << 3
 DEADLINE_EXCEEDED = 4 << 3
 NOT_FOUND = 5 << 3
@@ -256,8 +257,11 @@ class ReflectionTest(unittest.TestCase):
         res = self.curl("--timeout", "3s", f"{self.url}/taskgrid.v1.TaskService/WatchTasks",
                         data={"task_ids": ["watched"], "after_revision": 0})
         self.assertLess(time.monotonic() - start, 20)
-        self.assertEqual(res.returncode, DEADLINE_EXCEEDED, res.stdout + res.stderr)
-        self.assertIn("deadline_exceeded", res.stderr)
+        # The deadline ends it: buf says DEADLINE_EXCEEDED, or CANCELLED when
+        # the server's side of the deadline reached it first (seen on a
+        # loaded machine). Either way no error of the scheduler's.
+        self.assertIn(res.returncode, (DEADLINE_EXCEEDED, CANCELLED), res.stdout + res.stderr)
+        self.assertTrue("deadline_exceeded" in res.stderr or "canceled" in res.stderr, res.stderr)
         events = json_stream(res.stdout)
         self.assertTrue(events, res.stdout)
         self.assertTrue(all(e["taskId"] == "watched" for e in events), events)
