@@ -36,6 +36,10 @@ RPC_COMMANDS = {
     "RetryTask": "retry", "ResetTask": "reset", "PauseTask": "pause", "ResumeTask": "resume",
     "GetQueueStats": "stats", "WaitTask": "wait", "WatchTasks": "watch",
     "ListAgents": "agents", "DrainAgent": "drain", "GetClusterStats": "cluster",
+    "DeleteByMergeKey": "delete",
+    "Claim": "board claim", "ExtendClaim": "board extend", "CompleteClaim": "board complete",
+    "AbandonClaim": "board abandon", "TrashClaim": "board trash", "RestoreTask": "board restore",
+    "WaitForWork": "board wait",
 }
 # One line of `watch`: REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  [reason]
 EVENT_LINE = re.compile(r"^(\d+)  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)  (\S+)  "
@@ -713,7 +717,7 @@ class NoAgentTest(CliTestCase):
 
     def test_every_rpc_has_a_command(self):
         rpcs = {}
-        for proto in ("task_service.proto", "cluster_service.proto"):
+        for proto in ("task_service.proto", "cluster_service.proto", "board_service.proto"):
             with open(os.path.join(PROTO_DIR, proto)) as f:
                 for name in re.findall(r"(?m)^\s*rpc\s+(\w+)\s*\(", f.read()):
                     rpcs[name] = proto
