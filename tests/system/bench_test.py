@@ -39,6 +39,7 @@ EXPECTED = {
            "agent_heartbeat_interval": POSITIVE, "heartbeats_per_second": POSITIVE},
     "W7": {"claim_complete_rate": POSITIVE, "claim_p50": POSITIVE, "claim_p99": POSITIVE,
            "double_claims": ZERO},
+    "W8": {"merge_submit_rate": POSITIVE},
 }
 
 

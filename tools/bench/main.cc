@@ -1,4 +1,4 @@
-// taskgrid-bench: the load generator. Runs the workloads W1-W7
+// taskgrid-bench: the load generator. Runs the workloads W1-W8
 // against a scheduler it starts (or --addr) with real taskgrid-agent
 // processes, and prints one figure per line: a table, and with --json one
 // JSON object per figure on stdout (the table then goes to stderr).
@@ -35,7 +35,7 @@
 
 ABSL_FLAG(std::string, workloads, "all",
           "Comma-separated workloads to run: w1 (submit), w2 (drain), w3 (latency), w4 "
-          "(recovery), w5 (restart), w6 (many agents), w7 (claims), or all");
+          "(recovery), w5 (restart), w6 (many agents), w7 (claims), w8 (merge keys), or all");
 ABSL_FLAG(bool, smoke, false, "Run every workload tiny (a few seconds each), for tests");
 ABSL_FLAG(bool, json, false,
           "Print one JSON object per figure on stdout (the table goes to stderr)");
@@ -94,12 +94,12 @@ namespace tb = taskgrid::bench;
 
 namespace {
 
-const std::vector<std::string> kAll = {"w1", "w2", "w3", "w4", "w5", "w6", "w7"};
+const std::vector<std::string> kAll = {"w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"};
 
 absl::Status ParseWorkloads(const std::string& spec, std::vector<std::string>* out) {
   static const std::vector<std::pair<std::string, std::string>> kAliases = {
       {"submit", "w1"},  {"drain", "w2"},  {"latency", "w3"}, {"recovery", "w4"},
-      {"restart", "w5"}, {"agents", "w6"}, {"claims", "w7"}};
+      {"restart", "w5"}, {"agents", "w6"}, {"claims", "w7"},  {"merge", "w8"}};
   std::set<std::string> chosen;
   for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::string w = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part));
@@ -112,7 +112,7 @@ absl::Status ParseWorkloads(const std::string& spec, std::vector<std::string>* o
       chosen.insert(w);
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--workloads: unknown workload '", w, "' (w1..w7, their names, or all)"));
+          absl::StrCat("--workloads: unknown workload '", w, "' (w1..w8, their names, or all)"));
     }
   }
   if (chosen.empty()) return absl::InvalidArgumentError("--workloads is empty");
@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   taskgrid::SetUsage(
       "The Taskgrid load generator: measures submit throughput (W1), dispatch "
       "throughput (W2), latency (W3), recovery from a killed agent (W4), restart with a large "
-      "table (W5), many connected agents (W6) and pull workers racing for claims (W7).\n\n"
+      "table (W5), many connected agents (W6), pull workers racing for claims (W7) and "
+      "submits gathered by merge key (W8).\n\n"
       "  taskgrid-bench                      # every workload, full size (about 5 minutes)\n"
       "  taskgrid-bench --smoke --json       # every workload tiny, JSON lines\n"
       "  taskgrid-bench --workloads=w1,w3 --durability=normal\n\n"
@@ -284,9 +285,9 @@ int main(int argc, char** argv) {
 
   using RunFn = absl::Status (*)(const tb::RunContext&, std::vector<tb::Figure>*);
   const std::vector<std::pair<std::string, RunFn>> runs = {
-      {"w1", tb::RunW1Submit},   {"w2", tb::RunW2Drain},   {"w3", tb::RunW3Latency},
-      {"w4", tb::RunW4Recovery}, {"w5", tb::RunW5Restart}, {"w6", tb::RunW6ManyAgents},
-      {"w7", tb::RunW7Claims}};
+      {"w1", tb::RunW1Submit},   {"w2", tb::RunW2Drain},    {"w3", tb::RunW3Latency},
+      {"w4", tb::RunW4Recovery}, {"w5", tb::RunW5Restart},  {"w6", tb::RunW6ManyAgents},
+      {"w7", tb::RunW7Claims},   {"w8", tb::RunW8MergeKeys}};
   std::vector<tb::Figure> all;
   std::vector<std::string> failed;
   for (const auto& [name, run] : runs) {

@@ -36,6 +36,7 @@ Sizes Sizes::Smoke() {
   s.w6_window = absl::Seconds(3);
   s.w6_per_process = 50;
   s.w7_tasks = 1000;
+  s.w8_submits = 2000;
   return s;
 }
 

@@ -46,6 +46,8 @@ struct Sizes {
   int w6_per_process = 1000;
   int64_t w7_tasks = 20000;
   int w7_claimers = 16;
+  int64_t w8_submits = 20000;
+  int w8_keys = 100;
 
   static Sizes Full() { return Sizes(); }
   static Sizes Smoke();
@@ -65,5 +67,7 @@ absl::Status RunW5Restart(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out);
 // board.cc: pull mode.
 absl::Status RunW7Claims(const RunContext& ctx, std::vector<Figure>* out);
+// merge.cc: delivery by merge key.
+absl::Status RunW8MergeKeys(const RunContext& ctx, std::vector<Figure>* out);
 
 }  // namespace taskgrid::bench
