@@ -39,6 +39,8 @@ void Scheduler::Settle(TaskRecord& t) {
                                 failed->state == v1::TASK_STATE_FAILED    ? " failed"
                                 : failed->state == v1::TASK_STATE_TRASHED ? " was trashed"
                                                                           : " was cancelled"));
+      } else if (!t.replicas.empty()) {
+        SettleReplicas(t);  // it never runs itself
       } else if (DepsMet(t)) {
         const v1::TaskState to = ReadyOrScheduled(t);
         Transition(t, to,

@@ -39,6 +39,7 @@ void Scheduler::AddReady(TaskRecord& t) {
     slot = std::make_unique<ReadyClass>();
     slot->key = t.placement_class;
     slot->placement = t.spec.placement();
+    slot->replica_of = t.spec.replica_of();
   }
   ReadyClass& c = *slot;
   const ReadyKey key = ReadyKeyOf(t);
@@ -48,7 +49,10 @@ void Scheduler::AddReady(TaskRecord& t) {
     heads_.insert({key, &c});
   }
   c.tasks.insert(key);
-  if (t.spec.placement().agent_ids().empty()) ready_by_queue_[t.queue()].insert(key);
+  // Not claimable: pinned to agents, or a replica (each on its own agent).
+  if (t.spec.placement().agent_ids().empty() && t.spec.replica_of().empty()) {
+    ready_by_queue_[t.queue()].insert(key);
+  }
 }
 
 void Scheduler::RemoveReady(const TaskRecord& t) {
@@ -76,8 +80,11 @@ void Scheduler::BackToHeads(ReadyClass& c) {
   heads_.insert({*c.tasks.begin(), &c});
 }
 
-bool Scheduler::AnyAgentCouldTake(const v1::Placement& p) const {
-  auto could = [&](const AgentRecord& a) { return a.takes_work() && Matches(p, a); };
+bool Scheduler::AnyAgentCouldTake(const v1::Placement& p,
+                                  const absl::flat_hash_set<std::string>* exclude) const {
+  auto could = [&](const AgentRecord& a) {
+    return a.takes_work() && Matches(p, a) && (exclude == nullptr || !exclude->contains(a.id));
+  };
   if (!p.agent_ids().empty()) {
     // Pinned: only the named agents need looking at.
     return std::any_of(p.agent_ids().begin(), p.agent_ids().end(), [&](const std::string& id) {
@@ -110,10 +117,14 @@ void Scheduler::Dispatch() {
     auto [key, cls] = *heads_.begin();
     TaskRecord& t = *std::get<2>(key);
     ++placement_attempts_;
-    AgentRecord* a = Pick(cls->placement, agents);
+    // A replica keeps off the agents of its siblings.
+    absl::flat_hash_set<std::string> taken;
+    if (!cls->replica_of.empty()) taken = ReplicaAgents(*t.replica_of);
+    const absl::flat_hash_set<std::string>* exclude = cls->replica_of.empty() ? nullptr : &taken;
+    AgentRecord* a = Pick(cls->placement, agents, exclude);
     if (a == nullptr) {
       heads_.erase(heads_.begin());
-      if (AnyAgentCouldTake(cls->placement)) {
+      if (AnyAgentCouldTake(cls->placement, exclude)) {
         cls->where = ReadyClass::Where::kAside;
         aside.push_back(cls->key);
       } else {

@@ -36,7 +36,30 @@ absl::Status Scheduler::CheckInvariants() const {
         return fail("SCHEDULED task ", id, " is not in the timer");
       }
     }
-    if (t.state == v1::TASK_STATE_PENDING && t.spec.placement().agent_ids().empty()) {
+    if (const int32_t n = ReplicaCount(t.spec); n > 0) {
+      if (static_cast<int32_t>(t.replicas.size()) != n) {
+        return fail("task ", id, " asks for ", n, " replicas but has ", t.replicas.size());
+      }
+      if (!IsTerminal(t.state) && t.state != v1::TASK_STATE_BLOCKED) {
+        return fail("task ", id, " with replicas is ", StateName(t.state));
+      }
+      absl::flat_hash_set<std::string> holders;
+      for (const TaskRecord* r : t.replicas) {
+        if (r->replica_of != &t || r->spec.replica_of() != id) {
+          return fail("replica ", r->id(), " does not name its task ", id);
+        }
+        if (IsInFlight(r->state) && !holders.insert(r->agent_id).second) {
+          return fail("two replicas of ", id, " are in flight on agent ", r->agent_id);
+        }
+      }
+    } else if (!t.replicas.empty()) {
+      return fail("task ", id, " has replicas it did not ask for");
+    }
+    if (!t.spec.replica_of().empty() && t.replica_of == nullptr) {
+      return fail("replica ", id, " is not linked to its task");
+    }
+    if (t.state == v1::TASK_STATE_PENDING && t.spec.placement().agent_ids().empty() &&
+        t.spec.replica_of().empty()) {
       ++claimable;
       auto q = ready_by_queue_.find(t.queue());
       if (q == ready_by_queue_.end() || !q->second.contains(ReadyKeyOf(t))) {
@@ -80,7 +103,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (t.deps.size() != static_cast<size_t>(t.spec.depends_on_size())) {
       return fail("task ", id, " has ", t.deps.size(), " linked dependencies");
     }
-    if (t.state == v1::TASK_STATE_BLOCKED &&
+    if (t.state == v1::TASK_STATE_BLOCKED && t.replicas.empty() &&
         (DepsMet(t) && !(DepFailed(t) && CancelsOnUpstreamFailure(t)))) {
       return fail("BLOCKED task ", id, " could run");
     }
@@ -141,7 +164,9 @@ absl::Status Scheduler::CheckInvariants() const {
       case ReadyClass::Where::kParked:
         ++parked;
         if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
-        if (AnyAgentCouldTake(c->placement)) {
+        absl::flat_hash_set<std::string> taken;
+        if (!c->replica_of.empty()) taken = ReplicaAgents(*table_.Find(c->replica_of));
+        if (AnyAgentCouldTake(c->placement, c->replica_of.empty() ? nullptr : &taken)) {
           return fail("parked class ", key, " could be taken by a connected agent");
         }
         break;

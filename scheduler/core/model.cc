@@ -147,6 +147,23 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
   out->set_attempts_dropped(t.attempts_dropped);
   if (t.claimed()) SetTimestamp(t.claim_until, out->mutable_claim_expire_time());
   if (t.merge) *out->mutable_merged() = t.merge->merged;
+  for (const TaskRecord* r : t.replicas) {
+    v1::ReplicaStatus* rs = out->add_replicas();
+    rs->set_task_id(r->id());
+    rs->set_state(r->state);
+    rs->set_attempt(r->attempt);
+    if (!r->agent_id.empty()) {
+      rs->set_agent_id(r->agent_id);
+    } else if (!r->attempts.empty()) {
+      rs->set_agent_id(r->attempts.back().agent_id());
+    }
+    rs->set_outcome(r->result.outcome());
+    rs->set_reason(r->reason);
+  }
+}
+
+std::string ReplicaId(const std::string& task_id, int32_t n) {
+  return absl::StrCat(task_id, ":r", n);
 }
 
 }  // namespace taskgrid::core

@@ -59,6 +59,20 @@ struct MergeState {
   int64_t bytes = 0;
 };
 
+// Replicas a task may ask for (TaskSpec.replicas).
+inline constexpr int32_t kMaxReplicas = 100;
+
+// The replicas a spec asks for: one per named agent, else the count; 0
+// for a task without replicas.
+inline int32_t ReplicaCount(const v1::TaskSpec& spec) {
+  if (!spec.has_replicas()) return 0;
+  const v1::Replicas& r = spec.replicas();
+  return r.agent_ids_size() > 0 ? r.agent_ids_size() : r.count();
+}
+
+// The id of replica n (from 1) of a task: "<id>:r<n>".
+std::string ReplicaId(const std::string& task_id, int32_t n);
+
 struct TaskRecord {
   v1::TaskSpec spec;
   int64_t seq = 0;  // submit order, unique and increasing
@@ -93,8 +107,15 @@ struct TaskRecord {
   int32_t attempt_base = 0;
 
   // --- Derived: rebuilt by Scheduler::Restore, never stored. ---
-  // Cached PlacementClass(spec.placement()).
+  // Cached TaskClass(spec).
   std::string placement_class;
+  // A task with replicas: they, in order (its spec asks for them; they
+  // are made with it). A replica: the task it is one of.
+  std::vector<TaskRecord*> replicas;
+  TaskRecord* replica_of = nullptr;
+  // A task with replicas: the one that ended last (its result becomes the
+  // task's).
+  const TaskRecord* replica_ended = nullptr;
   JobRecord* job = nullptr;
   // spec.depends_on resolved, and the tasks whose depends_on names this one
   // (in submit order).

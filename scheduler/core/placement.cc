@@ -22,11 +22,13 @@ bool Matches(const v1::Placement& p, const AgentRecord& agent) {
   return SlotsOf(p) <= agent.slots;
 }
 
-AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents) {
+AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents,
+                  const absl::flat_hash_set<std::string>* exclude) {
   const int32_t need = SlotsOf(p);
   AgentRecord* best = nullptr;
   for (AgentRecord* a : agents) {
     if (!a->takes_work() || a->free_slots() < need || !Matches(p, *a)) continue;
+    if (exclude != nullptr && exclude->contains(a->id)) continue;
     if (best == nullptr || a->free_slots() > best->free_slots() ||
         (a->free_slots() == best->free_slots() && a->last_assigned < best->last_assigned)) {
       best = a;
@@ -44,6 +46,13 @@ std::string PlacementClass(const v1::Placement& p) {
   std::sort(ids.begin(), ids.end());
   return absl::StrCat(SlotsOf(p), "|", absl::StrJoin(labels, ",", absl::PairFormatter("=")), "|",
                       absl::StrJoin(ids, ","));
+}
+
+std::string TaskClass(const v1::TaskSpec& spec) {
+  // A placement's key starts with a digit; a replica's with 'R', then its
+  // task's id (a name: no '|').
+  if (spec.replica_of().empty()) return PlacementClass(spec.placement());
+  return absl::StrCat("R", spec.replica_of(), "|", PlacementClass(spec.placement()));
 }
 
 std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const AgentRecord*>& agents) {

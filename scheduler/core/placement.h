@@ -60,11 +60,16 @@ int32_t SlotsOf(const v1::Placement& p);
 bool Matches(const v1::Placement& p, const AgentRecord& agent);
 
 // The connected matching agent with room for the task: the most free slots
-// first, then the least recently assigned. nullptr when none fits.
-AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents);
+// first, then the least recently assigned; never one in `exclude` (the
+// agents of a task's other replicas). nullptr when none fits.
+AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents,
+                  const absl::flat_hash_set<std::string>* exclude = nullptr);
 
 // The key grouping tasks that any given agent either can or cannot run.
 std::string PlacementClass(const v1::Placement& p);
+// The ready class of a task: its placement's, and for a replica that of
+// its task alone (its siblings exclude agents the others may take).
+std::string TaskClass(const v1::TaskSpec& spec);
 
 // Why no agent in `agents` can ever take a task with this placement right
 // now (ignoring how busy they are): e.g. "no agent has label gpu=1". Empty

@@ -37,10 +37,11 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
   if (restoring_ == nullptr)
     return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
   for (std::unique_ptr<TaskRecord>& owned : *tasks) {
-    owned->placement_class = PlacementClass(owned->spec.placement());
+    owned->placement_class = TaskClass(owned->spec);
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
+    if (!t.spec.replica_of().empty()) restoring_->replicas.push_back(&t);
     if (IsInFlight(t.state)) {
       restoring_->in_flight.push_back(&t);
     } else if (t.claimed()) {
@@ -80,6 +81,18 @@ absl::Status Scheduler::FinishRestore() {
       }
     }
     LinkDependencies(*t);
+  }
+  // Replicas back to their task, in order (they were made in order).
+  std::sort(r->replicas.begin(), r->replicas.end(), by_seq);
+  for (TaskRecord* rep : r->replicas) {
+    TaskRecord* group = Mutable(rep->spec.replica_of());
+    if (group == nullptr || ReplicaCount(group->spec) == 0) {
+      return absl::DataLossError(absl::StrCat("task ", rep->id(), " is a replica of ",
+                                              rep->spec.replica_of(),
+                                              ", which is not stored or has no replicas"));
+    }
+    rep->replica_of = group;
+    group->replicas.push_back(rep);
   }
   for (TaskRecord* tp : r->in_flight) {
     TaskRecord& t = *tp;

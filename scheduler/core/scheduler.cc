@@ -33,6 +33,17 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
       table_.Apply(t, to, std::move(reason), Now(), event_agent, &effects_.batch);
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   IndexMerge(t);
+  if (t.replica_of != nullptr) {
+    // Its task counts the replicas that ended; an agent it let go of may
+    // take a sibling now.
+    if (IsTerminal(from) != IsTerminal(to)) {
+      t.replica_of->replica_ended = &t;
+      settle_queue_.push_back(t.replica_of);
+    }
+    if ((IsInFlight(from) && !IsInFlight(to)) || from == v1::TASK_STATE_SUCCEEDED) {
+      UnparkReplicas(*t.replica_of);
+    }
+  }
 
   // Dependents see the change; a task that starts waiting is looked at too.
   NoteStateChange(t, from, to, &settle_queue_);
@@ -49,6 +60,7 @@ v1::TaskState Scheduler::ReadyOrScheduled(TaskRecord& t) {
 }
 
 v1::TaskState Scheduler::NextWaitingState(TaskRecord& t) {
+  if (!t.replicas.empty()) return v1::TASK_STATE_BLOCKED;  // its replicas run, not it
   if (!DepsMet(t) || (DepFailed(t) && CancelsOnUpstreamFailure(t))) return v1::TASK_STATE_BLOCKED;
   return ReadyOrScheduled(t);
 }
@@ -176,7 +188,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
       g->second.bytes = static_cast<int64_t>(spec.payload().size());
     }
     fresh.push_back(i);
-    ++adds[spec.queue()];
+    adds[spec.queue()] += 1 + ReplicaCount(spec);
   }
   if (absl::Status s =
           CheckDependencies(specs, fresh, seen, [this](const std::string& id) { return Find(id); });
@@ -197,6 +209,16 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     while (seen.contains(id)) id = table_.NewTaskId(clock_->Now());
     specs[i].set_id(std::move(id));
   }
+  // The ids the replicas will take: free, like every id.
+  for (size_t i : fresh) {
+    for (int32_t n = 1; n <= ReplicaCount(specs[i]); ++n) {
+      const std::string id = ReplicaId(specs[i].id(), n);
+      if (Find(id) != nullptr || seen.contains(id)) {
+        return absl::AlreadyExistsError(absl::StrCat("task \"", id, "\" already exists; tasks[", i,
+                                                     "] needs that id for its replica ", n));
+      }
+    }
+  }
 
   const absl::Time now = Now();
   JobRecord* job = nullptr;
@@ -212,12 +234,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     owned->spec = std::move(specs[i]);
     TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
-    t.placement_class = PlacementClass(t.spec.placement());
+    t.placement_class = TaskClass(t.spec);
     if (!t.spec.merge_key().empty()) StartMerge(t, now);
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
     created.push_back(&t);
     out[i] = &t;
+    if (ReplicaCount(t.spec) > 0) MakeReplicas(t, now, &created);
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (existing[i] != nullptr) out[i] = existing[i];
@@ -229,7 +252,8 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     for (TaskRecord* t : created) {
       const v1::TaskState to = NextWaitingState(*t);
       Transition(*t, to,
-                 to == v1::TASK_STATE_BLOCKED     ? BlockedReason(*t)
+                 !t->replicas.empty()             ? ReplicasReason(*t)
+                 : to == v1::TASK_STATE_BLOCKED   ? BlockedReason(*t)
                  : to == v1::TASK_STATE_SCHEDULED ? "waiting for not_before"
                                                   : "submitted");
       ArmStartDeadline(*t, now);
@@ -264,6 +288,10 @@ void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
     case v1::TASK_STATE_PAUSED:
       Transition(t, v1::TASK_STATE_CANCELLED, reason);
       start_deadlines_.Remove(t.id());
+      // Its replicas after it: ended first, they would fail it.
+      for (TaskRecord* r : t.replicas) {
+        CancelOne(*r, absl::StrCat("task ", t.id(), " was cancelled"));
+      }
       return;
     case v1::TASK_STATE_DISPATCHED:
     case v1::TASK_STATE_RUNNING: {
@@ -301,13 +329,23 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
         absl::StrCat("task \"", id, "\" has used all ", MaxAttempts(*t),
                      " of its attempts; reset it for a fresh budget"));
   }
-  RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("retrying \"", id, "\"")));
-  t->next_run_time = absl::InfinitePast();
-  const v1::TaskState to = NextWaitingState(*t);
-  Transition(*t, to,
-             to == v1::TASK_STATE_BLOCKED ? "retried by request; " + BlockedReason(*t)
-                                          : "retried by request");
-  ArmStartDeadline(*t, Now());
+  if (!t->replicas.empty()) {
+    RETURN_IF_ERROR(CheckRestartReplicas(*t, /*all=*/false, absl::StrCat("retrying \"", id, "\"")));
+  } else {
+    RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("retrying \"", id, "\"")));
+  }
+  {
+    // Its replicas run again as it waits for them.
+    DeferSettling defer(this);
+    t->next_run_time = absl::InfinitePast();
+    const v1::TaskState to = NextWaitingState(*t);
+    Transition(*t, to,
+               !t->replicas.empty()           ? "retried by request; " + ReplicasReason(*t)
+               : to == v1::TASK_STATE_BLOCKED ? "retried by request; " + BlockedReason(*t)
+                                              : "retried by request");
+    RestartReplicas(*t, /*all=*/false, absl::StrCat("retried with its task ", id));
+    ArmStartDeadline(*t, Now());
+  }
   Dispatch();
   return t;
 }
@@ -319,29 +357,35 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                      "; only SUCCEEDED, FAILED or CANCELLED tasks can be reset"));
   }
-  RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("resetting \"", id, "\"")));
-  // Like new: a fresh budget of attempts and no history. The attempt
-  // counter keeps rising, though: (task, attempt) fences agent messages,
-  // and an attempt from before the reset may still be out there (an agent
-  // frozen past its lease) with a result that must not end the new run.
-  t->attempt_base = t->attempt;
-  t->attempts.clear();
-  t->attempts_dropped = 0;
-  t->interrupted_dropped = 0;
-  t->result.Clear();
-  t->next_run_time = absl::InfinitePast();
-  effects_.batch.clear_attempts.push_back(t->id());
-  const v1::TaskState to = NextWaitingState(*t);
-  Transition(
-      *t, to,
-      to == v1::TASK_STATE_BLOCKED ? "reset by request; " + BlockedReason(*t) : "reset by request");
-  ArmStartDeadline(*t, Now());
+  if (!t->replicas.empty()) {
+    RETURN_IF_ERROR(CheckRestartReplicas(*t, /*all=*/true, absl::StrCat("resetting \"", id, "\"")));
+  } else {
+    RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("resetting \"", id, "\"")));
+  }
+  {
+    // Its replicas run again as it waits for them.
+    DeferSettling defer(this);
+    ClearForRerun(*t);
+    const v1::TaskState to = NextWaitingState(*t);
+    Transition(*t, to,
+               !t->replicas.empty()           ? "reset by request; " + ReplicasReason(*t)
+               : to == v1::TASK_STATE_BLOCKED ? "reset by request; " + BlockedReason(*t)
+                                              : "reset by request");
+    RestartReplicas(*t, /*all=*/true, absl::StrCat("reset with its task ", id));
+    ArmStartDeadline(*t, Now());
+  }
   Dispatch();
   return t;
 }
 
 absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
   ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
+  if (!t->replicas.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task \"", id, "\" runs as ", t->replicas.size(),
+                     " replicas and is not paused itself: pause its replicas (\"",
+                     t->replicas.front()->id(), "\", ...) one by one"));
+  }
   switch (t->state) {
     case v1::TASK_STATE_PENDING:
     case v1::TASK_STATE_SCHEDULED:
@@ -428,7 +472,13 @@ absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
         "job \"", id, "\" has no FAILED task (and so none cancelled because of one) ", "to retry"));
   }
   absl::btree_map<std::string, int64_t> adds;  // in name order: the same error each time
-  for (const TaskRecord* t : retry) ++adds[t->queue()];
+  for (const TaskRecord* t : retry) {
+    ++adds[t->queue()];
+    if (t->replicas.empty()) continue;
+    // Its replicas that did not succeed run again: they must have stopped.
+    RETURN_IF_ERROR(
+        CheckRestartReplicas(*t, /*all=*/false, absl::StrCat("retrying job \"", id, "\"")));
+  }
   for (const auto& [queue, n] : adds) {
     RETURN_IF_ERROR(CheckRoom(queue, n, absl::StrCat("retrying job \"", id, "\"")));
   }
@@ -445,6 +495,7 @@ absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
       const v1::TaskState to = NextWaitingState(*t);
       Transition(*t, to, "retried with its job");
       ArmStartDeadline(*t, Now());
+      RestartReplicas(*t, /*all=*/false, absl::StrCat("retried with its task ", t->id()));
     }
   }
   Dispatch();
@@ -457,6 +508,7 @@ void Scheduler::PersistRow(const TaskRecord& t) {
 
 void Scheduler::ArmStartDeadline(const TaskRecord& t, absl::Time from) {
   if (!t.spec.has_schedule_timeout()) return;  // most tasks: restore asks for each
+  if (ReplicaCount(t.spec) > 0) return;        // never starts: its replicas do
   const absl::Duration timeout = FromProto(t.spec.schedule_timeout());
   if (timeout <= absl::ZeroDuration()) return;
   // Once history was dropped, whether it ever started is not known: it has

@@ -244,6 +244,9 @@ class Scheduler {
     // kParked: no connected agent could take it; in parked_ until one
     // that can connects.
     enum class Where { kHeads, kAside, kParked } where = Where::kHeads;
+    // A class of replicas: the id of their task (whose other replicas'
+    // agents it may not take).
+    std::string replica_of;
   };
   static ReadyKey ReadyKeyOf(const TaskRecord& t) {
     return {-int64_t{t.spec.priority()}, t.seq, const_cast<TaskRecord*>(&t)};
@@ -307,7 +310,8 @@ class Scheduler {
   void RemoveReady(const TaskRecord& t);
   // Whether any connected agent that takes work could ever run `p` (free
   // slots aside).
-  bool AnyAgentCouldTake(const v1::Placement& p) const;
+  bool AnyAgentCouldTake(const v1::Placement& p,
+                         const absl::flat_hash_set<std::string>* exclude = nullptr) const;
   // Ends the live attempt with `result` and moves the task on (retry, done,
   // paused, re-queued). `interrupted`: ended by a pause or a drain, so it
   // does not count against max_attempts.
@@ -350,6 +354,31 @@ class Scheduler {
   // `spec` joins `t`: its payload is appended, and with MERGE_UPDATE_ALWAYS
   // a SCHEDULED task fires at the spec's not_before (now when unset).
   void Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now);
+
+  // --- One task on N workers (replicas.cc). ---
+  // Makes the replicas of `t` (new, with replicas in its spec), appending
+  // them to `created`.
+  void MakeReplicas(TaskRecord& t, absl::Time now, std::vector<TaskRecord*>* created);
+  // Agents a replica of `group` may not take: those holding another of its
+  // replicas, and those one succeeded on.
+  absl::flat_hash_set<std::string> ReplicaAgents(const TaskRecord& group) const;
+  // A BLOCKED task with replicas: SUCCEEDED once its policy is met, FAILED
+  // once it cannot be; the replicas still running are then cancelled.
+  void SettleReplicas(TaskRecord& t);
+  // Why a task with replicas is BLOCKED.
+  std::string ReplicasReason(const TaskRecord& t) const;
+  // FAILED_PRECONDITION unless every replica `RestartReplicas` would run
+  // again has stopped; RESOURCE_EXHAUSTED when the queue has no room.
+  absl::Status CheckRestartReplicas(const TaskRecord& t, bool all, absl::string_view what) const;
+  // Runs again, each with a fresh budget, the replicas of `t` that did not
+  // succeed (all of them when `all`).
+  void RestartReplicas(TaskRecord& t, bool all, const std::string& why);
+  // A replica of `group` stopped holding an agent: its siblings' classes
+  // parked for want of another agent may now take that one.
+  void UnparkReplicas(const TaskRecord& group);
+  // A finished task is made like new for a reset: a fresh budget of
+  // attempts, no history, no result (the attempt counter keeps rising).
+  void ClearForRerun(TaskRecord& t);
 
   // --- Pull mode (board.cc). ---
   // A result as it may be stored: tails and error cut to max_output_bytes
@@ -452,6 +481,7 @@ class Scheduler {
   struct Restoring {
     std::vector<TaskRecord*> with_deps;
     std::vector<TaskRecord*> in_flight;
+    std::vector<TaskRecord*> replicas;
   };
   std::unique_ptr<Restoring> restoring_;
 };

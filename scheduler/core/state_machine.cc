@@ -26,10 +26,11 @@ bool IsAllowedTransition(TaskState from, TaskState to) {
     case TASK_STATE_BLOCKED:
       // Dependencies met: ready (or not_before ahead). A chain link goes
       // to its agent together with its predecessor. An upstream task
-      // failed: CANCELLED.
+      // failed: CANCELLED. A task with replicas ends as they do:
+      // SUCCEEDED or FAILED.
       return to == TASK_STATE_PENDING || to == TASK_STATE_SCHEDULED ||
              to == TASK_STATE_DISPATCHED || to == TASK_STATE_CANCELLED || to == TASK_STATE_PAUSED ||
-             to == TASK_STATE_FAILED;
+             to == TASK_STATE_FAILED || to == TASK_STATE_SUCCEEDED;
     case TASK_STATE_SCHEDULED:
     case TASK_STATE_PENDING:
       // BLOCKED again when a dependency is reset or retried before it ran.

@@ -15,6 +15,7 @@
 #include "common/ids.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "scheduler/core/model.h"
 
 namespace taskgrid::core {
 
@@ -68,6 +69,64 @@ absl::Status CheckHttp(const v1::HttpStep& h, const FieldPath& field) {
       http::CheckStep(h.method(), h.url(), h.headers(), absl::MakeConstSpan(h.success_codes()));
   if (!bad.has_value()) return absl::OkStatus();
   return Invalid(FieldPath(field, bad->field), bad->rule);
+}
+
+absl::Status CheckReplicas(const v1::TaskSpec& spec, const FieldPath& f) {
+  const v1::Replicas& r = spec.replicas();
+  const FieldPath rf(f, "replicas");
+  if (r.count() < 0 || r.count() > kMaxReplicas) {
+    return Invalid(FieldPath(rf, "count"),
+                   absl::StrCat("is ", r.count(), "; it must be in [1, ", kMaxReplicas, "]"));
+  }
+  if (r.agent_ids_size() > kMaxReplicas) {
+    return Invalid(
+        FieldPath(rf, "agent_ids"),
+        absl::StrCat("has ", r.agent_ids_size(), " entries; the limit is ", kMaxReplicas));
+  }
+  if (r.agent_ids_size() > 0 && r.count() != 0 && r.count() != r.agent_ids_size()) {
+    return Invalid(FieldPath(rf, "count"),
+                   absl::StrCat("is ", r.count(), " but agent_ids names ", r.agent_ids_size(),
+                                " agents (leave count 0, or make them equal)"));
+  }
+  const int32_t n = ReplicaCount(spec);
+  if (n == 0) return Invalid(FieldPath(rf, "count"), "is 0: ask for at least one replica");
+  absl::flat_hash_map<absl::string_view, int> ids;
+  for (int i = 0; i < r.agent_ids_size(); ++i) {
+    const FieldPath af(rf, "agent_ids", i);
+    RETURN_IF_ERROR(CheckNameAt(af, r.agent_ids(i), kMaxIdLength));
+    auto [it, inserted] = ids.emplace(r.agent_ids(i), i);
+    if (!inserted) {
+      return Invalid(af, absl::StrCat("\"", r.agent_ids(i), "\" repeats agent_ids[", it->second,
+                                      "]: each replica runs on an agent of its own"));
+    }
+  }
+  if (r.agent_ids_size() > 0 && spec.placement().agent_ids_size() > 0) {
+    return Invalid(FieldPath(rf, "agent_ids"),
+                   "cannot go with placement.agent_ids: name the agents in one of them");
+  }
+  if (!v1::SuccessPolicy_IsValid(r.success())) {
+    return Invalid(FieldPath(rf, "success"), absl::StrCat("is unknown (", r.success(), ")"));
+  }
+  if (r.success() == v1::SUCCESS_POLICY_QUORUM) {
+    if (r.quorum() < 1 || r.quorum() > n) {
+      return Invalid(FieldPath(rf, "quorum"), absl::StrCat("is ", r.quorum(), "; with ", n,
+                                                           " replicas it must be in [1, ", n, "]"));
+    }
+  } else if (r.quorum() != 0) {
+    return Invalid(FieldPath(rf, "quorum"), "needs success SUCCESS_POLICY_QUORUM");
+  }
+  if (!spec.merge_key().empty()) {
+    return Invalid(FieldPath(rf, "count"), "cannot go with merge_key");
+  }
+  // Room for ":r<n>" after the id.
+  const size_t longest = kMaxIdLength - 2 - absl::StrCat(n).size();
+  if (spec.id().size() > longest) {
+    return Invalid(FieldPath(f, "id"),
+                   absl::StrCat("is ", spec.id().size(), " characters long; with ", n,
+                                " replicas the limit is ", longest,
+                                " (each replica's id is the task's with \":r<n>\" after it)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -309,6 +368,11 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
   if (spec.merge_update() != v1::MERGE_UPDATE_UNSPECIFIED && spec.merge_key().empty()) {
     return Invalid(FieldPath(f, "merge_update"), "needs merge_key");
   }
+  if (!spec.replica_of().empty()) {
+    return Invalid(FieldPath(f, "replica_of"),
+                   "is set by the scheduler on the replicas it makes; ask for replicas instead");
+  }
+  if (spec.has_replicas()) RETURN_IF_ERROR(CheckReplicas(spec, f));
   if (spec.depends_on_size() > opts.max_job_tasks) {
     return Invalid(FieldPath(f, "depends_on"),
                    absl::StrCat("has ", spec.depends_on_size(), " entries; the limit is ",

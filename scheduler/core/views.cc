@@ -66,9 +66,27 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
   if (t.state == v1::TASK_STATE_PENDING) {
     // Placeable tasks keep their stored reason (e.g. why the last attempt
     // failed); the others say what no agent offers.
-    const std::string why =
-        WhyUnplaceable(t.spec.placement(), agents != nullptr ? *agents : Agents());
-    if (!why.empty()) out->set_reason("waiting: " + why);
+    const std::vector<const AgentRecord*> all = agents != nullptr ? *agents : Agents();
+    const std::string why = WhyUnplaceable(t.spec.placement(), all);
+    if (!why.empty()) {
+      out->set_reason("waiting: " + why);
+    } else if (t.replica_of != nullptr) {
+      const absl::flat_hash_set<std::string> taken = ReplicaAgents(*t.replica_of);
+      if (!AnyAgentCouldTake(t.spec.placement(), &taken)) {
+        out->set_reason(
+            absl::StrCat("waiting: every agent that could take it holds another "
+                         "replica of ",
+                         t.replica_of->id(), " or ran one that succeeded"));
+      }
+    }
+  } else if (t.state == v1::TASK_STATE_BLOCKED && !t.replicas.empty()) {
+    int succeeded = 0, ended = 0;
+    for (const TaskRecord* r : t.replicas) {
+      succeeded += r->state == v1::TASK_STATE_SUCCEEDED ? 1 : 0;
+      ended += IsTerminal(r->state) ? 1 : 0;
+    }
+    out->set_reason(absl::StrCat(ReplicasReason(t), ": ", succeeded, " succeeded, ",
+                                 ended - succeeded, " did not"));
   } else if (t.state == v1::TASK_STATE_BLOCKED) {
     out->set_reason(BlockedReason(t));
   }

@@ -152,6 +152,9 @@ class SchedulerTest : public ::testing::Test {
     copy.chained_after = copy.chain_next = nullptr;
     copy.job = nullptr;
     copy.placement_class.clear();
+    copy.replicas.clear();
+    copy.replica_of = nullptr;
+    copy.replica_ended = nullptr;
     return copy;
   }
 

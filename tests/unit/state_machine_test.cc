@@ -31,6 +31,8 @@ const std::set<std::pair<TaskState, TaskState>>& Allowed() {
       // schedule_timeout: expired before start
       {TASK_STATE_SCHEDULED, TASK_STATE_FAILED},
       {TASK_STATE_BLOCKED, TASK_STATE_FAILED},
+      // A task with replicas ends by its success policy while it waits.
+      {TASK_STATE_BLOCKED, TASK_STATE_SUCCEEDED},
       {TASK_STATE_PENDING, TASK_STATE_FAILED},
       {TASK_STATE_PAUSED, TASK_STATE_FAILED},
       // a pause interrupts a task an agent holds
