@@ -86,6 +86,12 @@ ABSL_FLAG(std::string, merge_key, "",
           "submit: join the waiting task of this key (its payload appended); delete: the key");
 ABSL_FLAG(std::string, merge_update, "",
           "submit --merge_key: always (default: each submit moves the fire time) or once");
+ABSL_FLAG(int32_t, replicas, 0,
+          "submit: run the task on N agents at once, one replica task each (0: no replicas)");
+ABSL_FLAG(std::string, replica_agents, "",
+          "submit: a1,a2,...: one replica on each of these agents (replica i on the i-th)");
+ABSL_FLAG(std::string, success, "",
+          "submit --replicas: when the task succeeded: all (default), any or quorum:K");
 ABSL_FLAG(bool, wait, false,
           "submit: then wait until every task finished (exit code as wait); job submit: until "
           "the job finished");
@@ -310,6 +316,26 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
       return UsageError(absl::StrCat("--merge_update must be always or once, not \"", u, "\""));
     }
     spec->set_merge_update(u == "always" ? v1::MERGE_UPDATE_ALWAYS : v1::MERGE_UPDATE_ONCE);
+  }
+  if (absl::GetFlag(FLAGS_replicas) < 0) return UsageError("--replicas is negative");
+  v1::Replicas replicas;
+  replicas.set_count(absl::GetFlag(FLAGS_replicas));
+  for (const std::string& a : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_replica_agents))) {
+    replicas.add_agent_ids(a);
+  }
+  if (set.count("replica_agents") && replicas.agent_ids().empty()) {
+    return UsageError("--replica_agents names no agent: --replica_agents=a1,a2,...");
+  }
+  if (set.count("success")) {
+    if (absl::Status s = taskgrid::ctl::ParseSuccess(absl::GetFlag(FLAGS_success), &replicas);
+        !s.ok()) {
+      return UsageError(std::string(s.message()));
+    }
+  }
+  if (replicas.count() > 0 || !replicas.agent_ids().empty()) {
+    *spec->mutable_replicas() = std::move(replicas);
+  } else if (set.count("success")) {
+    return UsageError("--success needs --replicas=N or --replica_agents=a1,a2,...");
   }
   if (absl::GetFlag(FLAGS_slots) < 0) return UsageError("--slots is negative");
   if (absl::GetFlag(FLAGS_slots) > 0) {

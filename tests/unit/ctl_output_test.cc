@@ -1,5 +1,6 @@
 // taskgridctl's text for people: the state a task is shown in and its
-// attempt counts, which differ from the table's raw fields on purpose.
+// attempt counts, which differ from the table's raw fields on purpose; a
+// task's replicas; and the flag values it parses.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,8 +9,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "tools/ctl/help.h"
 #include "tools/ctl/output.h"
+#include "tools/ctl/parse.h"
 
 namespace taskgrid::ctl {
 namespace {
@@ -91,6 +94,78 @@ TEST(CtlOutput, DetailShowsAnHttpStepAsItsMethodAndUrl) {
   EXPECT_THAT(out, Not(ContainsRegex("secret")));
 }
 
+v1::ReplicaStatus* AddReplica(v1::Task* t, const std::string& id, v1::TaskState state,
+                              int32_t attempt, const std::string& agent, v1::Outcome outcome,
+                              const std::string& reason) {
+  v1::ReplicaStatus* r = t->add_replicas();
+  r->set_task_id(id);
+  r->set_state(state);
+  r->set_attempt(attempt);
+  r->set_agent_id(agent);
+  r->set_outcome(outcome);
+  r->set_reason(reason);
+  return r;
+}
+
+TEST(CtlOutput, DetailShowsTheReplicasPolicyAndEachReplica) {
+  v1::Task t;
+  t.mutable_spec()->set_id("verify-42");
+  t.mutable_spec()->set_queue("default");
+  t.mutable_spec()->mutable_replicas()->set_count(3);
+  t.mutable_spec()->mutable_replicas()->set_success(v1::SUCCESS_POLICY_QUORUM);
+  t.mutable_spec()->mutable_replicas()->set_quorum(2);
+  t.set_state(v1::TASK_STATE_BLOCKED);
+  AddReplica(&t, "verify-42:r1", v1::TASK_STATE_SUCCEEDED, 1, "w1", v1::OUTCOME_SUCCEEDED, "");
+  AddReplica(&t, "verify-42:r2", v1::TASK_STATE_RUNNING, 2, "w3", v1::OUTCOME_UNSPECIFIED,
+             "agent w2 lost\nre-placed");
+  AddReplica(&t, "verify-42:r3", v1::TASK_STATE_PENDING, 0, "", v1::OUTCOME_UNSPECIFIED, "");
+  const std::string out = FormatTaskDetail(t);
+  EXPECT_THAT(out, HasSubstr("\nReplicas:       3, success: quorum 2\n"
+                             "  TASK          STATE      ATTEMPT  AGENT  OUTCOME    REASON\n"
+                             "  verify-42:r1  SUCCEEDED  1        w1     SUCCEEDED  -\n"
+                             "  verify-42:r2  RUNNING    2        w3     -          agent w2 lost "
+                             "re-placed\n"
+                             "  verify-42:r3  PENDING    -        -      -          -\n"));
+  EXPECT_THAT(out, ContainsRegex("\nState: +BLOCKED\n"));
+  EXPECT_THAT(out, Not(HasSubstr("Replica of")));
+}
+
+TEST(CtlOutput, DetailNamesEverySuccessPolicyAndPinnedAgents) {
+  v1::Task t;
+  t.mutable_spec()->set_id("v");
+  v1::Replicas* r = t.mutable_spec()->mutable_replicas();
+  r->set_count(2);
+  // Unset reads as the scheduler treats it: all.
+  EXPECT_THAT(FormatTaskDetail(t), HasSubstr("\nReplicas:       2, success: all\n"));
+  r->set_success(v1::SUCCESS_POLICY_ALL);
+  EXPECT_THAT(FormatTaskDetail(t), HasSubstr("\nReplicas:       2, success: all\n"));
+  r->set_success(v1::SUCCESS_POLICY_ANY);
+  EXPECT_THAT(FormatTaskDetail(t), HasSubstr("\nReplicas:       2, success: any\n"));
+  // Pinned: the count may be left 0, the agents say how many.
+  r->set_count(0);
+  r->add_agent_ids("a1");
+  r->add_agent_ids("a2");
+  r->add_agent_ids("a3");
+  r->set_success(v1::SUCCESS_POLICY_QUORUM);
+  r->set_quorum(2);
+  EXPECT_THAT(FormatTaskDetail(t),
+              HasSubstr("\nReplicas:       3 (on a1, a2, a3), success: quorum 2\n"));
+  // No replica statuses yet: the line alone, no table.
+  EXPECT_THAT(FormatTaskDetail(t), Not(HasSubstr("TASK ")));
+}
+
+TEST(CtlOutput, DetailOfAReplicaNamesItsTask) {
+  v1::Task t = RunningTask();
+  t.mutable_spec()->set_id("verify-42:r2");
+  t.mutable_spec()->set_replica_of("verify-42");
+  const std::string out = FormatTaskDetail(t);
+  EXPECT_THAT(out, HasSubstr("ID:             verify-42:r2\nReplica of:     verify-42\n"));
+  EXPECT_THAT(out, Not(HasSubstr("Replicas:")));
+
+  // A task without replicas shows neither line.
+  EXPECT_THAT(FormatTaskDetail(RunningTask()), Not(HasSubstr("Replica")));
+}
+
 TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
   v1::Task t = RunningTask();
   t.set_pause_requested(true);
@@ -117,6 +192,51 @@ TEST(CtlHelp, EveryCommandIsListedFoundAndExplained) {
               JobUsageText().find(c.synopsis) != std::string::npos);
   }
   EXPECT_EQ(FindCommand("frobnicate"), nullptr);
+}
+
+TEST(CtlHelp, SubmitTakesAndExplainsTheReplicaFlags) {
+  const Command* submit = FindCommand("submit");
+  ASSERT_NE(submit, nullptr);
+  const std::string help = CommandHelp(*submit);
+  for (const char* flag : {"replicas", "replica_agents", "success"}) {
+    SCOPED_TRACE(flag);
+    EXPECT_THAT(submit->flags, ::testing::Contains(flag));
+    EXPECT_THAT(help, ::testing::HasSubstr(absl::StrCat("--", flag, "=")));
+  }
+  EXPECT_THAT(help, ::testing::HasSubstr("taskgridctl submit --replicas=3 --success=quorum:2 -- "
+                                         "/usr/bin/verify-block 42"));
+}
+
+TEST(CtlParse, SuccessPolicies) {
+  v1::Replicas r;
+  ASSERT_TRUE(ParseSuccess("all", &r).ok());
+  EXPECT_EQ(r.success(), v1::SUCCESS_POLICY_ALL);
+  ASSERT_TRUE(ParseSuccess("any", &r).ok());
+  EXPECT_EQ(r.success(), v1::SUCCESS_POLICY_ANY);
+  EXPECT_EQ(r.quorum(), 0);
+  ASSERT_TRUE(ParseSuccess("quorum:2", &r).ok());
+  EXPECT_EQ(r.success(), v1::SUCCESS_POLICY_QUORUM);
+  EXPECT_EQ(r.quorum(), 2);
+  // Back to any: no quorum left behind (the scheduler refuses one without
+  // SUCCESS_POLICY_QUORUM).
+  ASSERT_TRUE(ParseSuccess("any", &r).ok());
+  EXPECT_EQ(r.quorum(), 0);
+}
+
+TEST(CtlParse, BadSuccessPoliciesNameTheFlag) {
+  for (const char* bad : {"", "ALL", "majority", "quorum", "quorum:", "quorum:0", "quorum:-1",
+                          "quorum:two", "quorum:2x", "quorum:99999999999", "any:2"}) {
+    SCOPED_TRACE(bad);
+    v1::Replicas r;
+    const absl::Status s = ParseSuccess(bad, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), ::testing::StartsWith("--success"));
+    EXPECT_EQ(r.success(), v1::SUCCESS_POLICY_UNSPECIFIED);
+  }
+  v1::Replicas r;
+  EXPECT_THAT(std::string(ParseSuccess("quorum", &r).message()), ::testing::HasSubstr("quorum:K"));
+  EXPECT_THAT(std::string(ParseSuccess("most", &r).message()),
+              ::testing::HasSubstr("all, any or quorum:K, not \"most\""));
 }
 
 }  // namespace

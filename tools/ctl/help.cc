@@ -26,7 +26,8 @@ const std::vector<Command>& Commands() {
        {// The task.
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
-        "schedule_timeout", "labels", "agents", "slots", "merge_key", "merge_update",
+        "schedule_timeout", "labels", "agents", "slots", "merge_key", "merge_update", "replicas",
+        "replica_agents", "success",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -64,6 +65,16 @@ Flags of the task (one task, one step):
   --merge_update=always|once  always (default): the joined task fires at this
                         submit's --not_before (now when unset); once: it keeps
                         the first submit's time
+  --replicas=N          one task on N workers: the scheduler makes N replica
+                        tasks, ID:r1 ... ID:rN, each run on its own agent;
+                        the task itself runs nothing and stays BLOCKED
+                        until its success policy is met (not with --merge_key)
+  --replica_agents=a1,a2  one replica on each of these agents, replica i on
+                        the i-th (--replicas may then be left out)
+  --success=all|any|quorum:K  the task SUCCEEDED when every replica did
+                        (all, the default), one did (any), or K did; it
+                        ends FAILED as soon as that cannot happen, and the
+                        replicas still going are cancelled
   --builtin=NAME        run a builtin of the agent instead of a program:
                         noop | sleep SECONDS | fail [CODE] | echo [WORDS...]
 
@@ -71,6 +82,7 @@ Flags of the task (one task, one step):
   taskgridctl submit --id=report-42 --not_before=+10m --payload_file=in.csv -- ./report
   taskgridctl submit --schedule_timeout=5m --labels=gpu=1 -- ./train
   taskgridctl submit --wait --wait_timeout=10m -- ./build.sh
+  taskgridctl submit --replicas=3 --success=quorum:2 -- /usr/bin/verify-block 42
 
 --wait: after the submit, wait until every submitted task finished (as
 `taskgridctl wait` does), printing "ID STATE" as each one ends. Exit 0 when
@@ -118,6 +130,11 @@ can take, why not (e.g. no agent has a required label). In the attempts table,
 an attempt ended by a pause or a drain reads e.g. CANCELLED (interrupted): it
 does not count against max_attempts.
 
+A task with replicas shows its success policy ("Replicas: 3, success:
+quorum 2") and a table of its replicas: TASK, STATE, ATTEMPT, AGENT,
+OUTCOME, REASON (`taskgridctl get ID:r2` has all of one). A replica shows
+"Replica of: ID".
+
 --json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
       {"list",
        "list [--queue=Q] [--state=S,...] [--job=JOB] [--page_size=N] [--page_token=T] [--all]",
@@ -134,19 +151,22 @@ get the next page, or use --all.)"},
        "taskgridctl cancel report-42",
        {},
        R"(PENDING, SCHEDULED, BLOCKED, PAUSED -> CANCELLED; DISPATCHED, RUNNING ->
-CANCELLING until the agent confirms. Prints "ID STATE".)"},
+CANCELLING until the agent confirms. A task with replicas cancels every
+replica. Prints "ID STATE".)"},
       {"retry",
        "retry ID",
        "Run a FAILED or CANCELLED task again, keeping its attempt count",
        "taskgridctl retry report-42",
        {},
-       R"(Refused when the task has used all its attempts: reset it instead.)"},
+       R"(Refused when the task has used all its attempts: reset it instead. A task
+with replicas runs again every replica that did not succeed, each with a
+fresh budget of attempts.)"},
       {"reset",
        "reset ID",
        "Run a finished task again from attempt 0 (history cleared)",
        "taskgridctl reset report-42",
        {},
-       ""},
+       R"(A task with replicas runs every replica again.)"},
       {"pause",
        "pause ID",
        "Hold a task until resumed (a running one is stopped by its agent)",
@@ -155,7 +175,9 @@ CANCELLING until the agent confirms. Prints "ID STATE".)"},
        R"(PENDING, SCHEDULED, BLOCKED -> PAUSED. A DISPATCHED or RUNNING task is
 stopped on its agent and ends PAUSED; that attempt is marked interrupted and
 does not count against max_attempts. Prints "ID STATE": such a task still reads
-RUNNING until its agent confirmed the stop (a note on stderr says so).)"},
+RUNNING until its agent confirmed the stop (a note on stderr says so).
+A task with replicas cannot be paused (refused, exit 1): pause its
+replicas one by one.)"},
       {"resume",
        "resume ID",
        "Release a PAUSED task (it becomes PENDING and runs again)",

@@ -115,6 +115,32 @@ bool HasExitCode(v1::Outcome o) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// "3, success: quorum 2"; "3 (on a1, a2, a3), success: all" when pinned.
+std::string ReplicasText(const v1::Replicas& r) {
+  const int count = r.agent_ids_size() > 0 ? r.agent_ids_size() : r.count();
+  std::string out = absl::StrCat(count);
+  if (!r.agent_ids().empty()) {
+    absl::StrAppend(&out, " (on ", absl::StrJoin(r.agent_ids(), ", "), ")");
+  }
+  absl::StrAppend(&out, ", success: ");
+  switch (r.success()) {
+    case v1::SUCCESS_POLICY_UNSPECIFIED:
+    case v1::SUCCESS_POLICY_ALL:
+      absl::StrAppend(&out, "all");
+      break;
+    case v1::SUCCESS_POLICY_ANY:
+      absl::StrAppend(&out, "any");
+      break;
+    case v1::SUCCESS_POLICY_QUORUM:
+      absl::StrAppend(&out, "quorum ", r.quorum());
+      break;
+    default:  // a policy newer than this client
+      absl::StrAppend(&out, static_cast<int>(r.success()));
+      break;
+  }
+  return out;
+}
+
 }  // namespace
 
 Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
@@ -271,6 +297,7 @@ std::string FormatTaskDetail(const v1::Task& t) {
   const v1::TaskSpec& spec = t.spec();
   std::string out;
   Field(&out, "ID", spec.id());
+  if (!spec.replica_of().empty()) Field(&out, "Replica of", spec.replica_of());
   Field(&out, "Queue", spec.queue());
   Field(&out, "State", TaskStateText(t));
   // The attempt number goes on across pauses, drains and resets; only some
@@ -312,6 +339,23 @@ std::string FormatTaskDetail(const v1::Task& t) {
           absl::StrCat(spec.merge_key(), ": ", t.merged().payloads_size(), " payloads (", bytes,
                        " bytes), fires at ", FormatTime(t.merged().fire_time()), " (",
                        spec.merge_update() == v1::MERGE_UPDATE_ONCE ? "once" : "always", ")"));
+  }
+  if (spec.has_replicas()) {
+    // The task runs nothing itself: where it stands is its replicas' states.
+    Field(&out, "Replicas", ReplicasText(spec.replicas()));
+    if (!t.replicas().empty()) {
+      Table table({"TASK", "STATE", "ATTEMPT", "AGENT", "OUTCOME", "REASON"});
+      for (const v1::ReplicaStatus& r : t.replicas()) {
+        table.AddRow({r.task_id(), core::StateName(r.state()),
+                      r.attempt() == 0 ? std::string("-") : absl::StrCat(r.attempt()),
+                      OrDash(r.agent_id()), OutcomeName(r.outcome()),
+                      Shorten(OrDash(OneLine(r.reason())), 60)});
+      }
+      // Indented by two spaces, under the line above.
+      for (absl::string_view line : absl::StrSplit(table.Render(), '\n', absl::SkipEmpty())) {
+        absl::StrAppend(&out, "  ", line, "\n");
+      }
+    }
   }
 
   const v1::TaskResult& r = t.result();

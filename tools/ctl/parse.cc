@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/struct.pb.h"
@@ -107,6 +108,31 @@ absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now) {
   // No offset: the user's local time.
   if (absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S", s, absl::LocalTimeZone(), &t, &err)) return t;
   return absl::InvalidArgumentError(bad);
+}
+
+absl::Status ParseSuccess(absl::string_view text, v1::Replicas* replicas) {
+  if (text == "all" || text == "any") {
+    replicas->set_success(text == "all" ? v1::SUCCESS_POLICY_ALL : v1::SUCCESS_POLICY_ANY);
+    replicas->set_quorum(0);
+    return absl::OkStatus();
+  }
+  if (text == "quorum") {
+    return absl::InvalidArgumentError(
+        "--success=quorum needs K, how many replicas must succeed: quorum:K");
+  }
+  absl::string_view k_text = text;
+  if (!absl::ConsumePrefix(&k_text, "quorum:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--success must be all, any or quorum:K, not \"", text, "\""));
+  }
+  int32_t k = 0;
+  if (!absl::SimpleAtoi(k_text, &k) || k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--success=quorum:K needs a whole number K of at least 1, not \"", k_text, "\""));
+  }
+  replicas->set_success(v1::SUCCESS_POLICY_QUORUM);
+  replicas->set_quorum(k);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::TaskSpec>> ParseTaskSpecsJson(absl::string_view text,

@@ -24,6 +24,11 @@ using ::taskgrid::ParseList;
 // time), or "+DURATION" ("+30s", "+1h30m") counted from `now`.
 absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now);
 
+// The success policy of `submit --success`: "all", "any" or "quorum:K" (K a
+// whole number from 1), set in `replicas` (success, and quorum for quorum:K).
+// Whether K is at most the number of replicas is the scheduler's to check.
+absl::Status ParseSuccess(absl::string_view text, v1::Replicas* replicas);
+
 // The tasks of a JSON document in any of three shapes: a SubmitTasksRequest
 // ({"tasks": [...]}), an array of TaskSpec objects, or one TaskSpec object.
 // Field names may be snake_case or lowerCamelCase; unknown fields are errors.
