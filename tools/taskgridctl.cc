@@ -526,11 +526,7 @@ int RunBoard(const std::string& name, const std::vector<std::string>& args,
   }
   if (name == "board claim" || name == "board wait") {
     if (!args.empty()) {
-      return UsageError(absl::StrCat("unexpected "
-                                     ", args[0], "
-                                     " after ",
-                                     name),
-                        hint);
+      return UsageError(absl::StrCat("unexpected \"", args[0], "\" after ", name), hint);
     }
   }
   if (name == "board claim") {

@@ -68,6 +68,9 @@ class BoardTest(unittest.TestCase):
         with harness.Cluster() as c:
             c.start_scheduler()
             c.ctl("submit", "--id=job-1", "--queue=pull", "--", "/bin/true", check=True)
+            res = c.ctl("board", "claim", "--queue=pull", "--owner=w1", "job-1")
+            self.assertEqual(res.returncode, 2, res.stderr)
+            self.assertIn('unexpected "job-1" after board claim', res.stderr)
             claims = self.claim(c, "w1", "--lease=5m")
             self.assertEqual([(a["task_id"], a["attempt"]) for a in claims], [("job-1", 1)])
             c.scheduler.kill9()
