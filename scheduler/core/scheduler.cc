@@ -380,7 +380,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
 
 absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
   ASSIGN_OR_RETURN(TaskRecord * t, Lookup(id));
-  if (!t->replicas.empty()) {
+  if (!t->replicas.empty() && !IsTerminal(t->state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("task \"", id, "\" runs as ", t->replicas.size(),
                      " replicas and is not paused itself: pause its replicas (\"",

@@ -246,7 +246,9 @@ TEST_F(ReplicasTest, CancellingTheTaskCancelsEveryReplica) {
   Result(a1, "t:r1", 1, v1::OUTCOME_CANCELLED);
   EXPECT_EQ(State("t:r1"), v1::TASK_STATE_CANCELLED);
   EXPECT_EQ(State("t"), v1::TASK_STATE_CANCELLED);
-  EXPECT_EQ(sched_.Pause("t").status().code(), absl::StatusCode::kFailedPrecondition);
+  auto pause = sched_.Pause("t");
+  EXPECT_EQ(pause.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pause.status().message(), "task \"t\" is CANCELLED and cannot be paused");
 }
 
 TEST_F(ReplicasTest, PauseIsForTheReplicasNotTheTask) {
