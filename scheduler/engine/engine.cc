@@ -415,7 +415,10 @@ void Engine::TaskOp(
     const std::string& id, Reply<v1::Task> done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
-  auto t = (sched_.*op)(id);
+  AnswerTask((sched_.*op)(id), std::move(done));
+}
+
+void Engine::AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done) {
   absl::StatusOr<v1::Task> result;
   if (!t.ok()) {
     result = t.status();
@@ -532,16 +535,7 @@ void Engine::RetryJob(const std::string& id, Reply<v1::Job> done) {
 void Engine::DeleteByMergeKey(const v1::DeleteByMergeKeyRequest& req, Reply<v1::Task> done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
-  auto t = sched_.DeleteByMergeKey(req.queue(), req.merge_key());
-  absl::StatusOr<v1::Task> result;
-  if (!t.ok()) {
-    result = t.status();
-  } else {
-    v1::Task task;
-    sched_.Describe(**t, &task);
-    result = std::move(task);
-  }
-  Answer(std::move(result), std::move(done));
+  AnswerTask(sched_.DeleteByMergeKey(req.queue(), req.merge_key()), std::move(done));
 }
 
 void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,

@@ -211,6 +211,9 @@ class Engine {
   void Publish(const std::vector<core::EventRow>& events, int64_t last);
   void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
               const std::string& id, Reply<v1::Task> done);
+  // Answers `done` with the task an operation returned (or its error), once
+  // what the operation changed is committed. Holds mu_.
+  void AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done);
   void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
              const std::string& id, Reply<v1::Job> done);
 
