@@ -83,8 +83,27 @@ int AgentCore::StopAllLocked(StopCause cause, const std::string& note) {
 
 void AgentCore::SayDraining() {
   v1::AgentMessage m;
-  m.mutable_draining();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    m.mutable_draining()->set_exiting(drain_.exiting());
+  }
   outbox_.Write(std::move(m));
+}
+
+void AgentCore::OnUndrain() {
+  bool again;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    again = drain_.TakeWorkAgain();
+    cv_.notify_all();
+  }
+  if (again) {
+    spdlog::info("undrained: taking work again");
+  } else {
+    // Leaving: the scheduler must keep it draining.
+    spdlog::info("the scheduler asked this agent to take work again, but it is stopping");
+    SayDraining();
+  }
 }
 
 void AgentCore::StopTakingWork() {
@@ -159,6 +178,8 @@ v1::AgentMessage AgentCore::StreamStarted() {
   h->set_slots(opts_.slots);
   h->set_version(kVersion);
   h->set_draining(drain_.draining());
+  h->set_exiting(drain_.exiting());
+  h->set_undrain(true);
   h->set_chains(true);
   h->set_batches(true);
   h->set_adaptive_heartbeat(true);
@@ -216,6 +237,9 @@ void AgentCore::Handle(const v1::SchedulerMessage& msg) {
     case v1::SchedulerMessage::kDrain:
       spdlog::info("the scheduler asked this agent to drain");
       StopTakingWork();
+      break;
+    case v1::SchedulerMessage::kUndrain:
+      OnUndrain();
       break;
     case v1::SchedulerMessage::kHeartbeatAck:
       OnHeartbeatAck(msg.heartbeat_ack());

@@ -152,6 +152,8 @@ class AgentCore {
   bool HandedOverLocked() const { return threads_ == 0 && unacked_.empty(); }
   void ResendUnacked();
   void SayDraining();
+  // The scheduler's Undrain: work again, unless the agent is leaving.
+  void OnUndrain();
 
   const CoreOptions opts_;
   Clock* const clock_;

@@ -14,6 +14,12 @@ bool DrainPlan::StopTakingWork() {
   return true;
 }
 
+bool DrainPlan::TakeWorkAgain() {
+  if (exiting_) return false;
+  draining_ = false;
+  return true;
+}
+
 bool DrainPlan::Begin(absl::Duration now, absl::Duration timeout, bool no_tasks) {
   timeout = std::max(timeout, absl::ZeroDuration());
   draining_ = true;

@@ -4,6 +4,7 @@
 // Not thread-safe: the agent holds its mutex around it.
 //
 //   StopTakingWork(): no more work (the scheduler's Drain, SIGTSTP).
+//   TakeWorkAgain(): undoes it (the scheduler's Undrain), unless leaving.
 //   Begin(now, timeout): also leave (SIGTERM: timeout; Stop(): zero).
 //     Tasks still running at now + timeout are released (ReleaseDue);
 //     a later Begin may only bring that forward.
@@ -32,6 +33,9 @@ class DrainPlan {
 
   // True the first time (the caller says Draining to the scheduler).
   bool StopTakingWork();
+  // Work again after StopTakingWork; false (nothing changes) once the
+  // agent is leaving (Begin).
+  bool TakeWorkAgain();
   // Drain with `timeout` (negative: zero) from `now`; `no_tasks`: no task
   // thread is left. True when the running tasks must be released now.
   bool Begin(absl::Duration now, absl::Duration timeout, bool no_tasks);

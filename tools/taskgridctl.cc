@@ -92,6 +92,16 @@ ABSL_FLAG(std::string, replica_agents, "",
           "submit: a1,a2,...: one replica on each of these agents (replica i on the i-th)");
 ABSL_FLAG(std::string, success, "",
           "submit --replicas: when the task succeeded: all (default), any or quorum:K");
+ABSL_FLAG(std::string, unique_key, "",
+          "submit: unique by this key in its queue for --unique_ttl: a second submit with it "
+          "returns the first task");
+ABSL_FLAG(absl::Duration, unique_ttl, absl::ZeroDuration(),
+          "submit --unique_key: how long the key is held, from the submit (1s to 720h)");
+ABSL_FLAG(int32_t, max_concurrency, 0,
+          "queue limits: most tasks of the queue dispatched or running at once (0: no limit)");
+ABSL_FLAG(double, rate, 0, "queue limits: most task starts per second (0: no limit)");
+ABSL_FLAG(int32_t, burst, 0, "queue limits --rate: starts allowed at once (0: max(1, rate))");
+ABSL_FLAG(int32_t, limit, 0, "cancel, retry --queue/--job: tasks per call, 1-10000 (0: 1000)");
 ABSL_FLAG(bool, wait, false,
           "submit: then wait until every task finished (exit code as wait); job submit: until "
           "the job finished");
@@ -138,6 +148,8 @@ using taskgrid::ctl::kBoardCommands;
 using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 using taskgrid::ctl::kJobCommands;
+using taskgrid::ctl::kQueueCommands;
+using taskgrid::ctl::QueueUsageText;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
 
@@ -311,6 +323,16 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   if (absl::GetFlag(FLAGS_max_attempts) < 0) return UsageError("--max_attempts is negative");
   spec->set_max_attempts(absl::GetFlag(FLAGS_max_attempts));
   if (!absl::GetFlag(FLAGS_merge_key).empty()) spec->set_merge_key(absl::GetFlag(FLAGS_merge_key));
+  if (set.count("unique_ttl") && absl::GetFlag(FLAGS_unique_key).empty()) {
+    return UsageError("--unique_ttl needs --unique_key");
+  }
+  if (!absl::GetFlag(FLAGS_unique_key).empty()) {
+    if (!set.count("unique_ttl")) {
+      return UsageError("--unique_key needs --unique_ttl (how long the key is held, e.g. 1h)");
+    }
+    spec->set_unique_key(absl::GetFlag(FLAGS_unique_key));
+    *spec->mutable_unique_ttl() = taskgrid::ToProto(absl::GetFlag(FLAGS_unique_ttl));
+  }
   if (const std::string u = absl::GetFlag(FLAGS_merge_update); !u.empty()) {
     if (u != "always" && u != "once") {
       return UsageError(absl::StrCat("--merge_update must be always or once, not \"", u, "\""));
@@ -630,9 +652,11 @@ int Run(int argc, char** argv) {
       std::cout << UsageText();
       return kExitOk;
     }
-    if (topic == "job" || topic == "board") {
+    if (topic == "job" || topic == "board" || topic == "queue") {
       if (sub.empty()) {
-        std::cout << (topic == "job" ? JobUsageText() : BoardUsageText());
+        std::cout << (topic == "job"     ? JobUsageText()
+                      : topic == "board" ? BoardUsageText()
+                                         : QueueUsageText());
         return kExitOk;
       }
       topic = absl::StrCat(topic, " ", sub);
@@ -657,9 +681,11 @@ int Run(int argc, char** argv) {
   }
   std::string name = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
-  if (name == "job" || name == "board") {
-    // Two words name the command: job submit, board claim, ...
-    const char* group = name == "job" ? kJobCommands : kBoardCommands;
+  if (name == "job" || name == "board" || name == "queue") {
+    // Two words name the command: job submit, board claim, queue pause, ...
+    const char* group = name == "job"     ? kJobCommands
+                        : name == "board" ? kBoardCommands
+                                          : kQueueCommands;
     if (args.empty()) return UsageError(name + " needs a command", group);
     name = absl::StrCat(name, " ", args[0]);
     args.erase(args.begin());
@@ -735,6 +761,42 @@ int Run(int argc, char** argv) {
         args[0]);
   }
   if (absl::StartsWith(name, "board ")) return RunBoard(name, args, client, command_hint);
+  if (absl::StartsWith(name, "queue ")) {
+    if (args.size() != 1 || args[0].empty()) {
+      return UsageError(absl::StrCat(name, args.empty() ? " needs a QUEUE" : " takes one QUEUE"),
+                        command_hint);
+    }
+    if (name == "queue pause") return client.PauseQueue(args[0], /*paused=*/true);
+    if (name == "queue resume") return client.PauseQueue(args[0], /*paused=*/false);
+    v1::SetQueueLimitsRequest req;
+    req.set_queue(args[0]);
+    req.set_max_concurrency(absl::GetFlag(FLAGS_max_concurrency));
+    req.set_rate_per_second(absl::GetFlag(FLAGS_rate));
+    req.set_burst(absl::GetFlag(FLAGS_burst));
+    return client.SetQueueLimits(req);
+  }
+  if ((name == "cancel" || name == "retry") && args.empty() &&
+      (set.count("queue") || set.count("job"))) {
+    // By filter: every page, one call each.
+    v1::BulkTasksRequest req;
+    req.set_queue(absl::GetFlag(FLAGS_queue));
+    req.set_job_id(absl::GetFlag(FLAGS_job));
+    for (const std::string& state : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
+      v1::TaskState s;
+      if (!taskgrid::core::ParseStateName(state, &s)) {
+        return UsageError(absl::StrCat("--state: unknown state \"", state, "\""),
+                          taskgrid::ctl::StatesLine());
+      }
+      req.add_states(s);
+    }
+    req.set_limit(absl::GetFlag(FLAGS_limit));
+    return client.Bulk(name == "cancel", req);
+  }
+  if ((name == "cancel" || name == "retry") && (set.count("state") || set.count("limit"))) {
+    return UsageError(absl::StrCat("--state and --limit select tasks by filter: ", name,
+                                   " --queue=Q or --job=JOB, without an ID"),
+                      command_hint);
+  }
   if (name == "delete") {
     if (!args.empty() || absl::GetFlag(FLAGS_merge_key).empty()) {
       return UsageError("delete takes --merge_key=KEY (and --queue=Q), no ID", command_hint);
@@ -767,15 +829,20 @@ int Run(int argc, char** argv) {
     if (int rc = BuildList(&req); rc != kExitOk) return rc;
     return client.List(req, absl::GetFlag(FLAGS_all));
   }
-  // The commands on one task, and drain (on one agent).
-  const bool on_agent = name == "drain";
+  // The commands on one task, and drain and undrain (on one agent).
+  const bool on_agent = name == "drain" || name == "undrain";
   if (args.size() != 1 || args[0].empty()) {
     return UsageError(
         args.empty() ? absl::StrCat(name, on_agent ? " needs an agent ID" : " needs a task ID")
                      : absl::StrCat(name, on_agent ? " takes one agent ID" : " takes one task ID"),
         command_hint);
   }
-  if (on_agent) return client.Drain(args[0]);
+  if (name == "drain") return client.Drain(args[0]);
+  if (name == "undrain") return client.Undrain(args[0]);
+  if ((name == "cancel" || name == "retry") && (set.count("queue") || set.count("job"))) {
+    return UsageError(absl::StrCat(name, " takes a task ID or --queue/--job, not both"),
+                      command_hint);
+  }
   if (name == "get") return client.Get(args[0]);
   using taskgrid::ctl::Action;
   const Action action = name == "cancel"  ? Action::kCancel

@@ -29,6 +29,38 @@ absl::StatusOr<const AgentRecord*> Scheduler::Drain(const std::string& agent_id)
   return &a;
 }
 
+absl::StatusOr<const AgentRecord*> Scheduler::Undrain(const std::string& agent_id) {
+  if (agent_id.empty()) return absl::InvalidArgumentError("id is empty");
+  AgentRecord* found = agents_.Find(agent_id);
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("agent \"", agent_id, "\" is not known"));
+  }
+  AgentRecord& a = *found;
+  if (!a.draining) return &a;
+  if (!a.connected()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("agent \"", agent_id, "\" is not connected; undrain it once it is back"));
+  }
+  if (a.exiting || a.leaving) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("agent \"", agent_id,
+                     "\" is draining to stop (it was told to exit) and cannot be undrained"));
+  }
+  if (!a.undrains) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "agent \"", agent_id, "\" (version ", a.version.empty() ? "unknown" : a.version,
+        ") cannot take an undrain; restart it to give it work again"));
+  }
+  a.draining = false;
+  v1::SchedulerMessage msg;
+  msg.mutable_undrain();
+  Send(a.conn, std::move(msg));
+  // Classes no agent could take until now: this one may.
+  UnparkFor(a);
+  Dispatch();
+  return &a;
+}
+
 void Scheduler::SendDrain(const AgentRecord& a) {
   v1::SchedulerMessage msg;
   msg.mutable_drain();
@@ -69,6 +101,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.lost = false;
   a.leaving = false;
   a.draining = hello.draining();
+  a.exiting = hello.exiting();
+  a.undrains = hello.undrain();
   a.version = hello.version();
   a.chains = hello.chains();
   a.labels = {hello.labels().begin(), hello.labels().end()};
@@ -131,19 +165,22 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     Send(conn, std::move(msg));
   }
   // Classes no agent could take until now: this one may.
-  if (a.takes_work()) {
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      ReadyClass& c = **it;
-      if (!Matches(c.placement, a)) {
-        ++it;
-        continue;
-      }
-      parked_.erase(it++);
-      BackToHeads(c);
-    }
-  }
+  UnparkFor(a);
   Dispatch();
   return absl::OkStatus();
+}
+
+void Scheduler::UnparkFor(const AgentRecord& a) {
+  if (!a.takes_work()) return;
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    ReadyClass& c = **it;
+    if (!Matches(c.placement, a)) {
+      ++it;
+      continue;
+    }
+    parked_.erase(it++);
+    BackToHeads(c);
+  }
 }
 
 void Scheduler::Disconnect(uint64_t conn) {
@@ -213,6 +250,7 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
     }
     case v1::AgentMessage::kDraining:
       a.draining = true;
+      a.exiting = a.exiting || msg.draining().exiting();
       break;
     case v1::AgentMessage::kGoodbye:
       // It stops for good; forgotten once it holds nothing (see

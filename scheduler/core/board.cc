@@ -73,8 +73,11 @@ absl::StatusOr<std::vector<v1::ClaimedTask>> Scheduler::Claim(const v1::ClaimReq
   }
   const absl::Time now = Now();
   const absl::Time until = now + lease;
+  const absl::Duration mono = Mono();
   for (TaskRecord* tp : picked) {
     TaskRecord& t = *tp;
+    // Paused, or at its concurrency or rate limit: no more now.
+    if (!queue_controls_.empty() && GateOf(queue) != QueueControls::Gate::kOpen) break;
     v1::ClaimedTask& c = out.emplace_back();
     int64_t input_bytes = 0;
     if (!FillAssignment(t, nullptr, c.mutable_assignment(), &input_bytes)) {
@@ -85,6 +88,7 @@ absl::StatusOr<std::vector<v1::ClaimedTask>> Scheduler::Claim(const v1::ClaimReq
       out.pop_back();
       continue;
     }
+    queue_controls_.Take(queue, mono);
     c.mutable_assignment()->set_attempt(++t.attempt);
     t.agent_id = req.owner();
     t.dispatch_time = now;
@@ -202,8 +206,11 @@ absl::StatusOr<const TaskRecord*> Scheduler::RestoreTask(const std::string& id) 
 
 int64_t Scheduler::ClaimableCount(
     const std::string& queue, const google::protobuf::Map<std::string, std::string>& labels) const {
-  auto q = ready_by_queue_.find(queue.empty() ? std::string(kDefaultQueue) : queue);
+  const std::string name = queue.empty() ? std::string(kDefaultQueue) : queue;
+  auto q = ready_by_queue_.find(name);
   if (q == ready_by_queue_.end()) return 0;
+  // A queue that may not start a task now has nothing to claim.
+  if (!queue_controls_.empty() && GateOf(name) != QueueControls::Gate::kOpen) return 0;
   int64_t n = 0, examined = 0;
   for (auto it = q->second.begin(); it != q->second.end() && examined < kMaxClaimScan;
        ++it, ++examined) {

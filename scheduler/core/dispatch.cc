@@ -40,6 +40,7 @@ void Scheduler::AddReady(TaskRecord& t) {
     slot->key = t.placement_class;
     slot->placement = t.spec.placement();
     slot->replica_of = t.spec.replica_of();
+    slot->queue = t.queue();
   }
   ReadyClass& c = *slot;
   const ReadyKey key = ReadyKeyOf(t);
@@ -69,6 +70,11 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
   }
   if (c.tasks.empty()) {
     parked_.erase(&c);
+    if (c.where == ReadyClass::Where::kHeld) {
+      auto h = held_.find(c.queue);
+      h->second.erase(&c);
+      if (h->second.empty()) held_.erase(h);
+    }
     ready_.erase(it);
     return;
   }
@@ -116,6 +122,12 @@ void Scheduler::Dispatch() {
   while (!heads_.empty()) {
     auto [key, cls] = *heads_.begin();
     TaskRecord& t = *std::get<2>(key);
+    // Its queue may not start a task now: the class waits for it to open.
+    if (!queue_controls_.empty() && GateOf(cls->queue) != QueueControls::Gate::kOpen) {
+      heads_.erase(heads_.begin());
+      Hold(*cls);
+      continue;
+    }
     ++placement_attempts_;
     // A replica keeps off the agents of its siblings.
     absl::flat_hash_set<std::string> taken;
@@ -142,6 +154,7 @@ void Scheduler::Dispatch() {
       start_deadlines_.Remove(t.id());
       continue;
     }
+    queue_controls_.Take(t.queue(), mono);
     head.set_attempt(++t.attempt);
     t.agent_id = a->id;
     t.dispatch_time = now;
@@ -163,11 +176,15 @@ void Scheduler::Dispatch() {
     for (int len = 1; len < opts_.max_chain_length; ++len) {
       TaskRecord* d = ChainSuccessor(*cur, now);
       if (d == nullptr) break;
+      // Each link starts a task of the queue (the same as cur's: they
+      // share a class) and counts against its limits.
+      if (!queue_controls_.empty() && GateOf(d->queue()) != QueueControls::Gate::kOpen) break;
       v1::Assignment link;
       FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
       // The rest of the chain goes in a later Assign, once cur succeeded:
       // one message stays well under what an agent accepts (64 MiB).
       if (msgs.back().second + link.ByteSizeLong() > kMaxAssignBytes) break;
+      queue_controls_.Take(d->queue(), mono);
       link.set_attempt(++d->attempt);
       d->agent_id = a->id;
       d->dispatch_time = now;

@@ -147,7 +147,7 @@ absl::Status Scheduler::CheckInvariants() const {
     }
   }
   size_t in_ready = 0;
-  size_t in_heads = 0, parked = 0;
+  size_t in_heads = 0, parked = 0, held = 0;
   for (const auto& [key, c] : ready_) {
     if (c->tasks.empty()) return fail("ready class ", key, " is empty but kept");
     if (c->key != key) return fail("ready class ", key, " is keyed as ", c->key);
@@ -161,7 +161,7 @@ absl::Status Scheduler::CheckInvariants() const {
         break;
       case ReadyClass::Where::kAside:
         return fail("ready class ", key, " was left aside after a dispatch");
-      case ReadyClass::Where::kParked:
+      case ReadyClass::Where::kParked: {
         ++parked;
         if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
         absl::flat_hash_set<std::string> taken;
@@ -170,11 +170,29 @@ absl::Status Scheduler::CheckInvariants() const {
           return fail("parked class ", key, " could be taken by a connected agent");
         }
         break;
+      }
+      case ReadyClass::Where::kHeld: {
+        ++held;
+        auto h = held_.find(c->queue);
+        if (h == held_.end() || !h->second.contains(c.get())) {
+          return fail("held class ", key, " is not listed under its queue ", c->queue);
+        }
+        if (queue_controls_.Find(c->queue) == nullptr) {
+          return fail("class ", key, " is held, but its queue ", c->queue, " has no controls");
+        }
+        break;
+      }
     }
   }
   if (heads_.size() != in_heads)
     return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
   if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
+  size_t listed_held = 0;
+  for (const auto& [queue, classes] : held_) {
+    if (classes.empty()) return fail("queue ", queue, " holds no class but is listed");
+    listed_held += classes.size();
+  }
+  if (listed_held != held) return fail(listed_held, " classes listed held, not ", held);
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
   size_t in_queues = 0;
   for (const auto& [queue, set] : ready_by_queue_) {

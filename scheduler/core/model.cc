@@ -36,6 +36,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(clear_attempts, other.clear_attempts);
   MoveAppend(trim_attempts, other.trim_attempts);
   MoveAppend(merged, other.merged);
+  MoveAppend(queues, other.queues);
   MoveAppend(events, other.events);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }

@@ -192,6 +192,14 @@ struct MergedRow {
   std::string payload;
 };
 
+// What a queue is told (PauseQueue, SetQueueLimits): the serialized
+// v1.QueueSettings; empty when the queue is back to the defaults (the row
+// is deleted). Later rows for a queue replace earlier ones.
+struct QueueRow {
+  std::string queue;
+  std::string settings;
+};
+
 // One state change: the event log that WatchTasks will serve.
 struct EventRow {
   int64_t revision = 0;  // assigned by the Scheduler: +1 per change
@@ -214,17 +222,18 @@ struct WriteBatch {
   // past the history bound). Applied after `attempts`.
   std::vector<std::pair<std::string, int32_t>> trim_attempts;
   std::vector<MergedRow> merged;
+  std::vector<QueueRow> queues;
   std::vector<EventRow> events;
   // Event history retention: delete events with revision <= this (0: none).
   int64_t prune_events_through = 0;
 
   bool empty() const {
     return tasks.empty() && attempts.empty() && clear_attempts.empty() && trim_attempts.empty() &&
-           merged.empty() && events.empty() && prune_events_through == 0;
+           merged.empty() && queues.empty() && events.empty() && prune_events_through == 0;
   }
   size_t size() const {
     return tasks.size() + attempts.size() + clear_attempts.size() + trim_attempts.size() +
-           merged.size() + events.size();
+           merged.size() + queues.size() + events.size();
   }
   // Moves every row of `other` to the end of this batch.
   void Append(WriteBatch&& other);

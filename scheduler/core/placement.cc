@@ -49,10 +49,12 @@ std::string PlacementClass(const v1::Placement& p) {
 }
 
 std::string TaskClass(const v1::TaskSpec& spec) {
-  // A placement's key starts with a digit; a replica's with 'R', then its
-  // task's id (a name: no '|').
-  if (spec.replica_of().empty()) return PlacementClass(spec.placement());
-  return absl::StrCat("R", spec.replica_of(), "|", PlacementClass(spec.placement()));
+  // Its queue first (a queue's controls hold its classes, and only
+  // those), then a placement's key, which starts with a digit, or a
+  // replica's, with 'R' and its task's id. Names have no '|'.
+  if (spec.replica_of().empty())
+    return absl::StrCat(spec.queue(), "|", PlacementClass(spec.placement()));
+  return absl::StrCat(spec.queue(), "|R", spec.replica_of(), "|", PlacementClass(spec.placement()));
 }
 
 std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const AgentRecord*>& agents) {

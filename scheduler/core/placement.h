@@ -23,6 +23,10 @@ struct AgentRecord {
   // Said Goodbye: forgotten as soon as it holds nothing, not listed as lost.
   bool leaving = false;
   bool chains = false;  // runs Assignment.run_after (Hello.chains)
+  // Takes SchedulerMessage.undrain (Hello.undrain).
+  bool undrains = false;
+  // Drains to stop (SIGTERM; Hello.exiting, Draining.exiting): no undrain.
+  bool exiting = false;
   std::string version;
   absl::Time connect_time = absl::InfinitePast();    // wall, for display
   absl::Time last_seen_time = absl::InfinitePast();  // wall, for display
@@ -67,8 +71,9 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
 
 // The key grouping tasks that any given agent either can or cannot run.
 std::string PlacementClass(const v1::Placement& p);
-// The ready class of a task: its placement's, and for a replica that of
-// its task alone (its siblings exclude agents the others may take).
+// The ready class of a task: its queue's and placement's (needs the
+// queue filled in), and for a replica that of its task alone (its
+// siblings exclude agents the others may take).
 std::string TaskClass(const v1::TaskSpec& spec);
 
 // Why no agent in `agents` can ever take a task with this placement right

@@ -33,6 +33,8 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
       table_.Apply(t, to, std::move(reason), Now(), event_agent, &effects_.batch);
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   IndexMerge(t);
+  // Room under its queue's concurrency limit.
+  if (!held_.empty() && IsInFlight(from) && !IsInFlight(to)) ReleaseHeld(t.queue());
   if (t.replica_of != nullptr) {
     // Its task counts the replicas that ended; an agent it let go of may
     // take a sibling now.
@@ -135,7 +137,9 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     int64_t count = 0, bytes = 0;
   };
   absl::flat_hash_map<MergeKey, Gathered> gathered;
-  std::vector<std::pair<size_t, MergeKey>> joins;  // (spec, key), in request order
+  std::vector<std::pair<size_t, MergeKey>> joins;     // (spec, key), in request order
+  absl::flat_hash_map<MergeKey, size_t> unique_seen;  // (queue, unique key) -> spec
+  const absl::Time submit_time = Now();
   for (size_t i = 0; i < specs.size(); ++i) {
     v1::TaskSpec& spec = specs[i];
     const FieldPath field("tasks", static_cast<int>(i));
@@ -160,6 +164,23 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         }
         existing[i] = t;
         continue;
+      }
+    }
+    if (!spec.unique_key().empty()) {
+      if (job_id != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field.str(), ".unique_key is set: a job is unique by its id, not its tasks by key"));
+      }
+      const MergeKey key{spec.queue(), spec.unique_key()};
+      if (const TaskRecord* held = UniqueHolder(key, submit_time)) {
+        existing[i] = held;
+        continue;
+      }
+      auto [it, inserted] = unique_seen.emplace(key, i);
+      if (!inserted) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field.str(), ".unique_key \"", spec.unique_key(), "\" repeats tasks[",
+                         it->second, "].unique_key in queue ", spec.queue()));
       }
     }
     if (!spec.merge_key().empty()) {
@@ -236,6 +257,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     t.create_time = now;
     t.placement_class = TaskClass(t.spec);
     if (!t.spec.merge_key().empty()) StartMerge(t, now);
+    if (!t.spec.unique_key().empty()) HoldUniqueKey(t);
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
     created.push_back(&t);
@@ -605,6 +627,8 @@ void Scheduler::Tick() {
     LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
                                absl::FormatDuration(opts_.reconnect_grace)));
   }
+  if (!held_.empty()) ReleaseOpened();
+  ExpireUniqueKeys(now);
   Dispatch();
 }
 

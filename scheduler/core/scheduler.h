@@ -41,6 +41,7 @@
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
+#include "scheduler/core/queue_controls.h"
 #include "scheduler/core/task_table.h"
 #include "scheduler/core/validate.h"
 #include "taskgrid/v1/agent_service.pb.h"
@@ -73,6 +74,14 @@ struct ListFilter {
 struct ListPage {
   std::vector<const TaskRecord*> tasks;
   int64_t next_after_seq = 0;  // 0: no more
+};
+
+// What a bulk change (CancelTasks, RetryTasks) did.
+struct BulkResult {
+  std::vector<std::string> ids;  // changed, in submit order
+  int64_t next_after_seq = 0;    // 0: every match was looked at
+  int64_t skipped = 0;
+  std::string skipped_reason;  // the first one's
 };
 
 struct JobListFilter {
@@ -164,6 +173,27 @@ class Scheduler {
   absl::StatusOr<const TaskRecord*> DeleteByMergeKey(const std::string& queue,
                                                      const std::string& merge_key);
 
+  // --- Queue controls (queues.cc). Each change is in the rows it commits.
+  // A queue needs no tasks to be told something. ---
+
+  // Stops (or lets again) the queue's tasks being handed to agents and
+  // pull workers; submits still go in, what runs goes on.
+  absl::StatusOr<v1::QueueStats> PauseQueue(const std::string& queue, bool paused);
+  // The queue's concurrency and rate limits, as the request gives them.
+  absl::StatusOr<v1::QueueStats> SetQueueLimits(const v1::SetQueueLimitsRequest& req);
+  // Cancels or retries the tasks `filter` selects (filter.states empty:
+  // every state the change applies to), at most filter.page_size of them.
+  absl::StatusOr<BulkResult> CancelTasks(ListFilter filter);
+  absl::StatusOr<BulkResult> RetryTasks(ListFilter filter);
+  // Start-up, after BeginRestore: the settings the store keeps.
+  absl::Status RestoreQueues(const std::vector<QueueRow>& rows);
+  // What the queue is told; nullptr for the defaults.
+  const v1::QueueSettings* QueueSettingsOf(const std::string& queue) const {
+    return queue_controls_.Find(queue);
+  }
+  // The queues told something other than the defaults, by name.
+  std::vector<std::string> ControlledQueues() const;
+
   // nullptr when unknown.
   const TaskRecord* Find(const std::string& id) const;
   // The API view of a task, with effective values filled in. `agents`:
@@ -175,7 +205,8 @@ class Scheduler {
   void DescribeJob(const JobRecord& j, v1::Job* out) const;
   static v1::JobState JobStateOf(const JobRecord& j);
   JobListPage ListJobs(const JobListFilter& filter) const;
-  // Every queue that holds tasks or has a configured limit; one when named.
+  // Every queue that holds tasks, has a configured limit or is told
+  // something (PauseQueue, SetQueueLimits); one when named.
   std::vector<v1::QueueStats> Stats(const std::string& queue) const;
 
   // --- Agents. `conn` identifies one stream; never reused. ---
@@ -189,6 +220,9 @@ class Scheduler {
   void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg);
   // Gives the agent no more work and tells it so.
   absl::StatusOr<const AgentRecord*> Drain(const std::string& agent_id);
+  // Gives a draining agent work again and tells it so. FAILED_PRECONDITION
+  // for an agent that drains to stop, or that cannot be told.
+  absl::StatusOr<const AgentRecord*> Undrain(const std::string& agent_id);
   std::vector<const AgentRecord*> Agents() const;
   // The interval adaptive agents are told now: heartbeat_interval times
   // the factor that keeps the connected agents within
@@ -242,8 +276,10 @@ class Scheduler {
     // kHeads: its head is in heads_, Dispatch looks at it. kAside: no agent
     // has room for it in this Dispatch (back in heads_ when it ends).
     // kParked: no connected agent could take it; in parked_ until one
-    // that can connects.
-    enum class Where { kHeads, kAside, kParked } where = Where::kHeads;
+    // that can connects. kHeld: its queue may not start a task now
+    // (paused, at its concurrency or rate limit); in held_ until it may.
+    enum class Where { kHeads, kAside, kParked, kHeld } where = Where::kHeads;
+    std::string queue;
     // A class of replicas: the id of their task (whose other replicas'
     // agents it may not take).
     std::string replica_of;
@@ -305,6 +341,24 @@ class Scheduler {
   void ForgetAgent(AgentRecord& a);
   // A parked or set-aside class that Dispatch looks at again.
   void BackToHeads(ReadyClass& c);
+  // `a` takes work now (it connected, or was undrained): the parked
+  // classes it matches go back to the heads.
+  void UnparkFor(const AgentRecord& a);
+
+  // --- Queue controls (queues.cc). ---
+  // Whether a task of `queue` may start now.
+  QueueControls::Gate GateOf(const std::string& queue) const;
+  // Tasks of the queue DISPATCHED or RUNNING.
+  int64_t InFlight(const std::string& queue) const;
+  // Dispatch found the queue closed: its class waits in held_.
+  void Hold(ReadyClass& c);
+  // The queue may start tasks again (or may have): its held classes go
+  // back to the heads, to be looked at by the next Dispatch.
+  void ReleaseHeld(const std::string& queue);
+  // Held queues whose gate opened meanwhile (a rate's token came).
+  void ReleaseOpened();
+  // Stores the queue's settings and applies them.
+  v1::QueueStats ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s);
   // The ready-queue doors, shared by Transition and restore.
   void AddReady(TaskRecord& t);
   void RemoveReady(const TaskRecord& t);
@@ -354,6 +408,15 @@ class Scheduler {
   // `spec` joins `t`: its payload is appended, and with MERGE_UPDATE_ALWAYS
   // a SCHEDULED task fires at the spec's not_before (now when unset).
   void Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now);
+
+  // --- Unique by key (unique.cc). ---
+  // The task holding (queue, unique key) at `now`, or nullptr.
+  const TaskRecord* UniqueHolder(const MergeKey& key, absl::Time now) const;
+  // A new or restored task with a unique key holds it until its create
+  // time + unique_ttl (a later holder of the key replaces it).
+  void HoldUniqueKey(TaskRecord& t);
+  // Lets go of the keys whose time is up.
+  void ExpireUniqueKeys(absl::Time now);
 
   // --- One task on N workers (replicas.cc). ---
   // Makes the replicas of `t` (new, with replicas in its spec), appending
@@ -455,6 +518,9 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
   absl::btree_set<std::pair<ReadyKey, ReadyClass*>> heads_;
   absl::flat_hash_set<ReadyClass*> parked_;
+  // Classes whose queue may not start tasks now, by queue.
+  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
+  QueueControls queue_controls_;
 
   AgentRegistry agents_{&opts_};
   uint64_t assign_counter_ = 0;
@@ -464,6 +530,14 @@ class Scheduler {
   absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
   // The task each (queue, merge key) joins: Joinable ones only.
   absl::flat_hash_map<MergeKey, TaskRecord*> merge_index_;
+  // The task holding each (queue, unique key), and until when; and the
+  // keys by that time, to let them go.
+  struct UniqueHold {
+    const TaskRecord* task = nullptr;
+    absl::Time until;
+  };
+  absl::flat_hash_map<MergeKey, UniqueHold> unique_index_;
+  absl::btree_set<std::pair<absl::Time, MergeKey>> unique_expiry_;
   // RUNNING tasks a pull worker holds, by queue (QueueStats.claimed).
   absl::flat_hash_map<std::string, int64_t> claimed_by_queue_;
   // When each claim ends: wall time since the Unix epoch, as stored, so a

@@ -368,6 +368,22 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
   if (spec.merge_update() != v1::MERGE_UPDATE_UNSPECIFIED && spec.merge_key().empty()) {
     return Invalid(FieldPath(f, "merge_update"), "needs merge_key");
   }
+  RETURN_IF_ERROR(CheckDuration(spec.unique_ttl(), FieldPath(f, "unique_ttl")));
+  if (!spec.unique_key().empty()) {
+    RETURN_IF_ERROR(CheckNameAt(FieldPath(f, "unique_key"), spec.unique_key(), kMaxIdLength));
+    if (!spec.merge_key().empty()) {
+      return Invalid(FieldPath(f, "unique_key"),
+                     "cannot go with merge_key: a merge key already makes one task of many");
+    }
+    const absl::Duration ttl = FromProto(spec.unique_ttl());
+    if (ttl < absl::Seconds(1) || ttl > kMaxUniqueTtl) {
+      return Invalid(FieldPath(f, "unique_ttl"), absl::StrCat("is ", absl::FormatDuration(ttl),
+                                                              "; with unique_key it must be 1s to ",
+                                                              absl::FormatDuration(kMaxUniqueTtl)));
+    }
+  } else if (spec.has_unique_ttl()) {
+    return Invalid(FieldPath(f, "unique_ttl"), "needs unique_key");
+  }
   if (!spec.replica_of().empty()) {
     return Invalid(FieldPath(f, "replica_of"),
                    "is set by the scheduler on the replicas it makes; ask for replicas instead");

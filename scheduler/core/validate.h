@@ -7,12 +7,16 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "scheduler/core/options.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
+
+// The longest a task stays unique by its key (TaskSpec.unique_ttl).
+inline constexpr absl::Duration kMaxUniqueTtl = absl::Hours(24 * 30);
 
 // The path of a field ("tasks[3].steps[0].timeout"), spelled out only when
 // an error names it: a valid spec costs no string building (W1 submits

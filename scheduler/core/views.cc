@@ -191,12 +191,15 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
     if (auto it = claimed_by_queue_.find(name); it != claimed_by_queue_.end()) {
       qs.set_claimed(it->second);
     }
+    if (const v1::QueueSettings* s = queue_controls_.Find(name)) *qs.mutable_settings() = *s;
+    qs.set_held(held_.contains(name));
   };
   if (!queue.empty()) {
     add(queue);
   } else {
     for (const auto& [name, unused] : table_.counts()) add(name);
     for (const auto& [name, unused] : opts_.queue_max_length) add(name);
+    queue_controls_.ForEach([&](const std::string& name, const v1::QueueSettings&) { add(name); });
   }
   std::vector<v1::QueueStats> out;
   for (auto& [name, qs] : by_name) out.push_back(std::move(qs));

@@ -113,11 +113,13 @@ absl::Status Engine::Restore() {
   ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
   ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
   ASSIGN_OR_RETURN(const std::vector<core::MergedRow> merged, store_->LoadMerged());
+  ASSIGN_OR_RETURN(const std::vector<core::QueueRow> queues, store_->LoadQueues());
   // Revisions go on after the newest ever handed out, even when retention
   // pruned every event.
   ASSIGN_OR_RETURN(const store::EventSpan span, store_->GetEventSpan());
   const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
   RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), span.newest, oldest));
+  RETURN_IF_ERROR(sched_.RestoreQueues(queues));
   const RowIndex<core::AttemptRow> index(attempts);
   const RowIndex<core::MergedRow> merged_index(merged);
 
@@ -779,6 +781,7 @@ void Engine::TickNow() {
     resp.set_ready(sched_.ClaimableCount(w.key, w.extra));
     Answer(absl::StatusOr<v1::WaitForWorkResponse>(std::move(resp)), std::move(w.done));
   }
+  WakeControlledLocked();
   CommitLocked(nullptr);
 }
 

@@ -102,6 +102,11 @@ class Engine {
   void ResumeTask(const std::string& id, Reply<v1::Task> done);
   void GetQueueStats(const v1::GetQueueStatsRequest& req, Reply<v1::GetQueueStatsResponse> done);
   void DeleteByMergeKey(const v1::DeleteByMergeKeyRequest& req, Reply<v1::Task> done);
+  // Queue controls and bulk changes (queues.cc).
+  void PauseQueue(const std::string& queue, bool paused, Reply<v1::QueueStats> done);
+  void SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::QueueStats> done);
+  void CancelTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
+  void RetryTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   // Replies when the task is terminal, or with done=false after `max_wait`.
   // Returns the waiter's id, for CancelWait; 0 when it was answered at
   // once (done, an error, or no wait asked for).
@@ -146,6 +151,7 @@ class Engine {
   // --- ClusterService. ---
   void ListAgents(Reply<v1::ListAgentsResponse> done);
   void DrainAgent(const std::string& id, Reply<v1::Agent> done);
+  void UndrainAgent(const std::string& id, Reply<v1::Agent> done);
   void GetClusterStats(Reply<v1::ClusterStats> done);
 
   // --- Agent streams. ---
@@ -216,6 +222,11 @@ class Engine {
   void AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done);
   void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
              const std::string& id, Reply<v1::Job> done);
+  void BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
+              const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
+  // Answers the pull workers waiting on a controlled queue that may claim
+  // something now (mu_ held; every tick).
+  void WakeControlledLocked();
 
   const Clock* const clock_;
   const EngineOptions opts_;

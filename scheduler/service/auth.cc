@@ -87,6 +87,11 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.TaskService/PauseTask", Role::kSubmitter},
       {"/taskgrid.v1.TaskService/ResumeTask", Role::kSubmitter},
       {"/taskgrid.v1.TaskService/DeleteByMergeKey", Role::kSubmitter},
+      {"/taskgrid.v1.TaskService/CancelTasks", Role::kSubmitter},
+      {"/taskgrid.v1.TaskService/RetryTasks", Role::kSubmitter},
+      {"/taskgrid.v1.TaskService/PauseQueue", Role::kAdmin},
+      {"/taskgrid.v1.TaskService/ResumeQueue", Role::kAdmin},
+      {"/taskgrid.v1.TaskService/SetQueueLimits", Role::kAdmin},
       {"/taskgrid.v1.JobService/SubmitJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/CancelJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/RetryJob", Role::kSubmitter},
@@ -102,6 +107,7 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.BoardService/WaitForWork", Role::kAgent},
       // Changing the cluster.
       {"/taskgrid.v1.ClusterService/DrainAgent", Role::kAdmin},
+      {"/taskgrid.v1.ClusterService/UndrainAgent", Role::kAdmin},
   };
   return *table;
 }

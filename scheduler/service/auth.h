@@ -32,7 +32,7 @@ enum class Role {
   kReader,     // look: Get/List/Wait/Watch, cluster stats and agents
   kSubmitter,  // change tasks and jobs (submit, cancel, retry, ...) + reader
   kAgent,      // AgentService only
-  kAdmin,      // everything, cluster changes too (DrainAgent)
+  kAdmin,      // everything, cluster and queue changes too (DrainAgent, PauseQueue)
 };
 
 // "reader", "submitter", "agent", "admin", "none".

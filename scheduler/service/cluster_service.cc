@@ -20,6 +20,14 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::DrainAgent(grpc::CallbackServerCon
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ClusterServiceImpl::UndrainAgent(grpc::CallbackServerContext* ctx,
+                                                           const v1::UndrainAgentRequest* req,
+                                                           v1::Agent* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->UndrainAgent(req->id(), std::move(reply));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetClusterStats(grpc::CallbackServerContext* ctx,
                                                               const v1::GetClusterStatsRequest*,
                                                               v1::ClusterStats* resp) {

@@ -16,6 +16,9 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
                                        v1::ListAgentsResponse* resp) override;
   grpc::ServerUnaryReactor* DrainAgent(grpc::CallbackServerContext* ctx,
                                        const v1::DrainAgentRequest* req, v1::Agent* resp) override;
+  grpc::ServerUnaryReactor* UndrainAgent(grpc::CallbackServerContext* ctx,
+                                         const v1::UndrainAgentRequest* req,
+                                         v1::Agent* resp) override;
   grpc::ServerUnaryReactor* GetClusterStats(grpc::CallbackServerContext* ctx,
                                             const v1::GetClusterStatsRequest* req,
                                             v1::ClusterStats* resp) override;

@@ -85,6 +85,46 @@ grpc::ServerUnaryReactor* TaskServiceImpl::DeleteByMergeKey(grpc::CallbackServer
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TaskServiceImpl::PauseQueue(grpc::CallbackServerContext* ctx,
+                                                      const v1::PauseQueueRequest* req,
+                                                      v1::QueueStats* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->PauseQueue(req->queue(), /*paused=*/true, std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::ResumeQueue(grpc::CallbackServerContext* ctx,
+                                                       const v1::ResumeQueueRequest* req,
+                                                       v1::QueueStats* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->PauseQueue(req->queue(), /*paused=*/false, std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::SetQueueLimits(grpc::CallbackServerContext* ctx,
+                                                          const v1::SetQueueLimitsRequest* req,
+                                                          v1::QueueStats* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->SetQueueLimits(*req, std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::CancelTasks(grpc::CallbackServerContext* ctx,
+                                                       const v1::BulkTasksRequest* req,
+                                                       v1::BulkTasksResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->CancelTasks(*req, std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::RetryTasks(grpc::CallbackServerContext* ctx,
+                                                      const v1::BulkTasksRequest* req,
+                                                      v1::BulkTasksResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->RetryTasks(*req, std::move(reply));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerContext* ctx,
                                                          const v1::GetQueueStatsRequest* req,
                                                          v1::GetQueueStatsResponse* resp) {

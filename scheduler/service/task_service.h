@@ -36,6 +36,21 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* WaitTask(grpc::CallbackServerContext* ctx,
                                      const v1::WaitTaskRequest* req,
                                      v1::WaitTaskResponse* resp) override;
+  grpc::ServerUnaryReactor* PauseQueue(grpc::CallbackServerContext* ctx,
+                                       const v1::PauseQueueRequest* req,
+                                       v1::QueueStats* resp) override;
+  grpc::ServerUnaryReactor* ResumeQueue(grpc::CallbackServerContext* ctx,
+                                        const v1::ResumeQueueRequest* req,
+                                        v1::QueueStats* resp) override;
+  grpc::ServerUnaryReactor* SetQueueLimits(grpc::CallbackServerContext* ctx,
+                                           const v1::SetQueueLimitsRequest* req,
+                                           v1::QueueStats* resp) override;
+  grpc::ServerUnaryReactor* CancelTasks(grpc::CallbackServerContext* ctx,
+                                        const v1::BulkTasksRequest* req,
+                                        v1::BulkTasksResponse* resp) override;
+  grpc::ServerUnaryReactor* RetryTasks(grpc::CallbackServerContext* ctx,
+                                       const v1::BulkTasksRequest* req,
+                                       v1::BulkTasksResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteByMergeKey(grpc::CallbackServerContext* ctx,
                                              const v1::DeleteByMergeKeyRequest* req,
                                              v1::Task* resp) override;

@@ -33,6 +33,13 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
   }
   for (const core::AttemptRow& a : batch.attempts) attempts_[{a.task_id, a.attempt}] = a;
   for (const core::MergedRow& m : batch.merged) merged_[{m.task_id, m.n}] = m;
+  for (const core::QueueRow& q : batch.queues) {
+    if (q.settings.empty()) {
+      queues_.erase(q.queue);
+    } else {
+      queues_[q.queue] = q.settings;
+    }
+  }
   for (const auto& [id, below] : batch.trim_attempts) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.lower_bound({id, below}));
   }
@@ -76,6 +83,13 @@ absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::MergedRow> out;
   for (const auto& [key, m] : merged_) out.push_back(m);
+  return out;
+}
+
+absl::StatusOr<std::vector<core::QueueRow>> MemoryStore::LoadQueues() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::QueueRow> out;
+  for (const auto& [name, settings] : queues_) out.push_back({name, settings});
   return out;
 }
 

@@ -163,6 +163,14 @@ const std::vector<const char*>& Migrations() {
         PRIMARY KEY (task_id, n)
       ) WITHOUT ROWID;
       )sql",
+      // 8 -> 9: queue controls. A row per queue told something other than
+      // the defaults (paused, limits): a serialized v1.QueueSettings.
+      R"sql(
+      CREATE TABLE queues (
+        name     TEXT PRIMARY KEY,
+        settings BLOB NOT NULL
+      ) WITHOUT ROWID;
+      )sql",
   };
   return *kMigrations;
 }
@@ -344,6 +352,8 @@ absl::Status SqliteStore::Prepare() {
        "interrupted_dropped = ?15, claim_until_us = ?16, merge_fire_us = ?17 "
        "WHERE seq = ?13 AND id = ?1"},
       {&insert_merged_, "INSERT OR REPLACE INTO merged (task_id, n, payload) VALUES (?1, ?2, ?3)"},
+      {&put_queue_, "INSERT OR REPLACE INTO queues (name, settings) VALUES (?1, ?2)"},
+      {&delete_queue_, "DELETE FROM queues WHERE name = ?1"},
       {&insert_attempt_,
        "INSERT OR REPLACE INTO attempts (task_id, attempt, data) VALUES (?1, ?2, ?3)"},
       {&clear_attempts_, "DELETE FROM attempts WHERE task_id = ?1"},
@@ -429,7 +439,7 @@ SqliteStore::~SqliteStore() {
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
   for (sqlite3_stmt* st :
        {insert_task_, update_task_, insert_attempt_, clear_attempts_, trim_attempts_,
-        insert_merged_, insert_event_, prune_events_, note_pruned_}) {
+        insert_merged_, put_queue_, delete_queue_, insert_event_, prune_events_, note_pruned_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -514,6 +524,16 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
     sqlite3_bind_int(insert_merged_, 2, m.n);
     BindBlob(insert_merged_, 3, m.payload);
     if (absl::Status s = Step(db_, insert_merged_, "inserting a merged payload"); !s.ok()) return s;
+  }
+  for (const core::QueueRow& q : batch.queues) {
+    if (q.settings.empty()) {
+      BindText(delete_queue_, 1, q.queue);
+      if (absl::Status s = Step(db_, delete_queue_, "deleting queue settings"); !s.ok()) return s;
+    } else {
+      BindText(put_queue_, 1, q.queue);
+      BindBlob(put_queue_, 2, q.settings);
+      if (absl::Status s = Step(db_, put_queue_, "storing queue settings"); !s.ok()) return s;
+    }
   }
   for (const std::string& id : batch.clear_attempts) {
     BindText(clear_attempts_, 1, id);
@@ -669,6 +689,24 @@ absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading merged payloads");
+  return out;
+}
+
+absl::StatusOr<std::vector<core::QueueRow>> SqliteStore::LoadQueues() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT name, settings FROM queues ORDER BY name", -1, &st,
+                         nullptr) != SQLITE_OK) {
+    return SqlError(db_, "loading queue settings");
+  }
+  std::vector<core::QueueRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    core::QueueRow& q = out.emplace_back();
+    q.queue = ColumnString(st, 0);
+    q.settings = ColumnString(st, 1);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(db_, "loading queue settings");
   return out;
 }
 

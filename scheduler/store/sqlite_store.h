@@ -46,6 +46,7 @@ class SqliteStore final : public Store {
   absl::Status ScanTasks(const RowSink& sink) override;
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
+  absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
@@ -73,6 +74,8 @@ class SqliteStore final : public Store {
   sqlite3_stmt* clear_attempts_ = nullptr;
   sqlite3_stmt* trim_attempts_ = nullptr;
   sqlite3_stmt* insert_merged_ = nullptr;
+  sqlite3_stmt* put_queue_ = nullptr;
+  sqlite3_stmt* delete_queue_ = nullptr;
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
   sqlite3_stmt* note_pruned_ = nullptr;

@@ -66,6 +66,8 @@ class Store {
   virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
   // Every merged payload, by task id and then number.
   virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
+  // Every queue's stored settings, by name.
+  virtual absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() = 0;
 
   // Every task with its finished attempts, in submit (seq) order: the whole
   // table at once, for tests and tools (recovery uses the calls above).

@@ -8,7 +8,6 @@ Run through ctest (system.cli), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
 """
 import base64
-import calendar
 import collections
 import json
 import os
@@ -36,7 +35,9 @@ RPC_COMMANDS = {
     "RetryTask": "retry", "ResetTask": "reset", "PauseTask": "pause", "ResumeTask": "resume",
     "GetQueueStats": "stats", "WaitTask": "wait", "WatchTasks": "watch",
     "ListAgents": "agents", "DrainAgent": "drain", "GetClusterStats": "cluster",
-    "DeleteByMergeKey": "delete",
+    "DeleteByMergeKey": "delete", "CancelTasks": "cancel", "RetryTasks": "retry",
+    "PauseQueue": "queue pause", "ResumeQueue": "queue resume", "SetQueueLimits": "queue limits",
+    "UndrainAgent": "undrain",
     "Claim": "board claim", "ExtendClaim": "board extend", "CompleteClaim": "board complete",
     "AbandonClaim": "board abandon", "TrashClaim": "board trash", "RestoreTask": "board restore",
     "WaitForWork": "board wait",
@@ -51,14 +52,6 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rfc3339_to_unix(text):
-    """Seconds since the epoch of a proto3 JSON timestamp ("...Z", maybe fractional)."""
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z", text)
-    if not m:
-        raise ValueError(f"not a UTC RFC 3339 timestamp: {text!r}")
-    return calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
 
 
 def state_of(event):
@@ -228,7 +221,7 @@ class NoAgentTest(CliTestCase):
         before = time.time()
         self.ok("submit", "--id=nb-rel", f"--queue={self.queue}", "--not_before=+1h",
                 "--", "/bin/true")
-        when = rfc3339_to_unix(self.ok_json("get", "nb-rel")["spec"]["not_before"])
+        when = harness.unix_time(self.ok_json("get", "nb-rel")["spec"]["not_before"])
         self.assertGreaterEqual(when, int(before) + 3600 - 1)
         self.assertLessEqual(when, time.time() + 3600 + 1)
 
@@ -1029,7 +1022,7 @@ class WithAgentTest(CliTestCase):
         self.assertEqual([r["attempt"] for r in rows], [0, 1, 1, 1])
         self.assertEqual(rows[2]["agent_id"], "a1")
         for r in rows:
-            rfc3339_to_unix(r["time"])
+            harness.unix_time(r["time"])
             self.assertEqual(set(r), {"revision", "task_id", "queue", "from_state", "to_state",
                                       "attempt", "agent_id", "time", "reason", "job_id"})
 

@@ -11,7 +11,6 @@ Run through ctest (system.fault), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set. Shell steps that run long write their
 pid to a file; whatever is still alive at the end of a test is killed.
 """
-import calendar
 import collections
 import json
 import os
@@ -42,15 +41,6 @@ def state(task):
 
 def outcome(attempt):
     return attempt.get("result", {}).get("outcome", "").replace("OUTCOME_", "")
-
-
-def unix_time(text):
-    """Seconds since the epoch of a proto3 JSON timestamp ("...Z", maybe fractional)."""
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z", text)
-    if not m:
-        raise ValueError(f"not a UTC RFC 3339 timestamp: {text!r}")
-    return (calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) +
-            float(m.group(2) or 0))
 
 
 def by_id(tasks):
@@ -210,7 +200,7 @@ class FaultTest(unittest.TestCase):
                 self.assertEqual(last["agent_id"], survivor, f"{tid}: {history(t)}")
 
             def since_kill(field, index):
-                return max(unix_time(tasks[tid]["attempts"][index][field]) for tid in held) - \
+                return max(harness.unix_time(tasks[tid]["attempts"][index][field]) for tid in held) - \
                     kill_time
             print(f"\n[fault] kill -9 of {victim} holding {len(held)} running tasks: the last of "
                   f"them succeeded on {survivor} {since_kill('finish_time', -1):.1f} s after the "
@@ -428,7 +418,7 @@ class FaultTest(unittest.TestCase):
                 self.assertTrue(first.get("interrupted"),
                                 f"{tid}: a released attempt is not interrupted: "
                                 f"{history(got[tid])}")
-                after = unix_time(first["finish_time"]) - sigterm_time
+                after = harness.unix_time(first["finish_time"]) - sigterm_time
                 self.assertGreater(after, drain_timeout - 0.5,
                                    f"{tid} released {after:.1f} s after SIGTERM: before the "
                                    f"drain timeout")

@@ -5,8 +5,10 @@ Binaries come from the environment (ctest sets them):
 Every process binds 127.0.0.1 with an ephemeral port; every wait is bounded;
 every process started is killed when its Cluster closes.
 """
+import calendar
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,6 +25,15 @@ def binary(name):
     if not path or not os.path.exists(path):
         raise RuntimeError(f"{name} is not set to an existing binary (run through ctest)")
     return path
+
+
+def unix_time(text):
+    """Seconds since the epoch of a proto3 JSON timestamp ("...Z", maybe fractional)."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z", text)
+    if not m:
+        raise ValueError(f"not a UTC RFC 3339 timestamp: {text!r}")
+    return (calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) +
+            float(m.group(2) or 0))
 
 
 def wait_until(pred, timeout=DEFAULT_TIMEOUT, interval=0.05, what="condition"):

@@ -79,6 +79,7 @@ class FaultyStore final : public store::Store {
   absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override {
     return inner_->LoadMerged();
   }
+  absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override { return inner_->LoadQueues(); }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     auto events = inner_->ReadEvents(after, limit);
     std::unique_lock<std::mutex> lock(mu_);

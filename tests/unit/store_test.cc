@@ -348,6 +348,24 @@ TYPED_TEST(StoreConformance, MergedPayloadsAreAppendedAndReadBackInOrder) {
   EXPECT_EQ((*tasks)[1].row.merge_fire_us, 0);
 }
 
+TYPED_TEST(StoreConformance, QueueSettingsAreReplacedAndDeletedByName) {
+  core::WriteBatch b;
+  b.queues.push_back({"mail", "first"});
+  b.queues.push_back({"gone", "x"});
+  b.queues.push_back({"mail", std::string("second\0", 7)});  // the later row wins
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch c;
+  c.queues.push_back({"gone", ""});  // back to the defaults: deleted
+  c.queues.push_back({"never", ""});
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  this->Reopen();
+  auto queues = this->store()->LoadQueues();
+  ASSERT_TRUE(queues.ok()) << queues.status();
+  ASSERT_EQ(queues->size(), 1u);
+  EXPECT_EQ((*queues)[0].queue, "mail");
+  EXPECT_EQ((*queues)[0].settings, std::string("second\0", 7));
+}
+
 TYPED_TEST(StoreConformance, AResetMergedAfterAnAttemptClearsThatAttemptToo) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t", 1));

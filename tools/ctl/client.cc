@@ -172,6 +172,66 @@ int Client::Stats(const std::string& queue) {
   return kExitOk;
 }
 
+int Client::PauseQueue(const std::string& queue, bool paused) {
+  v1::QueueStats stats;
+  if (!Call([&](grpc::ClientContext* ctx) {
+        if (paused) {
+          v1::PauseQueueRequest req;
+          req.set_queue(queue);
+          return stub_->PauseQueue(ctx, req, &stats);
+        }
+        v1::ResumeQueueRequest req;
+        req.set_queue(queue);
+        return stub_->ResumeQueue(ctx, req, &stats);
+      })) {
+    return kExitRpcFailed;
+  }
+  return PrintQueue(stats);
+}
+
+int Client::SetQueueLimits(const v1::SetQueueLimitsRequest& req) {
+  v1::QueueStats stats;
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SetQueueLimits(ctx, req, &stats); })) {
+    return kExitRpcFailed;
+  }
+  return PrintQueue(stats);
+}
+
+int Client::PrintQueue(const v1::QueueStats& stats) {
+  if (opts_.json) {
+    std::cout << ToJson(stats);
+  } else {
+    v1::GetQueueStatsResponse one;
+    *one.add_queues() = stats;
+    std::cout << FormatStats(one);
+  }
+  return kExitOk;
+}
+
+int Client::Bulk(bool cancel, v1::BulkTasksRequest req) {
+  v1::BulkTasksResponse all;
+  for (;;) {
+    v1::BulkTasksResponse page;
+    if (!Call([&](grpc::ClientContext* ctx) {
+          return cancel ? stub_->CancelTasks(ctx, req, &page) : stub_->RetryTasks(ctx, req, &page);
+        })) {
+      // What went before is done: say so before giving up.
+      if (all.ids_size() > 0) {
+        std::cerr << (cancel ? "cancelled " : "retried ") << all.ids_size()
+                  << " tasks before the error\n";
+      }
+      return kExitRpcFailed;
+    }
+    for (std::string& id : *page.mutable_ids()) all.add_ids(std::move(id));
+    if (all.skipped() == 0) all.set_skipped_reason(page.skipped_reason());
+    all.set_skipped(all.skipped() + page.skipped());
+    if (page.next_page_token().empty()) break;
+    req.set_page_token(page.next_page_token());
+  }
+  std::cout << (opts_.json ? ToJson(all) : FormatBulk(cancel ? "cancelled" : "retried", all));
+  return kExitOk;
+}
+
 int Client::Agents() {
   v1::ListAgentsResponse resp;
   if (!Call([&](grpc::ClientContext* ctx) {
@@ -191,6 +251,22 @@ int Client::Drain(const std::string& agent_id) {
           [&](grpc::ClientContext* ctx) { return cluster_stub_->DrainAgent(ctx, req, &agent); })) {
     return kExitRpcFailed;
   }
+  return PrintAgent(agent);
+}
+
+int Client::Undrain(const std::string& agent_id) {
+  v1::UndrainAgentRequest req;
+  req.set_id(agent_id);
+  v1::Agent agent;
+  if (!Call([&](grpc::ClientContext* ctx) {
+        return cluster_stub_->UndrainAgent(ctx, req, &agent);
+      })) {
+    return kExitRpcFailed;
+  }
+  return PrintAgent(agent);
+}
+
+int Client::PrintAgent(const v1::Agent& agent) {
   if (opts_.json) {
     std::cout << ToJson(agent);
   } else {

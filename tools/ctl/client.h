@@ -73,11 +73,18 @@ class Client {
   int List(v1::ListTasksRequest req, bool all);
   int Act(Action action, const std::string& id);
   int Stats(const std::string& queue);
+  // Queue controls: each prints the queue's line of Stats.
+  int PauseQueue(const std::string& queue, bool paused);
+  int SetQueueLimits(const v1::SetQueueLimitsRequest& req);
+  // CancelTasks (`cancel`) or RetryTasks, a call per page until the last;
+  // prints how many were changed (and skipped).
+  int Bulk(bool cancel, v1::BulkTasksRequest req);
   // Cancels the waiting task of a merge key; prints "ID STATE".
   int DeleteByMergeKey(const std::string& queue, const std::string& merge_key);
   // ClusterService: the table of agents, draining one, the cluster's counts.
   int Agents();
   int Drain(const std::string& agent_id);
+  int Undrain(const std::string& agent_id);
   int ClusterStats();
   // JobService. SubmitJob prints the job; with `wait`, it then waits until
   // the job is no longer RUNNING (or `wait_timeout` passed; InfiniteDuration:
@@ -104,6 +111,10 @@ class Client {
   int BoardWait(const v1::WaitForWorkRequest& req);
 
  private:
+  // "ID STATE", or the Agent as JSON.
+  int PrintAgent(const v1::Agent& agent);
+  // The queue's line of Stats, or the QueueStats as JSON.
+  int PrintQueue(const v1::QueueStats& stats);
   // Runs `rpc` with a fresh context carrying the deadline. On failure prints
   // "error: CODE: message" on stderr and returns false.
   template <typename Rpc>

@@ -13,6 +13,8 @@ std::string JobStatesLine() { return absl::StrCat("Job states: ", core::AllJobSt
 extern const char kJobCommands[] =
     "Job commands: job submit, job get, job list, job cancel, job retry";
 
+extern const char kQueueCommands[] = "Queue commands: queue pause, queue resume, queue limits";
+
 extern const char kBoardCommands[] =
     "Board commands: board claim, board extend, board complete, board abandon, board trash, "
     "board restore, board wait";
@@ -27,7 +29,7 @@ const std::vector<Command>& Commands() {
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
         "schedule_timeout", "labels", "agents", "slots", "merge_key", "merge_update", "replicas",
-        "replica_agents", "success",
+        "replica_agents", "success", "unique_key", "unique_ttl",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -75,6 +77,9 @@ Flags of the task (one task, one step):
                         (all, the default), one did (any), or K did; it
                         ends FAILED as soon as that cannot happen, and the
                         replicas still going are cancelled
+  --unique_key=KEY --unique_ttl=DUR  unique by KEY in its queue for DUR
+                        (1s to 720h) from this submit: a later submit with
+                        the key returns this task instead of making one
   --builtin=NAME        run a builtin of the agent instead of a program:
                         noop | sleep SECONDS | fail [CODE] | echo [WORDS...]
 
@@ -146,21 +151,33 @@ CANCELLING CANCELLED PAUSED (any case). --job=JOB lists only the tasks of that
 job. When more tasks match, stderr says "more: --page_token=TOKEN": pass it to
 get the next page, or use --all.)"},
       {"cancel",
-       "cancel ID",
-       "Cancel a task (a running one is stopped by its agent)",
+       "cancel ID | cancel --queue=Q [--job=JOB] [--state=S,...] [--limit=N]",
+       "Cancel a task (a running one is stopped by its agent), or every task a filter selects",
        "taskgridctl cancel report-42",
-       {},
+       {"queue", "job", "state", "limit"},
        R"(PENDING, SCHEDULED, BLOCKED, PAUSED -> CANCELLED; DISPATCHED, RUNNING ->
 CANCELLING until the agent confirms. A task with replicas cancels every
-replica. Prints "ID STATE".)"},
+replica. Prints "ID STATE".
+
+By filter (no ID): --queue=Q and/or --job=JOB (one is required), --state to
+narrow it (default: every state a cancel applies to). Goes through the
+matching tasks in calls of --limit (default 1000, at most 10,000), each one
+transaction, until none is left, and prints "cancelled N tasks"; --json
+prints one BulkTasksResponse with every id.
+
+  taskgridctl cancel --queue=mail --state=PENDING,SCHEDULED)"},
       {"retry",
-       "retry ID",
-       "Run a FAILED or CANCELLED task again, keeping its attempt count",
+       "retry ID | retry --queue=Q [--job=JOB] [--state=S,...] [--limit=N]",
+       "Run a FAILED or CANCELLED task again, keeping its attempt count; or all a filter selects",
        "taskgridctl retry report-42",
-       {},
+       {"queue", "job", "state", "limit"},
        R"(Refused when the task has used all its attempts: reset it instead. A task
 with replicas runs again every replica that did not succeed, each with a
-fresh budget of attempts.)"},
+fresh budget of attempts.
+
+By filter (no ID), as cancel: retries the FAILED and CANCELLED tasks of
+--queue and/or --job, and prints "retried N tasks" and, when some could not
+be (out of attempts, a full queue), "skipped M: REASON OF THE FIRST".)"},
       {"reset",
        "reset ID",
        "Run a finished task again from attempt 0 (history cleared)",
@@ -217,7 +234,10 @@ keeps (or ahead of the newest) is OUT_OF_RANGE (exit 1).
        "Queue lengths, limits and task counts by state",
        "taskgridctl stats --queue=mail",
        {"queue"},
-       R"(LENGTH counts the tasks not yet finished; MAX is the queue's limit ('-': none).)"},
+       R"txt(LENGTH counts the tasks not yet finished; MAX is the queue's limit ('-': none).
+When a queue has controls (taskgridctl help queue), CONTROLS says them:
+"paused", "5 at once", "10/s burst 20", and "(holding)" while its PENDING
+tasks wait for them.)txt"},
       {"agents",
        "agents",
        "List the agents: state, slots, running tasks, labels, last heartbeat",
@@ -234,8 +254,17 @@ LABELS (k=v,...); LAST HEARTBEAT (how long ago); VERSION.
        "Stop giving work to an agent; the tasks it runs finish there",
        "taskgridctl drain worker-1",
        {},
-       R"(The agent stays DRAINING until it restarts. Prints "AGENT_ID STATE";
---json prints the Agent. An unknown agent is NOT_FOUND (exit 1).)"},
+       R"(The agent stays DRAINING until it restarts or is undrained. Prints
+"AGENT_ID STATE"; --json prints the Agent. An unknown agent is NOT_FOUND
+(exit 1).)"},
+      {"undrain",
+       "undrain AGENT_ID",
+       "Give a draining agent work again",
+       "taskgridctl undrain worker-1",
+       {},
+       R"(Refused (FAILED_PRECONDITION, exit 1) for an agent that drains to stop (it
+got SIGTERM), one that is not connected, and one too old to be told.
+Prints "AGENT_ID STATE"; --json prints the Agent.)"},
       {"cluster",
        "cluster",
        "Agents by state, slots used, stale messages and tasks by state",
@@ -312,6 +341,36 @@ and history go on); the tasks cancelled because an upstream task failed wait
 BLOCKED again. Other tasks are left as they are. Refused
 (FAILED_PRECONDITION, exit 1) when the job has no FAILED task. Prints
 "JOB STATE  N tasks: COUNTS"; --json prints the Job.)txt"},
+      {"queue pause",
+       "queue pause QUEUE",
+       "Stop handing out a queue's tasks; submits are still taken, running ones go on",
+       "taskgridctl queue pause mail",
+       {},
+       R"(Neither agents nor pull workers get the queue's tasks until it is resumed.
+Stored: a restarted scheduler keeps it paused. Pausing a paused queue is no
+error. Prints the queue's line of `taskgridctl stats`; --json the QueueStats.)"},
+      {"queue resume",
+       "queue resume QUEUE",
+       "Hand out a paused queue's tasks again",
+       "taskgridctl queue resume mail",
+       {},
+       R"(Prints the queue's line of `taskgridctl stats`; --json the QueueStats.)"},
+      {"queue limits",
+       "queue limits QUEUE [--max_concurrency=N] [--rate=R] [--burst=B]",
+       "Set how many of a queue's tasks run at once and start per second",
+       "taskgridctl queue limits mail --max_concurrency=10 --rate=5",
+       {"max_concurrency", "rate", "burst"},
+       R"(--max_concurrency=N  at most N tasks of the queue DISPATCHED or RUNNING at
+                      once, agents and pull workers together (0: no limit)
+--rate=R             at most R task starts per second on average (0: no
+                      limit; as low as 0.001, one per 1000 s)
+--burst=B            starts allowed at once after a quiet spell (default
+                      max(1, R)); needs --rate
+
+Each call sets all three: a flag left out is 0 (no limit), so
+`taskgridctl queue limits mail` removes every limit. Stored, and kept
+across restarts. Prints the queue's line of `taskgridctl stats`; --json
+the QueueStats.)"},
       {"board claim",
        "board claim --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",
        "Claim ready tasks of a queue as a pull worker",
@@ -433,33 +492,45 @@ std::string UsageText() {
   return out;
 }
 
-// `taskgridctl help job`: the job commands, as in UsageText.
-std::string JobUsageText() {
-  std::string out =
-      "Jobs: tasks joined by depends_on, submitted all or nothing and steered as one.\n\n"
-      "Commands:\n";
+namespace {
+
+// The commands of a group (job, board, queue), as UsageText lists them.
+std::string GroupUsageText(absl::string_view group, absl::string_view intro,
+                           absl::string_view also) {
+  std::string out = absl::StrCat(intro, "\n\nCommands:\n");
   for (const Command& c : Commands()) {
-    if (!absl::StartsWith(c.name, "job ")) continue;
+    if (!absl::StartsWith(c.name, absl::StrCat(group, " "))) continue;
     absl::StrAppend(&out, "  ", c.synopsis, "\n      ", c.summary, "\n      $ ", c.example, "\n");
   }
-  absl::StrAppend(&out,
-                  "\nAlso: list --job=JOB and watch --job=JOB show the tasks of one job.\n"
-                  "`taskgridctl help job COMMAND` shows the details of a command.\n");
+  absl::StrAppend(&out, "\n", also, "`taskgridctl help ", group,
+                  " COMMAND` shows the details of a command.\n");
   return out;
 }
 
-// `taskgridctl help board`: the board commands, as in UsageText.
+}  // namespace
+
+std::string JobUsageText() {
+  return GroupUsageText(
+      "job", "Jobs: tasks joined by depends_on, submitted all or nothing and steered as one.",
+      "Also: list --job=JOB and watch --job=JOB show the tasks of one job.\n");
+}
+
 std::string BoardUsageText() {
-  std::string out =
+  return GroupUsageText(
+      "board",
       "The board (pull mode): workers claim ready tasks of a queue, then complete,\n"
-      "abandon or trash each claim. See also clients/python/pull_worker.py.\n\n"
-      "Commands:\n";
-  for (const Command& c : Commands()) {
-    if (!absl::StartsWith(c.name, "board ")) continue;
-    absl::StrAppend(&out, "  ", c.synopsis, "\n      ", c.summary, "\n      $ ", c.example, "\n");
-  }
-  absl::StrAppend(&out, "\n`taskgridctl help board COMMAND` shows the details of a command.\n");
-  return out;
+      "abandon or trash each claim. See also clients/python/pull_worker.py.",
+      "");
+}
+
+std::string QueueUsageText() {
+  return GroupUsageText(
+      "queue",
+      "Queue controls: pause a queue, limit how many of its tasks run at once and how\n"
+      "many start per second. They hold for agents and pull workers alike, are\n"
+      "stored, and survive a restart.",
+      "Also: stats shows each queue's controls; cancel --queue=Q and retry --queue=Q\n"
+      "change a queue's tasks by filter.\n");
 }
 
 std::string CommandHelp(const Command& c) {

@@ -260,6 +260,26 @@ std::string FormatTaskList(const std::vector<v1::Task>& tasks) {
   return table.Render();
 }
 
+std::string QueueControlsText(const v1::QueueSettings& s) {
+  std::vector<std::string> parts;
+  if (s.paused()) parts.push_back("paused");
+  if (s.max_concurrency() > 0) parts.push_back(absl::StrCat(s.max_concurrency(), " at once"));
+  if (s.rate_per_second() > 0) {
+    parts.push_back(s.burst() > 0 ? absl::StrCat(s.rate_per_second(), "/s burst ", s.burst())
+                                  : absl::StrCat(s.rate_per_second(), "/s"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string FormatBulk(absl::string_view verb, const v1::BulkTasksResponse& resp) {
+  std::string out =
+      absl::StrCat(verb, " ", resp.ids_size(), resp.ids_size() == 1 ? " task" : " tasks", "\n");
+  if (resp.skipped() > 0) {
+    absl::StrAppend(&out, "skipped ", resp.skipped(), ": ", resp.skipped_reason(), "\n");
+  }
+  return out;
+}
+
 std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
   std::vector<v1::TaskState> states;
   for (int s = v1::TaskState_MIN; s <= v1::TaskState_MAX; ++s) {
@@ -275,9 +295,12 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
   }
   const bool claims = std::any_of(resp.queues().begin(), resp.queues().end(),
                                   [](const v1::QueueStats& q) { return q.claimed() > 0; });
+  const bool controls = std::any_of(resp.queues().begin(), resp.queues().end(),
+                                    [](const v1::QueueStats& q) { return q.has_settings(); });
   std::vector<std::string> header = {"QUEUE", "LENGTH", "MAX"};
   for (v1::TaskState s : states) header.push_back(core::StateName(s));
   if (claims) header.push_back("CLAIMED");
+  if (controls) header.push_back("CONTROLS");
   Table table(std::move(header));
   for (const v1::QueueStats& q : resp.queues()) {
     std::vector<std::string> row = {
@@ -288,6 +311,11 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
       row.push_back(absl::StrCat(it == q.counts().end() ? 0 : it->second));
     }
     if (claims) row.push_back(absl::StrCat(q.claimed()));
+    if (controls) {
+      std::string c = QueueControlsText(q.settings());
+      if (q.held()) absl::StrAppend(&c, " (holding)");
+      row.push_back(c.empty() ? "-" : c);
+    }
     table.AddRow(std::move(row));
   }
   return table.Render();

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -71,6 +72,10 @@ std::string FormatTaskList(const std::vector<v1::Task>& tasks);
 
 // The table of `stats`.
 std::string FormatStats(const v1::GetQueueStatsResponse& resp);
+// A queue's controls: "paused, 5 at once, 10/s burst 20"; "" for none.
+std::string QueueControlsText(const v1::QueueSettings& s);
+// "cancelled N tasks", and "skipped M: REASON" when some were.
+std::string FormatBulk(absl::string_view verb, const v1::BulkTasksResponse& resp);
 
 // The detail view of `get`: fields, result with output tails, attempts table
 // (an interrupted attempt's outcome reads e.g. "CANCELLED (interrupted)").

@@ -1,0 +1,186 @@
+// Queue controls: pausing a queue, its concurrency and rate limits (the
+// classes of a queue that may not start a task wait in held_), and bulk
+// cancel and retry by filter.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/ids.h"
+#include "common/status_macros.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/scheduler_internal.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+namespace {
+
+absl::Status CheckQueue(const std::string& queue) {
+  if (queue.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("queue is empty: name the queue (\"",
+                                                   kDefaultQueue,
+                                                   "\" for tasks submitted without one)"));
+  }
+  return CheckName("queue", queue, kMaxQueueNameLength);
+}
+
+}  // namespace
+
+int64_t Scheduler::InFlight(const std::string& queue) const {
+  const TaskTable::Counts& c = table_.CountsOf(queue);
+  return c[v1::TASK_STATE_DISPATCHED] + c[v1::TASK_STATE_RUNNING] + c[v1::TASK_STATE_CANCELLING];
+}
+
+std::vector<std::string> Scheduler::ControlledQueues() const {
+  std::vector<std::string> out;
+  queue_controls_.ForEach(
+      [&](const std::string& name, const v1::QueueSettings&) { out.push_back(name); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+QueueControls::Gate Scheduler::GateOf(const std::string& queue) const {
+  return queue_controls_.Check(queue, InFlight(queue), Mono());
+}
+
+void Scheduler::Hold(ReadyClass& c) {
+  c.where = ReadyClass::Where::kHeld;
+  held_[c.queue].insert(&c);
+}
+
+void Scheduler::ReleaseHeld(const std::string& queue) {
+  auto it = held_.find(queue);
+  if (it == held_.end()) return;
+  for (ReadyClass* c : it->second) BackToHeads(*c);
+  held_.erase(it);
+}
+
+void Scheduler::ReleaseOpened() {
+  std::vector<std::string> opened;
+  for (const auto& [queue, classes] : held_) {
+    if (GateOf(queue) == QueueControls::Gate::kOpen) opened.push_back(queue);
+  }
+  for (const std::string& q : opened) ReleaseHeld(q);
+}
+
+v1::QueueStats Scheduler::ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s) {
+  queue_controls_.Set(queue, s, Mono());
+  QueueRow row;
+  row.queue = queue;
+  if (!IsDefault(s)) row.settings = s.SerializeAsString();
+  effects_.batch.queues.push_back(std::move(row));
+  // Looser or tighter, Dispatch judges the held classes again.
+  ReleaseHeld(queue);
+  Dispatch();
+  return Stats(queue).front();
+}
+
+absl::StatusOr<v1::QueueStats> Scheduler::PauseQueue(const std::string& queue, bool paused) {
+  RETURN_IF_ERROR(CheckQueue(queue));
+  const v1::QueueSettings* now = queue_controls_.Find(queue);
+  v1::QueueSettings s = now != nullptr ? *now : v1::QueueSettings();
+  if (s.paused() == paused) return Stats(queue).front();  // nothing to store
+  s.set_paused(paused);
+  return ApplyQueueSettings(queue, s);
+}
+
+absl::StatusOr<v1::QueueStats> Scheduler::SetQueueLimits(const v1::SetQueueLimitsRequest& req) {
+  RETURN_IF_ERROR(CheckQueue(req.queue()));
+  RETURN_IF_ERROR(ValidateQueueLimits(req));
+  const v1::QueueSettings* now = queue_controls_.Find(req.queue());
+  v1::QueueSettings s = now != nullptr ? *now : v1::QueueSettings();
+  s.set_max_concurrency(req.max_concurrency());
+  s.set_rate_per_second(req.rate_per_second());
+  s.set_burst(req.burst());
+  if (now != nullptr ? now->SerializeAsString() == s.SerializeAsString() : IsDefault(s)) {
+    return Stats(req.queue()).front();  // nothing to store
+  }
+  return ApplyQueueSettings(req.queue(), s);
+}
+
+absl::Status Scheduler::RestoreQueues(const std::vector<QueueRow>& rows) {
+  for (const QueueRow& row : rows) {
+    v1::QueueSettings s;
+    if (!s.ParseFromString(row.settings)) {
+      return absl::DataLossError(absl::StrCat("queue ", row.queue, ": its settings do not parse"));
+    }
+    queue_controls_.Set(row.queue, s, Mono());
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The states a bulk change applies to, checked against `filter.states`
+// (empty: all of them).
+absl::Status BulkStates(ListFilter* filter, std::initializer_list<v1::TaskState> allowed,
+                        absl::string_view change) {
+  if (filter->queue.empty() && filter->job_id.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name a queue or a job_id: a bulk ", change, " never spans every queue"));
+  }
+  if (!filter->queue.empty())
+    RETURN_IF_ERROR(CheckName("queue", filter->queue, kMaxQueueNameLength));
+  if (!filter->job_id.empty()) RETURN_IF_ERROR(CheckName("job_id", filter->job_id, kMaxIdLength));
+  if (filter->states.empty()) {
+    filter->states.assign(allowed.begin(), allowed.end());
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < filter->states.size(); ++i) {
+    if (std::find(allowed.begin(), allowed.end(), filter->states[i]) == allowed.end()) {
+      std::vector<std::string> names;
+      for (v1::TaskState s : allowed) names.push_back(StateName(s));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "states[", i, "]: a ", change, " does not apply to ", StateName(filter->states[i]),
+          " tasks (only ", absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BulkResult> Scheduler::CancelTasks(ListFilter filter) {
+  RETURN_IF_ERROR(
+      BulkStates(&filter,
+                 {v1::TASK_STATE_SCHEDULED, v1::TASK_STATE_BLOCKED, v1::TASK_STATE_PENDING,
+                  v1::TASK_STATE_DISPATCHED, v1::TASK_STATE_RUNNING, v1::TASK_STATE_PAUSED},
+                 "cancel"));
+  const ListPage page = List(filter);
+  BulkResult out;
+  out.next_after_seq = page.next_after_seq;
+  {
+    DeferSettling defer(this);
+    for (const TaskRecord* found : page.tasks) {
+      TaskRecord& t = *Mutable(found->id());
+      // A replica goes with its task (which may be on this page too).
+      if (t.replica_of != nullptr || IsTerminal(t.state) || t.state == v1::TASK_STATE_CANCELLING) {
+        continue;
+      }
+      CancelOne(t, "cancelled by a bulk request");
+      out.ids.push_back(t.id());
+    }
+  }
+  Dispatch();
+  return out;
+}
+
+absl::StatusOr<BulkResult> Scheduler::RetryTasks(ListFilter filter) {
+  RETURN_IF_ERROR(BulkStates(&filter, {v1::TASK_STATE_FAILED, v1::TASK_STATE_CANCELLED}, "retry"));
+  const ListPage page = List(filter);
+  BulkResult out;
+  out.next_after_seq = page.next_after_seq;
+  for (const TaskRecord* t : page.tasks) {
+    if (t->replica_of != nullptr) continue;  // retried with its task
+    absl::StatusOr<const TaskRecord*> r = Retry(t->id());
+    if (r.ok()) {
+      out.ids.push_back(t->id());
+    } else if (out.skipped++ == 0) {
+      out.skipped_reason = std::string(r.status().message());
+    }
+  }
+  return out;
+}
+
+}  // namespace taskgrid::core
