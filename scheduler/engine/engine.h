@@ -225,8 +225,9 @@ class Engine {
   void BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
               const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   // Answers the pull workers waiting on a controlled queue that may claim
-  // something now (mu_ held; every tick).
+  // something now (mu_ held; every tick), and those of one queue.
   void WakeControlledLocked();
+  void WakeQueueLocked(const std::string& queue);
 
   const Clock* const clock_;
   const EngineOptions opts_;

@@ -53,12 +53,14 @@ void Engine::PauseQueue(const std::string& queue, bool paused, Reply<v1::QueueSt
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
   Answer(sched_.PauseQueue(queue, paused), std::move(done));
+  WakeQueueLocked(queue);  // resumed: back to the defaults, no longer looked at each tick
 }
 
 void Engine::SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::QueueStats> done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
   Answer(sched_.SetQueueLimits(req), std::move(done));
+  WakeQueueLocked(req.queue());
 }
 
 void Engine::BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
@@ -102,16 +104,18 @@ void Engine::UndrainAgent(const std::string& id, Reply<v1::Agent> done) {
 
 void Engine::WakeControlledLocked() {
   if (work_waiters_.size() == 0) return;
-  for (const std::string& queue : sched_.ControlledQueues()) {
-    if (!work_waiters_.HasKey(queue)) continue;
-    auto can_claim = [&](const WorkWaiters::Waiter& w) {
-      return sched_.ClaimableCount(w.key, w.extra) > 0;
-    };
-    for (WorkWaiters::Waiter& w : work_waiters_.TakeKeyIf(queue, can_claim)) {
-      v1::WaitForWorkResponse resp;
-      resp.set_ready(sched_.ClaimableCount(w.key, w.extra));
-      Answer(absl::StatusOr<v1::WaitForWorkResponse>(std::move(resp)), std::move(w.done));
-    }
+  for (const std::string& queue : sched_.ControlledQueues()) WakeQueueLocked(queue);
+}
+
+void Engine::WakeQueueLocked(const std::string& queue) {
+  if (!work_waiters_.HasKey(queue)) return;
+  auto can_claim = [&](const WorkWaiters::Waiter& w) {
+    return sched_.ClaimableCount(w.key, w.extra) > 0;
+  };
+  for (WorkWaiters::Waiter& w : work_waiters_.TakeKeyIf(queue, can_claim)) {
+    v1::WaitForWorkResponse resp;
+    resp.set_ready(sched_.ClaimableCount(w.key, w.extra));
+    Answer(absl::StatusOr<v1::WaitForWorkResponse>(std::move(resp)), std::move(w.done));
   }
 }
 

@@ -135,6 +135,43 @@ TEST_F(EngineBoardTest, AWaitIsAnsweredByTheCommitThatMakesWorkItCanClaim) {
   EXPECT_EQ(now.get()->ready(), 1);
 }
 
+TEST_F(EngineBoardTest, AWaitOnAControlledQueueIsAnsweredOnceItMayStartATask) {
+  auto e = NewEngine();
+  Pending<v1::QueueStats> paused;
+  e->PauseQueue("q", true, paused.reply());
+  ASSERT_TRUE(paused.get().ok());
+  Submit(*e, "t1");
+  Pending<v1::WaitForWorkResponse> w;
+  ASSERT_NE(e->WaitForWork(Work(), absl::Hours(1), w.reply()), 0u) << "nothing to claim: waits";
+  e->TickNow();
+  EXPECT_FALSE(w.answered()) << "still paused";
+  Pending<v1::QueueStats> resumed;
+  e->PauseQueue("q", false, resumed.reply());
+  ASSERT_TRUE(resumed.get().ok());
+  e->TickNow();
+  auto r = w.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ready(), 1);
+
+  // A rate limit: the next token wakes the waiter.
+  v1::SetQueueLimitsRequest limits;
+  limits.set_queue("q");
+  limits.set_rate_per_second(1);
+  Pending<v1::QueueStats> set;
+  e->SetQueueLimits(limits, set.reply());
+  ASSERT_TRUE(set.get().ok());
+  ASSERT_TRUE(Claim(*e, "w")->claims_size() == 1) << "the bucket's one token";
+  Submit(*e, "t2");
+  Pending<v1::WaitForWorkResponse> w2;
+  ASSERT_NE(e->WaitForWork(Work(), absl::Hours(1), w2.reply()), 0u) << "no token: waits";
+  clock_.Advance(absl::Milliseconds(500));
+  e->TickNow();
+  EXPECT_FALSE(w2.answered());
+  clock_.Advance(absl::Milliseconds(500));
+  e->TickNow();
+  ASSERT_TRUE(w2.get().ok());
+}
+
 TEST_F(EngineBoardTest, AWaitRunsOutOnTheFakeClockOrGoesWithItsCaller) {
   Pending<v1::WaitForWorkResponse> soon, gone;
   auto e = NewEngine();
