@@ -58,8 +58,13 @@ std::string ExpositionWriter::EscapeHelp(absl::string_view v) {
 std::string ExpositionWriter::FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  char buf[400];  // the longest fixed form below 1e15 is well under this
+  // Fixed notation where it stays short (1700000000, 0.0001), else the
+  // shortest form (1e+21); both read back exactly.
+  const double mag = std::fabs(v);
+  const auto r = v == 0 || (mag >= 1e-6 && mag < 1e15)
+                     ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                     : std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
 }
 

@@ -39,7 +39,11 @@ TEST(ExpositionWriter, FormatsValuesAsPrometheusReadsThem) {
   EXPECT_EQ(ExpositionWriter::FormatValue(42), "42");
   EXPECT_EQ(ExpositionWriter::FormatValue(-3), "-3");
   EXPECT_EQ(ExpositionWriter::FormatValue(0.1), "0.1");
+  EXPECT_EQ(ExpositionWriter::FormatValue(0.0001), "0.0001");
+  EXPECT_EQ(ExpositionWriter::FormatValue(1700000000), "1700000000");
+  EXPECT_EQ(ExpositionWriter::FormatValue(1700000000.25), "1700000000.25");
   EXPECT_EQ(ExpositionWriter::FormatValue(1e21), "1e+21");
+  EXPECT_EQ(ExpositionWriter::FormatValue(1e-9), "1e-09");
   EXPECT_EQ(ExpositionWriter::FormatValue(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(ExpositionWriter::FormatValue(-std::numeric_limits<double>::infinity()), "-Inf");
   EXPECT_EQ(ExpositionWriter::FormatValue(std::numeric_limits<double>::quiet_NaN()), "NaN");
