@@ -21,39 +21,29 @@ const char* TypeName(Type t) {
   return "untyped";
 }
 
+// Backslash and newline always; the double quote only in label values.
+std::string Escape(absl::string_view v, bool quote) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string ExpositionWriter::EscapeLabelValue(absl::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string ExpositionWriter::EscapeLabelValue(absl::string_view v) { return Escape(v, true); }
 
-std::string ExpositionWriter::EscapeHelp(absl::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string ExpositionWriter::EscapeHelp(absl::string_view v) { return Escape(v, false); }
 
 std::string ExpositionWriter::FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
@@ -71,6 +61,12 @@ std::string ExpositionWriter::FormatValue(double v) {
 void ExpositionWriter::Family(absl::string_view name, Type type, absl::string_view help) {
   absl::StrAppend(&out_, "# HELP ", name, " ", EscapeHelp(help), "\n");
   absl::StrAppend(&out_, "# TYPE ", name, " ", TypeName(type), "\n");
+}
+
+void ExpositionWriter::Single(absl::string_view name, Type type, absl::string_view help,
+                              double value) {
+  Family(name, type, help);
+  Sample(name, {}, value);
 }
 
 void ExpositionWriter::AppendLabels(const Labels& labels,

@@ -27,6 +27,8 @@ class ExpositionWriter {
  public:
   // Starts a family: its HELP and TYPE lines. Its samples follow.
   void Family(absl::string_view name, Type type, absl::string_view help);
+  // A family of one sample without labels.
+  void Single(absl::string_view name, Type type, absl::string_view help, double value);
   // One sample line: name{labels} value.
   void Sample(absl::string_view name, const Labels& labels, double value);
   // The _bucket (cumulative, with le), _sum and _count lines of `h`.

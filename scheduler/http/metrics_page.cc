@@ -43,13 +43,13 @@ void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
 }
 
 void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
-  w.Family("taskgrid_tasks_submitted_total", Type::kCounter,
-           "Tasks made by submits since the scheduler started (replicas included).");
-  w.Sample("taskgrid_tasks_submitted_total", {}, static_cast<double>(c.submitted));
-  w.Family("taskgrid_tasks_dispatched_total", Type::kCounter,
+  w.Single("taskgrid_tasks_submitted_total", Type::kCounter,
+           "Tasks made by submits since the scheduler started (replicas included).",
+           static_cast<double>(c.submitted));
+  w.Single("taskgrid_tasks_dispatched_total", Type::kCounter,
            "Attempts handed out since the scheduler started: dispatched to agents or claimed "
-           "by pull workers.");
-  w.Sample("taskgrid_tasks_dispatched_total", {}, static_cast<double>(c.dispatched));
+           "by pull workers.",
+           static_cast<double>(c.dispatched));
   w.Family("taskgrid_tasks_completed_total", Type::kCounter,
            "Tasks that reached a terminal state since the scheduler started, by that state.");
   for (int st = 1; st < core::kNumTaskStates; ++st) {
@@ -67,10 +67,10 @@ void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
 }
 
 void Cluster(const v1::ClusterStats& c, ExpositionWriter& w) {
-  w.Family("taskgrid_stale_messages_total", Type::kCounter,
+  w.Single("taskgrid_stale_messages_total", Type::kCounter,
            "Agent and worker messages refused by fencing: about an attempt that is no longer "
-           "the live one.");
-  w.Sample("taskgrid_stale_messages_total", {}, static_cast<double>(c.stale_messages()));
+           "the live one.",
+           static_cast<double>(c.stale_messages()));
   w.Family("taskgrid_agents", Type::kGauge,
            "Agents by state: ACTIVE, DRAINING, or LOST (disconnected, within their reconnect "
            "grace).");
@@ -81,17 +81,17 @@ void Cluster(const v1::ClusterStats& c, ExpositionWriter& w) {
   for (const auto& [state, n] : agents) {
     w.Sample("taskgrid_agents", {{"state", core::AgentStateName(state)}}, static_cast<double>(n));
   }
-  w.Family("taskgrid_agent_slots", Type::kGauge, "Slots of the connected agents.");
-  w.Sample("taskgrid_agent_slots", {}, static_cast<double>(c.slots_total()));
-  w.Family("taskgrid_agent_slots_free", Type::kGauge,
-           "Slots of the connected agents that no task holds (draining agents' included).");
-  w.Sample("taskgrid_agent_slots_free", {}, static_cast<double>(c.slots_total() - c.slots_used()));
+  w.Single("taskgrid_agent_slots", Type::kGauge, "Slots of the connected agents.",
+           static_cast<double>(c.slots_total()));
+  w.Single("taskgrid_agent_slots_free", Type::kGauge,
+           "Slots of the connected agents that no task holds (draining agents' included).",
+           static_cast<double>(c.slots_total() - c.slots_used()));
 }
 
 void Writer(const store::GroupCommitWriter::Stats& s, ExpositionWriter& w) {
-  w.Family("taskgrid_store_commits_total", Type::kCounter,
-           "Group commits of the task store since the scheduler started.");
-  w.Sample("taskgrid_store_commits_total", {}, static_cast<double>(s.commits));
+  w.Single("taskgrid_store_commits_total", Type::kCounter,
+           "Group commits of the task store since the scheduler started.",
+           static_cast<double>(s.commits));
   w.Family("taskgrid_store_commit_seconds", Type::kHistogram,
            "Seconds one group commit (one SQLite transaction) took.");
   w.HistogramSamples("taskgrid_store_commit_seconds", {}, s.commit_seconds);
@@ -108,14 +108,13 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
   Counters(m.scheduler.counters, w);
   Cluster(m.scheduler.cluster, w);
   Writer(m.writer, w);
-  w.Family("taskgrid_watchers", Type::kGauge, "WatchTasks streams open.");
-  w.Sample("taskgrid_watchers", {}, static_cast<double>(m.watches));
+  w.Single("taskgrid_watchers", Type::kGauge, "WatchTasks streams open.",
+           static_cast<double>(m.watches));
   w.Family("taskgrid_waiters", Type::kGauge, "Long-poll calls waiting, by call.");
   w.Sample("taskgrid_waiters", {{"call", "WaitTask"}}, static_cast<double>(m.task_waits));
   w.Sample("taskgrid_waiters", {{"call", "WaitForWork"}}, static_cast<double>(m.work_waits));
-  w.Family("taskgrid_process_start_time_seconds", Type::kGauge,
-           "When the scheduler started, in seconds since the Unix epoch.");
-  w.Sample("taskgrid_process_start_time_seconds", {},
+  w.Single("taskgrid_process_start_time_seconds", Type::kGauge,
+           "When the scheduler started, in seconds since the Unix epoch.",
            absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));
   w.Family("taskgrid_build_info", Type::kGauge, "Always 1; the labels say which build runs.");
   w.Sample("taskgrid_build_info", {{"version", kVersion}, {"build_type", BuildType()}}, 1);

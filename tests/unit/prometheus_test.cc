@@ -11,8 +11,7 @@ TEST(ExpositionWriter, WritesHelpTypeAndSamples) {
   ExpositionWriter w;
   w.Family("taskgrid_tasks", Type::kGauge, "Tasks by queue and state.");
   w.Sample("taskgrid_tasks", {{"queue", "q1"}, {"state", "PENDING"}}, 3);
-  w.Family("taskgrid_up", Type::kCounter, "No labels.");
-  w.Sample("taskgrid_up", {}, 1.5);
+  w.Single("taskgrid_up", Type::kCounter, "No labels.", 1.5);
   EXPECT_EQ(w.text(),
             "# HELP taskgrid_tasks Tasks by queue and state.\n"
             "# TYPE taskgrid_tasks gauge\n"
