@@ -12,35 +12,13 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/metrics_page.h"
 #include "scheduler/store/memory_store.h"
+#include "tests/testing/fake_agent_channel.h"
 
 namespace taskgrid::engine {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-class FakeChannel : public AgentChannel {
- public:
-  void Send(v1::SchedulerMessage msg) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    sent_.push_back(std::move(msg));
-  }
-  void Close(const absl::Status&) override {}
-  // The (task id, attempt) of every Assign so far.
-  std::vector<std::pair<std::string, int32_t>> assigned() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<std::string, int32_t>> out;
-    for (const auto& m : sent_) {
-      if (!m.has_assign()) continue;
-      for (const auto& a : m.assign().tasks()) out.push_back({a.task_id(), a.attempt()});
-    }
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<v1::SchedulerMessage> sent_;
-};
 
 class MetricsTest : public ::testing::Test {
  protected:
@@ -110,7 +88,8 @@ class MetricsTest : public ::testing::Test {
   FakeClock clock_;
   store::MemoryStore store_;
   std::unique_ptr<Engine> engine_;
-  std::shared_ptr<FakeChannel> channel_ = std::make_shared<FakeChannel>();
+  std::shared_ptr<testing::FakeAgentChannel> channel_ =
+      std::make_shared<testing::FakeAgentChannel>();
   uint64_t conn_ = 0;
 };
 
