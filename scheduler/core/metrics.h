@@ -34,7 +34,7 @@ struct TaskCounters {
   // 1 ms to ~4.4 min, doubling: a dispatch on a loaded machine up to a
   // backlog of minutes.
   static std::vector<double> LatencyBounds() { return Histogram::ExponentialBounds(0.001, 2, 19); }
-  // 10 ms to ~23 h, by 4: builtins to nightly batch jobs.
+  // 10 ms to ~7.8 days, by 4: builtins to week-long batch jobs.
   static std::vector<double> RunTimeBounds() { return Histogram::ExponentialBounds(0.01, 4, 14); }
 
   // Transition's part: counts the move of `t` from `from` to `to` at `now`.
