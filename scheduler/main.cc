@@ -368,12 +368,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), *port);
+    const std::string url = "http://" + metrics_listen.substr(0, metrics_listen.rfind(':')) + ":" +
+                            std::to_string(*port) + "/metrics";
     if (taskgrid::IsLoopbackAddress(metrics_listen)) {
-      spdlog::info("metrics on http://{}:{}/metrics",
-                   metrics_listen.substr(0, metrics_listen.rfind(':')), *port);
+      spdlog::info("metrics on {}", url);
     } else {
-      spdlog::warn("--insecure: metrics on http://{}:{}/metrics, reachable from other machines",
-                   metrics_listen.substr(0, metrics_listen.rfind(':')), *port);
+      spdlog::warn("--insecure: metrics on {}, reachable from other machines", url);
     }
   }
 
