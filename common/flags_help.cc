@@ -13,7 +13,7 @@ namespace {
 absl::FlagsUsageConfig BaseConfig() {
   absl::FlagsUsageConfig config;
   config.version_string = [] {
-    return std::string("taskgrid 0.1.0 (" TASKGRID_BUILD_TYPE " build)\n");
+    return std::string("taskgrid ") + kVersion + " (" + BuildType() + " build)\n";
   };
   // "scheduler/main.cc", not the path it was built at.
   config.normalize_filename = [](absl::string_view file) {
@@ -26,6 +26,8 @@ absl::FlagsUsageConfig BaseConfig() {
 }
 
 }  // namespace
+
+const char* BuildType() { return TASKGRID_BUILD_TYPE; }
 
 void SetVersionAndFileNames() { absl::SetFlagsUsageConfig(BaseConfig()); }
 

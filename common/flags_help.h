@@ -5,6 +5,11 @@
 
 namespace taskgrid {
 
+// The release, as --version and the metrics' build info say it.
+inline constexpr char kVersion[] = "0.1.0";
+// The CMake build type this was built as (Debug, Release, ...).
+const char* BuildType();
+
 // `main_file_suffix` e.g. "scheduler/main.cc"; call before ParseCommandLine.
 void SetUsage(const char* usage, const char* main_file_suffix);
 

@@ -20,7 +20,10 @@
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
+#include "common/prometheus.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/http/http_server.h"
+#include "scheduler/http/metrics_page.h"
 #include "scheduler/service/server.h"
 #include "scheduler/store/sqlite_store.h"
 
@@ -35,6 +38,13 @@ ABSL_FLAG(std::string, durability, "full",
           "survives a crash of the process, may lose the last changes on power loss");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving (for scripts and tests)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on, at GET /metrics (default: off); port 0 "
+          "picks a free port (see --metrics_port_file). An address other machines can reach "
+          "needs --insecure, as --listen does: the page has no TLS or tokens (it shows queue "
+          "names and counts, nothing else)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file once serving");
 ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
 ABSL_FLAG(bool, check_invariants, false,
           "Check every invariant of the task table after each operation and abort on a broken "
@@ -49,7 +59,8 @@ ABSL_FLAG(int32_t, max_attempt_history, 100,
           "Finished attempts kept per task (the newest); older ones are dropped and counted");
 ABSL_FLAG(bool, insecure, false,
           "Allow --listen on an address other machines can reach, with no TLS and no tokens: "
-          "anyone who reaches the port can then run programs on every agent");
+          "anyone who reaches the port can then run programs on every agent. Also allows "
+          "--metrics_listen on such an address");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this scheduler: serve TLS (with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -120,6 +131,14 @@ absl::Status ParseQueueLimits(const std::string& spec,
     (*out)[queue] = n;
   }
   return absl::OkStatus();
+}
+
+// Written whole under a temporary name, then renamed: readers never see half.
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 struct StopSignal {
@@ -233,6 +252,24 @@ int main(int argc, char** argv) {
         listen, tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
     return 2;
   }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  std::pair<std::string, int> metrics_address;
+  if (!metrics_listen.empty()) {
+    auto split = taskgrid::http::SplitHostPort("metrics_listen", metrics_listen);
+    if (!split.ok()) {
+      spdlog::error("{}", std::string(split.status().message()));
+      return 2;
+    }
+    metrics_address = *split;
+    if (!taskgrid::IsLoopbackAddress(metrics_listen) && !absl::GetFlag(FLAGS_insecure)) {
+      spdlog::error(
+          "--metrics_listen={} can be reached from other machines, and the metrics page has no "
+          "TLS or tokens: whoever reaches it reads queue names and counts. Listen on "
+          "127.0.0.1, or pass --insecure to serve a network you trust anyway",
+          metrics_listen);
+      return 2;
+    }
+  }
   for (const auto& [flag, value] :
        {std::pair<const char*, int64_t>{"max_job_tasks", so.max_job_tasks},
         {"max_chain_length", so.max_chain_length},
@@ -316,18 +353,36 @@ int main(int argc, char** argv) {
   engine.Inspect([&](const taskgrid::core::Scheduler& s) { tasks = s.task_count(); });
   spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
 
+  // The metrics page, before gRPC so a port taken fails before anyone
+  // is served.
+  taskgrid::http::HttpServer http;
+  if (!metrics_listen.empty()) {
+    const taskgrid::http::ProcessInfo process{start};
+    http.Get("/metrics", [&engine, process](const taskgrid::http::Request&) {
+      return taskgrid::http::Response{200, taskgrid::prometheus::kContentType,
+                                      taskgrid::http::MetricsPage(engine.Metrics(), process)};
+    });
+    auto port = http.Start(metrics_address.first, metrics_address.second);
+    if (!port.ok()) {
+      spdlog::error("--metrics_listen: {}", std::string(port.status().message()));
+      return 1;
+    }
+    WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), *port);
+    const std::string url = "http://" + metrics_listen.substr(0, metrics_listen.rfind(':')) + ":" +
+                            std::to_string(*port) + "/metrics";
+    if (taskgrid::IsLoopbackAddress(metrics_listen)) {
+      spdlog::info("metrics on {}", url);
+    } else {
+      spdlog::warn("--insecure: metrics on {}, reachable from other machines", url);
+    }
+  }
+
   auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    // Written whole under a temporary name, then renamed: readers never see half.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
+  WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
   std::string protection;
   if (mtls && server_opts.tokens != nullptr) {
@@ -365,6 +420,7 @@ int main(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(stop.mu);
     stop.cv.wait(lock, [&stop] { return stop.stop; });
   }
+  http.Stop();
   (*server)->Shutdown(absl::Seconds(2));
   engine.Stop();
   spdlog::info("stopped");

@@ -119,7 +119,9 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
   SetTimestamp(t.dispatch_time, done.mutable_dispatch_time());
   // Unset when it never started (e.g. a chain link whose predecessor failed).
   if (t.start_time != absl::InfinitePast()) SetTimestamp(t.start_time, done.mutable_start_time());
-  SetTimestamp(Now(), done.mutable_finish_time());
+  const absl::Time now = Now();
+  SetTimestamp(now, done.mutable_finish_time());
+  counters_.CountAttemptEnd(t, now);
   *done.mutable_result() = result;
   done.mutable_result()->clear_output();  // t.result keeps it; history need not
   done.set_interrupted(interrupted);

@@ -14,6 +14,8 @@ absl::Status Scheduler::CheckInvariants() const {
   absl::flat_hash_map<std::string, std::array<int64_t, kNumStates>> counts;
   size_t pending = 0, scheduled = 0, claimable = 0, joinable = 0;
   absl::flat_hash_map<std::string, int64_t> claimed;
+  // Submit order: the first PENDING task seen of a queue is its oldest.
+  absl::flat_hash_map<std::string, const TaskRecord*> oldest_pending;
   if (table_.by_seq().size() != table_.size()) {
     return fail("the table holds ", table_.size(), " tasks but ", table_.by_seq().size(), " seqs");
   }
@@ -25,6 +27,7 @@ absl::Status Scheduler::CheckInvariants() const {
     ++counts[t.queue()][t.state];
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
+      oldest_pending.try_emplace(t.queue(), &t);
       auto it = ready_.find(t.placement_class);
       if (it == ready_.end() || !it->second->tasks.contains(ReadyKeyOf(t))) {
         return fail("PENDING task ", id, " is not in its ready queue");
@@ -221,6 +224,11 @@ absl::Status Scheduler::CheckInvariants() const {
     for (int s = 0; s < kNumStates; ++s) {
       const int64_t want = it == counts.end() ? 0 : it->second[s];
       if (arr[s] != want) return fail("count of ", queue, "/", s, " is ", arr[s], " not ", want);
+    }
+    auto oldest = oldest_pending.find(queue);
+    if (table_.OldestPending(queue) !=
+        (oldest == oldest_pending.end() ? nullptr : oldest->second)) {
+      return fail("the oldest PENDING task of queue ", queue, " is indexed wrongly");
     }
   }
   for (const auto& [id, j] : table_.jobs()) {

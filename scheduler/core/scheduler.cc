@@ -29,8 +29,10 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                            const std::string* event_agent) {
   // The ready queues are Dispatch's index; the table keeps the others.
   if (t.state == v1::TASK_STATE_PENDING) RemoveReady(t);
+  const absl::Time now = Now();
   const v1::TaskState from =
-      table_.Apply(t, to, std::move(reason), Now(), event_agent, &effects_.batch);
+      table_.Apply(t, to, std::move(reason), now, event_agent, &effects_.batch);
+  counters_.CountTransition(t, from, to, now);
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   IndexMerge(t);
   // Room under its queue's concurrency limit.

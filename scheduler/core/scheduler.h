@@ -38,6 +38,7 @@
 #include "scheduler/core/agent_registry.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/dependency_graph.h"
+#include "scheduler/core/metrics.h"
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
@@ -232,6 +233,10 @@ class Scheduler {
   }
   void DescribeAgent(const AgentRecord& a, v1::Agent* out) const;
   v1::ClusterStats ClusterStats() const;
+  // What /metrics shows: Stats(""), ClusterStats(), the age of each
+  // queue's oldest PENDING task and the counters since start-up.
+  // O(queues + agents).
+  SchedulerMetrics Metrics() const;
 
   // Time-driven work: scheduled tasks whose time came, expired deadlines,
   // agents silent or lost past their grace. Call it often (the Engine does
@@ -548,6 +553,7 @@ class Scheduler {
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
+  TaskCounters counters_;
   int64_t placement_attempts_ = 0;
 
   // Between BeginRestore and FinishRestore: the few tasks FinishRestore

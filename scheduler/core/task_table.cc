@@ -119,10 +119,16 @@ void TaskTable::Enter(TaskRecord& t) {
   ++counts_[t.queue()][t.state];
   if (t.job != nullptr) ++t.job->counts[t.state];
   if (t.state == v1::TASK_STATE_SCHEDULED) scheduled_.insert({t.next_run_time, t.seq, &t});
+  if (t.state == v1::TASK_STATE_PENDING) pending_[t.queue()].insert({t.seq, &t});
 }
 
 void TaskTable::Leave(TaskRecord& t) {
   if (t.state == v1::TASK_STATE_SCHEDULED) scheduled_.erase({t.next_run_time, t.seq, &t});
+  if (t.state == v1::TASK_STATE_PENDING) {
+    auto it = pending_.find(t.queue());
+    it->second.erase({t.seq, &t});
+    if (it->second.empty()) pending_.erase(it);
+  }
   --counts_[t.queue()][t.state];
   if (t.job != nullptr) --t.job->counts[t.state];
 }
@@ -130,6 +136,11 @@ void TaskTable::Leave(TaskRecord& t) {
 TaskRecord* TaskTable::NextDue(absl::Time now) const {
   if (scheduled_.empty() || std::get<0>(*scheduled_.begin()) > now) return nullptr;
   return std::get<2>(*scheduled_.begin());
+}
+
+const TaskRecord* TaskTable::OldestPending(const std::string& queue) const {
+  auto it = pending_.find(queue);
+  return it == pending_.end() ? nullptr : it->second.begin()->second;
 }
 
 const TaskTable::Counts& TaskTable::CountsOf(const std::string& queue) const {

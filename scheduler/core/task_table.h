@@ -80,6 +80,9 @@ class TaskTable {
   // Tasks of `queue` by state; all zero for a queue never seen.
   const Counts& CountsOf(const std::string& queue) const;
   const absl::flat_hash_map<std::string, Counts>& counts() const { return counts_; }
+  // The PENDING task of `queue` submitted first, or nullptr: how long the
+  // backlog has waited, in O(1) (the metrics ask for every queue).
+  const TaskRecord* OldestPending(const std::string& queue) const;
 
   // --- Revisions of the event log. ---
   int64_t last_revision() const { return last_revision_; }
@@ -106,6 +109,8 @@ class TaskTable {
   absl::btree_map<int64_t, JobRecord*> jobs_by_seq_;
   absl::btree_set<std::tuple<absl::Time, int64_t, TaskRecord*>> scheduled_;  // SCHEDULED
   absl::flat_hash_map<std::string, Counts> counts_;                          // queue -> state
+  // PENDING tasks by queue, in submit order; a queue without any is erased.
+  absl::flat_hash_map<std::string, absl::btree_set<std::pair<int64_t, TaskRecord*>>> pending_;
   int64_t last_revision_ = 0;
   int64_t oldest_revision_ = 1;
   // (revision, time) about once a second: what retention may prune.

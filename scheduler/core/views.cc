@@ -144,6 +144,21 @@ v1::ClusterStats Scheduler::ClusterStats() const {
   return st;
 }
 
+SchedulerMetrics Scheduler::Metrics() const {
+  SchedulerMetrics m;
+  m.queues = Stats("");
+  const absl::Time now = Now();
+  m.oldest_pending_seconds.reserve(m.queues.size());
+  for (const v1::QueueStats& q : m.queues) {
+    const TaskRecord* oldest = table_.OldestPending(q.queue());
+    m.oldest_pending_seconds.push_back(
+        oldest == nullptr ? 0 : std::max(0.0, absl::ToDoubleSeconds(now - oldest->create_time)));
+  }
+  m.cluster = ClusterStats();
+  m.counters = counters_;
+  return m;
+}
+
 ListPage Scheduler::List(const ListFilter& filter) const {
   ListPage page;
   const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());

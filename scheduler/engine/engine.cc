@@ -54,7 +54,12 @@ Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
       opts_(std::move(opts)),
       store_(store),
       sched_(clock, opts_.scheduler),
-      writer_(store, opts_.writer),
+      writer_(store,
+              [&] {
+                store::GroupCommitWriter::Options w = opts_.writer;
+                w.clock = clock;
+                return w;
+              }()),
       waiters_(opts_.max_waits, "WaitTask calls", "--max_waits"),
       work_waiters_(opts_.max_waits, "WaitForWork calls", "--max_waits"),
       waker_([this] { WakeLoop(); }) {}
@@ -584,6 +589,19 @@ void Engine::CancelWait(uint64_t waiter) {
     if (!waiters_.Remove(waiter, &w)) return;  // answered already
   }
   w.done(absl::CancelledError("the caller went away"));
+}
+
+EngineMetrics Engine::Metrics() {
+  EngineMetrics m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    m.scheduler = sched_.Metrics();
+    m.task_waits = static_cast<int64_t>(waiters_.size());
+    m.work_waits = static_cast<int64_t>(work_waiters_.size());
+  }
+  m.writer = writer_.stats();
+  m.watches = watch_count_.load();
+  return m;
 }
 
 size_t Engine::waiting() {

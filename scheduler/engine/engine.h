@@ -49,6 +49,15 @@ class AgentChannel {
   virtual void Close(const absl::Status& why) = 0;
 };
 
+// What /metrics shows, taken at one moment (Engine::Metrics).
+struct EngineMetrics {
+  core::SchedulerMetrics scheduler;
+  store::GroupCommitWriter::Stats writer;
+  int64_t watches = 0;     // WatchTasks streams open
+  int64_t task_waits = 0;  // WaitTask calls waiting
+  int64_t work_waits = 0;  // WaitForWork calls waiting
+};
+
 struct EngineOptions {
   core::SchedulerOptions scheduler;
   // Live events a watcher may have queued before it is ended as too slow.
@@ -153,6 +162,13 @@ class Engine {
   void DrainAgent(const std::string& id, Reply<v1::Agent> done);
   void UndrainAgent(const std::string& id, Reply<v1::Agent> done);
   void GetClusterStats(Reply<v1::ClusterStats> done);
+
+  // --- Metrics. ---
+  // A snapshot of the Scheduler's counts and counters, the writer's stats
+  // and the open watches and waits. Holds the mutex for O(queues +
+  // agents), never O(tasks); answered at once, without waiting for a
+  // commit (counters need not be durable).
+  EngineMetrics Metrics();
 
   // --- Agent streams. ---
   // A new stream; returns its connection id.

@@ -46,7 +46,12 @@ void GroupCommitWriter::Stop() {
 
 int64_t GroupCommitWriter::commits() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return commits_;
+  return stats_.commits;
+}
+
+GroupCommitWriter::Stats GroupCommitWriter::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
 void GroupCommitWriter::Run() {
@@ -72,7 +77,9 @@ void GroupCommitWriter::Run() {
     absl::Status status = broken;
     if (status.ok()) {
       for (Item& it : items) merged.Append(std::move(it.batch));
+      const absl::Duration begin = opts_.clock->Monotonic();
       if (!merged.empty()) status = store_->Apply(merged);
+      const absl::Duration took = opts_.clock->Monotonic() - begin;
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) {
         broken_ = absl::UnavailableError(
@@ -80,7 +87,11 @@ void GroupCommitWriter::Run() {
             std::string(status.message()));
         status = broken_;
       } else {
-        ++commits_;
+        ++stats_.commits;
+        if (!merged.empty()) {  // barriers alone make no transaction
+          stats_.commit_seconds.Observe(absl::ToDoubleSeconds(took));
+          stats_.commit_rows.Observe(static_cast<double>(merged.size()));
+        }
       }
     }
     bool more_queued;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scheduler/store/memory_store.h"
+#include "tests/testing/fake_agent_channel.h"
 #include "tests/testing/faulty_store.h"
 
 namespace taskgrid::engine {
@@ -17,31 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class FakeChannel : public AgentChannel {
- public:
-  void Send(v1::SchedulerMessage msg) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    sent_.push_back(std::move(msg));
-  }
-  void Close(const absl::Status& why) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = why;
-  }
-  std::vector<v1::SchedulerMessage> sent() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return sent_;
-  }
-  int assigns() {
-    int n = 0;
-    for (const auto& m : sent()) n += m.has_assign() ? m.assign().tasks_size() : 0;
-    return n;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<v1::SchedulerMessage> sent_;
-  absl::Status closed_;
-};
+using FakeChannel = testing::FakeAgentChannel;
 
 v1::SubmitTasksRequest OneTask(const std::string& id) {
   v1::SubmitTasksRequest req;

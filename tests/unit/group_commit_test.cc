@@ -77,6 +77,40 @@ TEST(GroupCommitWriter, MergesQueuedBatchesIntoOneTransaction) {
   EXPECT_EQ((*events)[1].event.task_id, "b0");
 }
 
+TEST(GroupCommitWriter, TimesEachCommitAndCountsItsRows) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  FakeClock clock;
+  GroupCommitWriter::Options opts;
+  opts.clock = &clock;
+  GroupCommitWriter writer(&store, opts);
+  store.Hold();
+  std::promise<void> first_done;
+  writer.Submit(EventBatch("first"), [&](const absl::Status&) { first_done.set_value(); });
+  store.WaitUntilHolding();
+  clock.Advance(absl::Milliseconds(250));  // the first commit takes 250 ms
+  std::promise<void> rest_done;
+  for (int i = 0; i < 3; ++i) {
+    writer.Submit(EventBatch("b" + std::to_string(i)), [&, i](const absl::Status&) {
+      if (i == 2) rest_done.set_value();
+    });
+  }
+  writer.Submit(core::WriteBatch{}, [](const absl::Status&) {});  // a barrier: no rows
+  store.Release();
+  first_done.get_future().wait();
+  rest_done.get_future().wait();
+  writer.Stop();
+  const GroupCommitWriter::Stats st = writer.stats();
+  EXPECT_EQ(st.commits, writer.commits());
+  ASSERT_EQ(st.commit_rows.count(), 2);  // 1 row, then the 3 queued behind it together
+  EXPECT_DOUBLE_EQ(st.commit_rows.sum(), 4);
+  EXPECT_EQ(st.commit_rows.CumulativeCount(0), 1);  // le=1
+  EXPECT_EQ(st.commit_rows.CumulativeCount(1), 1);  // le=2
+  EXPECT_EQ(st.commit_rows.CumulativeCount(2), 2);  // le=4
+  ASSERT_EQ(st.commit_seconds.count(), 2);
+  EXPECT_DOUBLE_EQ(st.commit_seconds.sum(), 0.25);
+}
+
 TEST(GroupCommitWriter, TheNextCommitDoesNotWaitForTheLastOnesCallers) {
   MemoryStore mem;
   testing::FaultyStore store(&mem);

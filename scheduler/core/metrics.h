@@ -1,0 +1,57 @@
+// What the Scheduler counts for the /metrics page: plain integers and
+// histograms bumped as tasks move (the Scheduler is single-threaded, under
+// the Engine's mutex), and the snapshot Scheduler::Metrics() returns,
+// O(queues + agents) to take, never O(tasks).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/histogram.h"
+#include "scheduler/core/model.h"
+#include "taskgrid/v1/cluster_service.pb.h"
+#include "taskgrid/v1/task_service.pb.h"
+
+namespace taskgrid::core {
+
+// Since the process started (a restore counts nothing).
+struct TaskCounters {
+  // Tasks made by a submit (replicas included; a submit merged into a task
+  // or repeating an existing one makes none).
+  int64_t submitted = 0;
+  // Attempts handed out: dispatched to an agent or claimed by a worker.
+  int64_t dispatched = 0;
+  // Tasks that reached each terminal state (by state number).
+  std::array<int64_t, kNumTaskStates> ended{};
+  // Seconds from submit to the start of the task's first attempt.
+  Histogram start_latency{LatencyBounds()};
+  // Seconds from the start of an attempt to its end (attempts that started).
+  Histogram run_time{RunTimeBounds()};
+
+  // 1 ms to ~4.4 min, doubling: a dispatch on a loaded machine up to a
+  // backlog of minutes.
+  static std::vector<double> LatencyBounds() { return Histogram::ExponentialBounds(0.001, 2, 19); }
+  // 10 ms to ~7.8 days, by 4: builtins to week-long batch jobs.
+  static std::vector<double> RunTimeBounds() { return Histogram::ExponentialBounds(0.01, 4, 14); }
+
+  // Transition's part: counts the move of `t` from `from` to `to` at `now`.
+  void CountTransition(const TaskRecord& t, v1::TaskState from, v1::TaskState to, absl::Time now);
+  // An attempt of `t` ends at `now` (before its start time is cleared).
+  void CountAttemptEnd(const TaskRecord& t, absl::Time now);
+};
+
+struct SchedulerMetrics {
+  // Stats(""): every queue that holds tasks or has a limit, by name.
+  std::vector<v1::QueueStats> queues;
+  // Per entry of `queues`: seconds since the oldest PENDING task was
+  // submitted, 0 when none is PENDING.
+  std::vector<double> oldest_pending_seconds;
+  // ClusterStats(): agents by state, slots, stale messages refused.
+  v1::ClusterStats cluster;
+  TaskCounters counters;
+};
+
+}  // namespace taskgrid::core

@@ -1,0 +1,124 @@
+#include "scheduler/http/metrics_page.h"
+
+#include "common/flags_help.h"
+#include "common/prometheus.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::http {
+
+namespace {
+
+using prometheus::ExpositionWriter;
+using prometheus::Type;
+
+// The count of `state` in a queue's or the cluster's counts by state name.
+template <typename Map>
+double CountOf(const Map& counts, v1::TaskState state) {
+  auto it = counts.find(core::StateName(state));
+  return it == counts.end() ? 0 : static_cast<double>(it->second);
+}
+
+void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
+  w.Family("taskgrid_tasks", Type::kGauge, "Tasks by queue and state.");
+  for (const v1::QueueStats& q : s.queues) {
+    // Every state, zeros too, so a series drops to 0 instead of vanishing.
+    for (int st = 1; st < core::kNumTaskStates; ++st) {
+      const auto state = static_cast<v1::TaskState>(st);
+      w.Sample("taskgrid_tasks", {{"queue", q.queue()}, {"state", core::StateName(state)}},
+               CountOf(q.counts(), state));
+    }
+  }
+  w.Family("taskgrid_queue_backlog_tasks", Type::kGauge,
+           "Tasks ready to run (PENDING) and waiting for a slot or a claim, by queue.");
+  for (const v1::QueueStats& q : s.queues) {
+    w.Sample("taskgrid_queue_backlog_tasks", {{"queue", q.queue()}},
+             CountOf(q.counts(), v1::TASK_STATE_PENDING));
+  }
+  w.Family("taskgrid_queue_oldest_pending_age_seconds", Type::kGauge,
+           "Seconds since the oldest PENDING task of the queue was submitted (0: none pending).");
+  for (size_t i = 0; i < s.queues.size(); ++i) {
+    w.Sample("taskgrid_queue_oldest_pending_age_seconds", {{"queue", s.queues[i].queue()}},
+             s.oldest_pending_seconds[i]);
+  }
+}
+
+void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
+  w.Single("taskgrid_tasks_submitted_total", Type::kCounter,
+           "Tasks made by submits since the scheduler started (replicas included).",
+           static_cast<double>(c.submitted));
+  w.Single("taskgrid_tasks_dispatched_total", Type::kCounter,
+           "Attempts handed out since the scheduler started: dispatched to agents or claimed "
+           "by pull workers.",
+           static_cast<double>(c.dispatched));
+  w.Family("taskgrid_tasks_completed_total", Type::kCounter,
+           "Tasks that reached a terminal state since the scheduler started, by that state.");
+  for (int st = 1; st < core::kNumTaskStates; ++st) {
+    const auto state = static_cast<v1::TaskState>(st);
+    if (!core::IsTerminal(state)) continue;
+    w.Sample("taskgrid_tasks_completed_total", {{"outcome", core::StateName(state)}},
+             static_cast<double>(c.ended[st]));
+  }
+  w.Family("taskgrid_task_start_latency_seconds", Type::kHistogram,
+           "Seconds from a task's submit to the start of its first attempt.");
+  w.HistogramSamples("taskgrid_task_start_latency_seconds", {}, c.start_latency);
+  w.Family("taskgrid_attempt_run_seconds", Type::kHistogram,
+           "Seconds from the start of an attempt to its end.");
+  w.HistogramSamples("taskgrid_attempt_run_seconds", {}, c.run_time);
+}
+
+void Cluster(const v1::ClusterStats& c, ExpositionWriter& w) {
+  w.Single("taskgrid_stale_messages_total", Type::kCounter,
+           "Agent and worker messages refused by fencing: about an attempt that is no longer "
+           "the live one.",
+           static_cast<double>(c.stale_messages()));
+  w.Family("taskgrid_agents", Type::kGauge,
+           "Agents by state: ACTIVE, DRAINING, or LOST (disconnected, within their reconnect "
+           "grace).");
+  const std::pair<v1::AgentState, int64_t> agents[] = {
+      {v1::AGENT_STATE_ACTIVE, c.agents_active()},
+      {v1::AGENT_STATE_DRAINING, c.agents_draining()},
+      {v1::AGENT_STATE_LOST, c.agents_lost()}};
+  for (const auto& [state, n] : agents) {
+    w.Sample("taskgrid_agents", {{"state", core::AgentStateName(state)}}, static_cast<double>(n));
+  }
+  w.Single("taskgrid_agent_slots", Type::kGauge, "Slots of the connected agents.",
+           static_cast<double>(c.slots_total()));
+  w.Single("taskgrid_agent_slots_free", Type::kGauge,
+           "Slots of the connected agents that no task holds (draining agents' included).",
+           static_cast<double>(c.slots_total() - c.slots_used()));
+}
+
+void Writer(const store::GroupCommitWriter::Stats& s, ExpositionWriter& w) {
+  w.Single("taskgrid_store_commits_total", Type::kCounter,
+           "Group commits of the task store since the scheduler started.",
+           static_cast<double>(s.commits));
+  w.Family("taskgrid_store_commit_seconds", Type::kHistogram,
+           "Seconds one group commit (one SQLite transaction) took.");
+  w.HistogramSamples("taskgrid_store_commit_seconds", {}, s.commit_seconds);
+  w.Family("taskgrid_store_commit_rows", Type::kHistogram,
+           "Rows (tasks, events, attempts, ...) one group commit wrote.");
+  w.HistogramSamples("taskgrid_store_commit_rows", {}, s.commit_rows);
+}
+
+}  // namespace
+
+std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& process) {
+  ExpositionWriter w;
+  Queues(m.scheduler, w);
+  Counters(m.scheduler.counters, w);
+  Cluster(m.scheduler.cluster, w);
+  Writer(m.writer, w);
+  w.Single("taskgrid_watchers", Type::kGauge, "WatchTasks streams open.",
+           static_cast<double>(m.watches));
+  w.Family("taskgrid_waiters", Type::kGauge, "Long-poll calls waiting, by call.");
+  w.Sample("taskgrid_waiters", {{"call", "WaitTask"}}, static_cast<double>(m.task_waits));
+  w.Sample("taskgrid_waiters", {{"call", "WaitForWork"}}, static_cast<double>(m.work_waits));
+  w.Single("taskgrid_process_start_time_seconds", Type::kGauge,
+           "When the scheduler started, in seconds since the Unix epoch.",
+           absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));
+  w.Family("taskgrid_build_info", Type::kGauge, "Always 1; the labels say which build runs.");
+  w.Sample("taskgrid_build_info", {{"version", kVersion}, {"build_type", BuildType()}}, 1);
+  return w.text();
+}
+
+}  // namespace taskgrid::http

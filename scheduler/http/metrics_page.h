@@ -1,0 +1,23 @@
+// The scheduler's /metrics page: an EngineMetrics snapshot written in the
+// Prometheus text exposition format (common/prometheus.h). Every metric
+// the scheduler exposes is named here, once; README.md's "Metrics"
+// section lists them.
+//
+// gRPC-free and thread-free: a pure function of the snapshot.
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "scheduler/engine/engine.h"
+
+namespace taskgrid::http {
+
+// Process-wide facts the page shows beside the snapshot.
+struct ProcessInfo {
+  absl::Time start_time = absl::UnixEpoch();
+};
+
+std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& process);
+
+}  // namespace taskgrid::http

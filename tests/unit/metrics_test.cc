@@ -1,0 +1,194 @@
+// Metrics through the Engine: submit, dispatch and complete tasks with a
+// fake agent channel and a fake clock, then read Engine::Metrics() and the
+// /metrics page written from it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "scheduler/engine/engine.h"
+#include "scheduler/http/metrics_page.h"
+#include "scheduler/store/memory_store.h"
+#include "tests/testing/fake_agent_channel.h"
+
+namespace taskgrid::engine {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions opts;
+    opts.tick_interval = absl::Hours(1);  // time moves only with the fake clock
+    engine_ = std::make_unique<Engine>(&store_, &clock_, opts);
+    ASSERT_TRUE(engine_->Start().ok());
+    conn_ = engine_->AttachAgent(channel_);
+    v1::Hello h;
+    h.set_agent_id("a1");
+    h.set_slots(2);
+    ASSERT_TRUE(engine_->AgentHello(conn_, h).ok());
+    engine_->Sync();
+  }
+
+  void Submit(const std::string& queue, const std::vector<std::string>& ids) {
+    v1::SubmitTasksRequest req;
+    for (const std::string& id : ids) {
+      v1::TaskSpec* s = req.add_tasks();
+      s->set_id(id);
+      s->set_queue(queue);
+      s->set_max_attempts(1);
+      s->add_steps()->mutable_builtin()->set_name("noop");
+    }
+    std::promise<absl::Status> done;
+    engine_->SubmitTasks(
+        req, [&](absl::StatusOr<v1::SubmitTasksResponse> r) { done.set_value(r.status()); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+
+  void Send(const v1::AgentMessage& m) {
+    engine_->AgentMessage(conn_, m);
+    engine_->Sync();
+  }
+  void Accept(const std::string& id, int32_t attempt) {
+    v1::AgentMessage m;
+    m.mutable_accept()->set_task_id(id);
+    m.mutable_accept()->set_attempt(attempt);
+    Send(m);
+  }
+  void Finish(const std::string& id, int32_t attempt, v1::Outcome outcome) {
+    v1::AgentMessage m;
+    m.mutable_result()->set_task_id(id);
+    m.mutable_result()->set_attempt(attempt);
+    m.mutable_result()->mutable_result()->set_outcome(outcome);
+    m.mutable_result()->mutable_result()->set_exit_code(outcome == v1::OUTCOME_SUCCEEDED ? 0 : 1);
+    Send(m);
+  }
+
+  static int64_t Tasks(const core::SchedulerMetrics& m, const std::string& queue,
+                       const std::string& state) {
+    for (const v1::QueueStats& q : m.queues) {
+      if (q.queue() != queue) continue;
+      auto it = q.counts().find(state);
+      return it == q.counts().end() ? 0 : it->second;
+    }
+    return -1;
+  }
+  static double OldestAge(const core::SchedulerMetrics& m, const std::string& queue) {
+    for (size_t i = 0; i < m.queues.size(); ++i) {
+      if (m.queues[i].queue() == queue) return m.oldest_pending_seconds[i];
+    }
+    return -1;
+  }
+
+  FakeClock clock_;
+  store::MemoryStore store_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<testing::FakeAgentChannel> channel_ =
+      std::make_shared<testing::FakeAgentChannel>();
+  uint64_t conn_ = 0;
+};
+
+TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
+  Submit("emails", {"e1", "e2", "e3"});
+  Submit("reports", {"r1"});
+  EngineMetrics m = engine_->Metrics();
+  // Two slots: e1 and e2 went out, e3 and r1 wait.
+  EXPECT_EQ(m.scheduler.counters.submitted, 4);
+  EXPECT_EQ(m.scheduler.counters.dispatched, 2);
+  EXPECT_EQ(Tasks(m.scheduler, "emails", "DISPATCHED"), 2);
+  EXPECT_EQ(Tasks(m.scheduler, "emails", "PENDING"), 1);
+  EXPECT_EQ(Tasks(m.scheduler, "reports", "PENDING"), 1);
+  EXPECT_EQ(m.scheduler.cluster.agents_active(), 1);
+  EXPECT_EQ(m.scheduler.cluster.slots_total(), 2);
+  EXPECT_EQ(m.scheduler.cluster.slots_used(), 2);
+  EXPECT_EQ(OldestAge(m.scheduler, "emails"), 0);
+  EXPECT_GE(m.writer.commit_rows.count(), 2);                 // the Hello, the submits
+  EXPECT_GE(m.writer.commits, m.writer.commit_rows.count());  // barriers too
+
+  clock_.Advance(absl::Seconds(2));
+  m = engine_->Metrics();
+  EXPECT_DOUBLE_EQ(OldestAge(m.scheduler, "emails"), 2);
+  EXPECT_DOUBLE_EQ(OldestAge(m.scheduler, "reports"), 2);
+
+  // e1 starts after 2 s in the queue, runs 3 s and succeeds; e2 fails.
+  Accept("e1", 1);
+  Accept("e2", 1);
+  clock_.Advance(absl::Seconds(3));
+  Finish("e1", 1, v1::OUTCOME_SUCCEEDED);
+  Finish("e2", 1, v1::OUTCOME_FAILED);
+  // A result for an attempt that is over is refused by fencing.
+  Finish("e1", 7, v1::OUTCOME_SUCCEEDED);
+
+  m = engine_->Metrics();
+  const core::TaskCounters& c = m.scheduler.counters;
+  EXPECT_EQ(c.ended[v1::TASK_STATE_SUCCEEDED], 1);
+  EXPECT_EQ(c.ended[v1::TASK_STATE_FAILED], 1);
+  EXPECT_EQ(c.ended[v1::TASK_STATE_CANCELLED], 0);
+  EXPECT_EQ(c.dispatched, 4);  // the freed slots took e3 and r1
+  EXPECT_EQ(Tasks(m.scheduler, "emails", "PENDING"), 0);
+  EXPECT_EQ(OldestAge(m.scheduler, "emails"), 0);
+  EXPECT_EQ(Tasks(m.scheduler, "emails", "SUCCEEDED"), 1);
+  EXPECT_EQ(c.start_latency.count(), 2);
+  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 4);  // e1 and e2 waited 2 s each
+  EXPECT_EQ(c.run_time.count(), 2);
+  EXPECT_DOUBLE_EQ(c.run_time.sum(), 6);  // 3 s each
+  EXPECT_EQ(m.scheduler.cluster.stale_messages(), 1);
+
+  // The page shows the same numbers.
+  const std::string page = http::MetricsPage(m, {absl::FromUnixSeconds(1'700'000'000)});
+  EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_tasks_submitted_total counter\n"
+                              "taskgrid_tasks_submitted_total 4\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_dispatched_total 4\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"SUCCEEDED\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"FAILED\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks{queue=\"emails\",state=\"DISPATCHED\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks{queue=\"reports\",state=\"PENDING\"} 0\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_queue_backlog_tasks{queue=\"emails\"} 0\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_stale_messages_total 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_agents{state=\"ACTIVE\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("\ntaskgrid_agent_slots 2\n"));
+  EXPECT_THAT(page, HasSubstr("\ntaskgrid_agent_slots_free 0\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_task_start_latency_seconds_bucket{le=\"+Inf\"} 2\n"
+                              "taskgrid_task_start_latency_seconds_sum 4\n"
+                              "taskgrid_task_start_latency_seconds_count 2\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_attempt_run_seconds_sum 6\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_process_start_time_seconds 1700000000\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_waiters{call=\"WaitTask\"} 0\n"));
+  EXPECT_THAT(page, Not(HasSubstr("\n\n")));
+}
+
+TEST_F(MetricsTest, TheOldestPendingTaskIsTheFirstSubmittedStillWaiting) {
+  v1::AgentMessage drain;
+  drain.mutable_draining();
+  Send(drain);  // no dispatching: everything stays PENDING
+  Submit("q", {"t1"});
+  clock_.Advance(absl::Seconds(10));
+  Submit("q", {"t2"});
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_DOUBLE_EQ(OldestAge(engine_->Metrics().scheduler, "q"), 15);
+  std::promise<void> cancelled;
+  engine_->CancelTask("t1", [&](absl::StatusOr<v1::Task>) { cancelled.set_value(); });
+  cancelled.get_future().wait();
+  const EngineMetrics m = engine_->Metrics();
+  EXPECT_DOUBLE_EQ(OldestAge(m.scheduler, "q"), 5);  // t2's age now
+  EXPECT_EQ(m.scheduler.counters.ended[v1::TASK_STATE_CANCELLED], 1);
+  EXPECT_EQ(m.scheduler.cluster.agents_draining(), 1);
+}
+
+TEST_F(MetricsTest, WaitersAreCounted) {
+  Submit("q", {"w"});
+  const uint64_t id =
+      engine_->WaitTask("w", absl::Hours(1), [](absl::StatusOr<v1::WaitTaskResponse>) {});
+  ASSERT_NE(id, 0u);
+  EXPECT_EQ(engine_->Metrics().task_waits, 1);
+  engine_->CancelWait(id);
+  EXPECT_EQ(engine_->Metrics().task_waits, 0);
+}
+
+}  // namespace
+}  // namespace taskgrid::engine
