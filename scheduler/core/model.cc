@@ -37,6 +37,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(trim_attempts, other.trim_attempts);
   MoveAppend(merged, other.merged);
   MoveAppend(events, other.events);
+  MoveAppend(schedules, other.schedules);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
 

@@ -605,6 +605,7 @@ void Scheduler::Tick() {
     LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
                                absl::FormatDuration(opts_.reconnect_grace)));
   }
+  FireSchedules(now);
   Dispatch();
 }
 

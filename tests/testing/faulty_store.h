@@ -79,6 +79,9 @@ class FaultyStore final : public store::Store {
   absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override {
     return inner_->LoadMerged();
   }
+  absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override {
+    return inner_->LoadSchedules();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     auto events = inner_->ReadEvents(after, limit);
     std::unique_lock<std::mutex> lock(mu_);

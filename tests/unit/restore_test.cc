@@ -53,6 +53,9 @@ class BrokenScanStore final : public store::Store {
   }
   absl::StatusOr<std::vector<AttemptRow>> LoadAttempts() override { return inner_->LoadAttempts(); }
   absl::StatusOr<std::vector<MergedRow>> LoadMerged() override { return inner_->LoadMerged(); }
+  absl::StatusOr<std::vector<ScheduleRow>> LoadSchedules() override {
+    return inner_->LoadSchedules();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     return inner_->ReadEvents(after, limit);
   }
