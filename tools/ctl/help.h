@@ -15,6 +15,7 @@ std::string StatesLine();
 std::string JobStatesLine();
 extern const char kJobCommands[];
 extern const char kBoardCommands[];
+extern const char kScheduleCommands[];
 
 struct Command {
   const char* name;
@@ -35,6 +36,8 @@ std::string UsageText();
 std::string JobUsageText();
 // `taskgridctl help board`: the board commands.
 std::string BoardUsageText();
+// `taskgridctl help schedule`: the schedule commands.
+std::string ScheduleUsageText();
 // `taskgridctl help NAME`.
 std::string CommandHelp(const Command& c);
 
