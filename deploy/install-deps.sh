@@ -11,7 +11,7 @@ pkgs=(
   cmake ninja-build g++ pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
-  libcurl4-openssl-dev libcpp-httplib-dev grpc-proto procps python3 openssl
+  libcurl4-openssl-dev libcpp-httplib-dev grpc-proto procps python3 openssl tzdata
 )
 for arg in "$@"; do
   case "$arg" in

@@ -106,6 +106,17 @@ ABSL_FLAG(bool, wait, false,
           "submit: then wait until every task finished (exit code as wait); job submit: until "
           "the job finished");
 
+// schedule create.
+ABSL_FLAG(std::string, cron, "",
+          "schedule create: fire on this cron expression (5 fields, or @hourly, @daily, ...)");
+ABSL_FLAG(absl::Duration, every, absl::ZeroDuration(),
+          "schedule create: fire every DURATION (whole seconds, at least 1s)");
+ABSL_FLAG(std::string, tz, "", "schedule create: IANA time zone of --cron (default UTC)");
+ABSL_FLAG(std::string, misfire, "",
+          "schedule create: skip (default) or run_once: what fires missed while the scheduler "
+          "was down do");
+ABSL_FLAG(bool, paused, false, "schedule create: create it paused");
+
 // wait, submit --wait.
 ABSL_FLAG(absl::Duration, wait_timeout, absl::InfiniteDuration(),
           "wait, submit --wait, job submit --wait: give up after this long, exit 4 (default: no "
@@ -149,7 +160,9 @@ using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 using taskgrid::ctl::kJobCommands;
 using taskgrid::ctl::kQueueCommands;
+using taskgrid::ctl::kScheduleCommands;
 using taskgrid::ctl::QueueUsageText;
+using taskgrid::ctl::ScheduleUsageText;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
 
@@ -257,13 +270,13 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
 // usage error (already reported).
 int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
                 const std::vector<std::string>& argv, const std::set<std::string>& set,
-                v1::SubmitTasksRequest* req) {
+                v1::SubmitTasksRequest* req, const std::set<std::string>& also_with_file = {}) {
   const std::string file = absl::GetFlag(FLAGS_file);
   const std::string builtin = absl::GetFlag(FLAGS_builtin);
   if (set.count("file")) {
     for (const std::string& f : set) {
       if (f != "file" && f != "addr" && f != "json" && f != "timeout" && f != "wait" &&
-          f != "wait_timeout") {
+          f != "wait_timeout" && also_with_file.count(f) == 0) {
         return UsageError(absl::StrCat("--", f, " does not combine with --file (set it in the ",
                                        "JSON); see 'taskgridctl help submit'"));
       }
@@ -516,6 +529,57 @@ int BuildJobList(v1::ListJobsRequest* req) {
   return kExitOk;
 }
 
+// Builds the request of `schedule create ID ...`: the trigger from --cron or
+// --every, the task template from the flags of submit (or -f FILE holding
+// one TaskSpec). `words` are the positional words after "create".
+int BuildScheduleCreate(const std::vector<std::string>& words, bool has_dashdash,
+                        const std::vector<std::string>& argv, const std::set<std::string>& set,
+                        const std::string& hint, v1::CreateScheduleRequest* req) {
+  if (words.empty() || words[0].empty()) return UsageError("schedule create needs an ID", hint);
+  v1::Schedule* s = req->mutable_schedule();
+  s->set_id(words[0]);
+  const bool cron = set.count("cron") > 0;
+  const bool every = set.count("every") > 0;
+  if (cron == every) {
+    return UsageError(cron ? "give --cron or --every, not both"
+                           : "schedule create needs --cron=EXPR or --every=DURATION",
+                      hint);
+  }
+  if (cron) {
+    s->set_cron(absl::GetFlag(FLAGS_cron));
+  } else {
+    const absl::Duration d = absl::GetFlag(FLAGS_every);
+    if (d == absl::InfiniteDuration()) return UsageError("--every must be a duration like 30s");
+    // Checked by the scheduler (at least 1s, whole seconds).
+    *s->mutable_interval() = taskgrid::ToProto(d);
+  }
+  if (set.count("tz")) {
+    if (!cron) return UsageError("--tz applies to --cron", hint);
+    s->set_time_zone(absl::GetFlag(FLAGS_tz));
+  }
+  if (const std::string m = absl::GetFlag(FLAGS_misfire); !m.empty()) {
+    if (m != "skip" && m != "run_once") {
+      return UsageError(absl::StrCat("--misfire must be skip or run_once, not \"", m, "\""), hint);
+    }
+    s->set_misfire_policy(m == "skip" ? v1::MISFIRE_POLICY_SKIP : v1::MISFIRE_POLICY_RUN_ONCE);
+  }
+  s->set_paused(absl::GetFlag(FLAGS_paused));
+  v1::SubmitTasksRequest task;
+  const std::vector<std::string> rest(words.begin() + 1, words.end());
+  if (int rc = BuildSubmit(rest, has_dashdash, argv, set, &task,
+                           {"cron", "every", "tz", "misfire", "paused"});
+      rc != kExitOk) {
+    return rc;
+  }
+  if (task.tasks_size() != 1) {
+    return UsageError(absl::StrCat("the file holds ", task.tasks_size(),
+                                   " tasks; a schedule's template is one TaskSpec"),
+                      hint);
+  }
+  *s->mutable_task_template() = std::move(*task.mutable_tasks(0));
+  return kExitOk;
+}
+
 absl::Duration WaitTimeout() { return absl::GetFlag(FLAGS_wait_timeout); }
 
 // The claim `board extend|complete|abandon|trash ID ATTEMPT --owner=O` names.
@@ -652,11 +716,12 @@ int Run(int argc, char** argv) {
       std::cout << UsageText();
       return kExitOk;
     }
-    if (topic == "job" || topic == "board" || topic == "queue") {
+    if (topic == "job" || topic == "board" || topic == "queue" || topic == "schedule") {
       if (sub.empty()) {
         std::cout << (topic == "job"     ? JobUsageText()
                       : topic == "board" ? BoardUsageText()
-                                         : QueueUsageText());
+                      : topic == "queue" ? QueueUsageText()
+                                         : ScheduleUsageText());
         return kExitOk;
       }
       topic = absl::StrCat(topic, " ", sub);
@@ -681,11 +746,12 @@ int Run(int argc, char** argv) {
   }
   std::string name = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
-  if (name == "job" || name == "board" || name == "queue") {
+  if (name == "job" || name == "board" || name == "queue" || name == "schedule") {
     // Two words name the command: job submit, board claim, queue pause, ...
     const char* group = name == "job"     ? kJobCommands
                         : name == "board" ? kBoardCommands
-                                          : kQueueCommands;
+                        : name == "queue" ? kQueueCommands
+                                          : kScheduleCommands;
     if (args.empty()) return UsageError(name + " needs a command", group);
     name = absl::StrCat(name, " ", args[0]);
     args.erase(args.begin());
@@ -705,7 +771,7 @@ int Run(int argc, char** argv) {
       return UsageError(absl::StrCat("--", f, " does not apply to ", name), command_hint);
     }
   }
-  if (name != "submit" && has_dashdash) {
+  if (name != "submit" && name != "schedule create" && has_dashdash) {
     return UsageError(absl::StrCat(name, " takes no arguments after --"), command_hint);
   }
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
@@ -796,6 +862,38 @@ int Run(int argc, char** argv) {
     return UsageError(absl::StrCat("--state and --limit select tasks by filter: ", name,
                                    " --queue=Q or --job=JOB, without an ID"),
                       command_hint);
+  }
+  if (name == "schedule create") {
+    v1::CreateScheduleRequest req;
+    if (int rc = BuildScheduleCreate(args, has_dashdash, after, set, command_hint, &req);
+        rc != kExitOk) {
+      return rc;
+    }
+    return client.CreateSchedule(req);
+  }
+  if (name == "schedule list") {
+    if (!args.empty()) {
+      return UsageError(absl::StrCat("unexpected \"", args[0], "\" after schedule list"),
+                        command_hint);
+    }
+    if (absl::GetFlag(FLAGS_page_size) < 0) return UsageError("--page_size is negative");
+    v1::ListSchedulesRequest req;
+    req.set_page_size(absl::GetFlag(FLAGS_page_size));
+    req.set_page_token(absl::GetFlag(FLAGS_page_token));
+    return client.ListSchedules(req, absl::GetFlag(FLAGS_all));
+  }
+  if (absl::StartsWith(name, "schedule ")) {
+    if (args.size() != 1 || args[0].empty()) {
+      return UsageError(
+          absl::StrCat(name, args.empty() ? " needs a schedule ID" : " takes one schedule ID"),
+          command_hint);
+    }
+    if (name == "schedule get") return client.GetSchedule(args[0]);
+    using taskgrid::ctl::ScheduleAction;
+    return client.ActOnSchedule(name == "schedule pause"    ? ScheduleAction::kPause
+                                : name == "schedule resume" ? ScheduleAction::kResume
+                                                            : ScheduleAction::kDelete,
+                                args[0]);
   }
   if (name == "delete") {
     if (!args.empty() || absl::GetFlag(FLAGS_merge_key).empty()) {

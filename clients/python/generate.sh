@@ -29,7 +29,8 @@ out=$(cd "$out" && pwd)
 rm -rf "$out/taskgrid"
 protos=(taskgrid/v1/task.proto taskgrid/v1/task_service.proto
         taskgrid/v1/agent_service.proto taskgrid/v1/cluster_service.proto
-        taskgrid/v1/job_service.proto taskgrid/v1/board_service.proto)
+        taskgrid/v1/job_service.proto taskgrid/v1/board_service.proto
+        taskgrid/v1/schedule_service.proto)
 (cd "$root/proto" && protoc -I . --python_out="$out" --grpc_out="$out" \
   --plugin=protoc-gen-grpc="$plugin" "${protos[@]}")
 # Regular packages (not namespace packages): `import taskgrid.v1` finds only OUT.

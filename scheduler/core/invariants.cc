@@ -248,6 +248,21 @@ absl::Status Scheduler::CheckInvariants() const {
     if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
     if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
   }
+  // The schedule timer holds exactly the unpaused schedules, each at its
+  // next fire.
+  size_t armed = 0;
+  for (const auto& [id, sp] : schedules_) {
+    if (sp->id() != id) return fail("schedule ", sp->id(), " is listed under ", id);
+    if (sp->paused) continue;
+    ++armed;
+    if (!schedule_timer_.contains({sp->next_fire, id})) {
+      return fail("schedule ", id, " is not in the timer at its next fire");
+    }
+  }
+  if (armed != schedule_timer_.size()) {
+    return fail("the schedule timer holds ", schedule_timer_.size(), " entries for ", armed,
+                " unpaused schedules");
+  }
   return absl::OkStatus();
 }
 

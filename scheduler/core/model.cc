@@ -38,6 +38,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(merged, other.merged);
   MoveAppend(queues, other.queues);
   MoveAppend(events, other.events);
+  MoveAppend(schedules, other.schedules);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
 

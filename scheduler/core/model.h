@@ -18,6 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/cron.h"
+#include "common/ids.h"
+#include "taskgrid/v1/schedule_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -150,6 +153,37 @@ struct JobRecord {
   std::array<int64_t, kNumTaskStates> counts{};
 };
 
+// A schedule id leaves room in a task id (kMaxIdLength) for the fire
+// time its tasks' ids add: ":YYYYMMDDTHHMMSSZ".
+inline constexpr size_t kFireTimeSuffixLength = 17;
+inline constexpr size_t kMaxScheduleIdLength = kMaxIdLength - kFireTimeSuffixLength;
+
+// A schedule: its definition, compiled, and where its fires stand.
+struct ScheduleRecord {
+  // The definition as created (no reported fields, paused cleared), with
+  // the defaults filled in: time zone, misfire policy, the template's queue.
+  v1::Schedule def;
+  cron::CronExpr cron;                             // def.cron parsed (cron schedules)
+  absl::TimeZone zone;                             // def.time_zone loaded
+  absl::Duration interval = absl::ZeroDuration();  // > 0: an interval schedule
+  bool paused = false;
+  // The next fire time (kept while paused; a resume computes it anew).
+  absl::Time next_fire = absl::InfiniteFuture();
+  absl::Time last_fire = absl::InfinitePast();  // of the latest task created
+  std::string last_task_id;
+  int64_t fire_count = 0;
+  std::string last_error;
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time update_time = absl::InfinitePast();
+  // Derived at start-up: next_fire had passed while the scheduler was
+  // down, so the misfire policy decides what the next tick fires.
+  bool missed = false;
+
+  const std::string& id() const { return def.id(); }
+  // Interval fires count from here: the creation, in whole seconds.
+  absl::Time anchor() const { return absl::FromUnixSeconds(absl::ToUnixSeconds(create_time)); }
+};
+
 // One row of the tasks table.
 struct TaskRow {
   bool insert = false;  // true: a new row with its spec; false: status columns only
@@ -214,6 +248,23 @@ struct EventRow {
   std::string job_id;
 };
 
+// One row of the schedules table: a schedule's definition and where its
+// fires stand. Written whole (insert or replace) on every change, in the
+// transaction of the task its fire created.
+struct ScheduleRow {
+  bool erase = false;  // true: delete the schedule (only `id` is read)
+  std::string id;
+  std::string definition;  // serialized v1::Schedule: the definition fields only
+  bool paused = false;
+  int64_t next_fire_us = 0;
+  int64_t last_fire_us = 0;  // 0: never fired
+  std::string last_task_id;
+  int64_t fire_count = 0;
+  std::string last_error;
+  int64_t create_us = 0;
+  int64_t update_us = 0;
+};
+
 struct WriteBatch {
   std::vector<TaskRow> tasks;
   std::vector<AttemptRow> attempts;
@@ -224,16 +275,19 @@ struct WriteBatch {
   std::vector<MergedRow> merged;
   std::vector<QueueRow> queues;
   std::vector<EventRow> events;
+  // Applied in order, after the task rows.
+  std::vector<ScheduleRow> schedules;
   // Event history retention: delete events with revision <= this (0: none).
   int64_t prune_events_through = 0;
 
   bool empty() const {
     return tasks.empty() && attempts.empty() && clear_attempts.empty() && trim_attempts.empty() &&
-           merged.empty() && queues.empty() && events.empty() && prune_events_through == 0;
+           merged.empty() && queues.empty() && events.empty() && schedules.empty() &&
+           prune_events_through == 0;
   }
   size_t size() const {
     return tasks.size() + attempts.size() + clear_attempts.size() + trim_attempts.size() +
-           merged.size() + queues.size() + events.size();
+           merged.size() + queues.size() + events.size() + schedules.size();
   }
   // Moves every row of `other` to the end of this batch.
   void Append(WriteBatch&& other);

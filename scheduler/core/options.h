@@ -49,6 +49,9 @@ struct SchedulerOptions {
   absl::Duration default_claim_lease = absl::Seconds(60);
   absl::Duration max_claim_lease = absl::Hours(1);
   int max_claims_per_call = 1'000;
+  // Schedules fired (or skipped by their misfire policy) per Tick at most:
+  // many due at once are spread over ticks instead of holding up one.
+  int max_schedule_fires_per_tick = 100;
   // Delivery by merge key: what one task may gather (payloads and their
   // bytes, --max_merged_payloads, --max_merged_payload_bytes); a submit
   // past either is RESOURCE_EXHAUSTED.

@@ -629,6 +629,7 @@ void Scheduler::Tick() {
     LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
                                absl::FormatDuration(opts_.reconnect_grace)));
   }
+  FireSchedules(now);
   if (!held_.empty()) ReleaseOpened();
   ExpireUniqueKeys(now);
   Dispatch();

@@ -49,6 +49,7 @@
 #include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
+#include "taskgrid/v1/schedule_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
@@ -195,6 +196,32 @@ class Scheduler {
   // The queues told something other than the defaults, by name.
   std::vector<std::string> ControlledQueues() const;
 
+  // --- Periodic tasks (schedules.cc). Tick fires the schedules that are
+  // due, each fire through Submit with an id derived from the schedule and
+  // the fire time (FireTaskId), the task and the schedule's row in one
+  // batch. On error nothing changed. ---
+
+  // INVALID_ARGUMENT naming the field; the existing schedule for the same
+  // definition again; ALREADY_EXISTS for another one under its id.
+  absl::StatusOr<const ScheduleRecord*> CreateSchedule(v1::Schedule def);
+  // nullptr when unknown.
+  const ScheduleRecord* FindSchedule(const std::string& id) const;
+  absl::StatusOr<const ScheduleRecord*> PauseSchedule(const std::string& id);
+  // Fires again from the next fire time after now.
+  absl::StatusOr<const ScheduleRecord*> ResumeSchedule(const std::string& id);
+  // Returns the schedule as it was.
+  absl::StatusOr<ScheduleRecord> DeleteSchedule(const std::string& id);
+  // Up to `limit` schedules with ids after `after_id`, in id order.
+  std::vector<const ScheduleRecord*> ListSchedules(const std::string& after_id, int limit) const;
+  void DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) const;
+  // Start-up, after FinishRestore: the stored schedules. One whose fire
+  // time passed while the scheduler was down is left to its misfire
+  // policy at the next Tick.
+  absl::Status RestoreSchedules(std::vector<ScheduleRow> rows);
+  size_t schedule_count() const { return schedules_.size(); }
+  // "<schedule id>:<fire time in UTC as YYYYMMDDTHHMMSSZ>".
+  static std::string FireTaskId(const std::string& schedule_id, absl::Time fire);
+
   // nullptr when unknown.
   const TaskRecord* Find(const std::string& id) const;
   // The API view of a task, with effective values filled in. `agents`:
@@ -239,7 +266,7 @@ class Scheduler {
   SchedulerMetrics Metrics() const;
 
   // Time-driven work: scheduled tasks whose time came, expired deadlines,
-  // agents silent or lost past their grace. Call it often (the Engine does
+  // agents silent or lost past their grace, schedules due to fire. Call it often (the Engine does
   // every few milliseconds; tests after FakeClock::Advance).
   void Tick();
 
@@ -448,6 +475,18 @@ class Scheduler {
   // attempts, no history, no result (the attempt counter keeps rising).
   void ClearForRerun(TaskRecord& t);
 
+  // --- Periodic tasks (schedules.cc). ---
+  // Fires the due schedules, at most opts_.max_schedule_fires_per_tick.
+  void FireSchedules(absl::Time now);
+  // One fire: a task for `fire` through Submit, recorded on `s`.
+  void FireSchedule(ScheduleRecord& s, absl::Time fire);
+  // The first fire time of `s` strictly after `t`.
+  absl::Time NextFire(const ScheduleRecord& s, absl::Time t) const;
+  // The latest fire time of `s` at or before `now`, `due` (one) at least.
+  absl::Time LatestFire(const ScheduleRecord& s, absl::Time due, absl::Time now) const;
+  void PersistSchedule(const ScheduleRecord& s);
+  absl::StatusOr<ScheduleRecord*> LookupSchedule(const std::string& id);
+
   // --- Pull mode (board.cc). ---
   // A result as it may be stored: tails and error cut to max_output_bytes
   // (counting what went), an output past max_task_output_bytes fails the
@@ -555,6 +594,10 @@ class Scheduler {
   int64_t stale_messages_ = 0;
   TaskCounters counters_;
   int64_t placement_attempts_ = 0;
+
+  // Schedules by id, and the unpaused ones by (next fire, id).
+  absl::btree_map<std::string, std::unique_ptr<ScheduleRecord>> schedules_;
+  absl::btree_set<std::pair<absl::Time, std::string>> schedule_timer_;
 
   // Between BeginRestore and FinishRestore: the few tasks FinishRestore
   // needs, so a large table is walked once.

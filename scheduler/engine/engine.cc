@@ -199,7 +199,9 @@ absl::Status Engine::Restore() {
   reader.join();
   RETURN_IF_ERROR(parse_status);
   RETURN_IF_ERROR(read_status);
-  return sched_.FinishRestore();
+  RETURN_IF_ERROR(sched_.FinishRestore());
+  ASSIGN_OR_RETURN(std::vector<core::ScheduleRow> schedules, store_->LoadSchedules());
+  return sched_.RestoreSchedules(std::move(schedules));
 }
 
 void Engine::Stop() {

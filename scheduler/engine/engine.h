@@ -34,6 +34,7 @@
 #include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
+#include "taskgrid/v1/schedule_service.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::engine {
@@ -157,6 +158,16 @@ class Engine {
   void CancelJob(const std::string& id, Reply<v1::Job> done);
   void RetryJob(const std::string& id, Reply<v1::Job> done);
 
+  // --- ScheduleService (schedules.cc). Each reply runs once, after the
+  // change is durable; the fires commit with the ticker's Tick. ---
+  void CreateSchedule(v1::CreateScheduleRequest req, Reply<v1::Schedule> done);
+  void GetSchedule(const std::string& id, Reply<v1::Schedule> done);
+  // In id order; the page token is the last id of the page before.
+  void ListSchedules(const v1::ListSchedulesRequest& req, Reply<v1::ListSchedulesResponse> done);
+  void PauseSchedule(const std::string& id, Reply<v1::Schedule> done);
+  void ResumeSchedule(const std::string& id, Reply<v1::Schedule> done);
+  void DeleteSchedule(const std::string& id, Reply<v1::Schedule> done);
+
   // --- ClusterService. ---
   void ListAgents(Reply<v1::ListAgentsResponse> done);
   void DrainAgent(const std::string& id, Reply<v1::Agent> done);
@@ -236,6 +247,8 @@ class Engine {
   // Answers `done` with the task an operation returned (or its error), once
   // what the operation changed is committed. Holds mu_.
   void AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done);
+  // As AnswerTask, for a schedule.
+  void AnswerSchedule(absl::StatusOr<const core::ScheduleRecord*> s, Reply<v1::Schedule> done);
   void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
              const std::string& id, Reply<v1::Job> done);
   void BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),

@@ -79,6 +79,8 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.JobService/ListJobs", Role::kReader},
       {"/taskgrid.v1.ClusterService/ListAgents", Role::kReader},
       {"/taskgrid.v1.ClusterService/GetClusterStats", Role::kReader},
+      {"/taskgrid.v1.ScheduleService/GetSchedule", Role::kReader},
+      {"/taskgrid.v1.ScheduleService/ListSchedules", Role::kReader},
       // Changing tasks and jobs. SubmitTasks runs programs on the agents.
       {"/taskgrid.v1.TaskService/SubmitTasks", Role::kSubmitter},
       {"/taskgrid.v1.TaskService/CancelTask", Role::kSubmitter},
@@ -96,6 +98,11 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.JobService/CancelJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/RetryJob", Role::kSubmitter},
       {"/taskgrid.v1.BoardService/RestoreTask", Role::kSubmitter},
+      // Schedules submit tasks on their own, so they are a submitter's.
+      {"/taskgrid.v1.ScheduleService/CreateSchedule", Role::kSubmitter},
+      {"/taskgrid.v1.ScheduleService/PauseSchedule", Role::kSubmitter},
+      {"/taskgrid.v1.ScheduleService/ResumeSchedule", Role::kSubmitter},
+      {"/taskgrid.v1.ScheduleService/DeleteSchedule", Role::kSubmitter},
       // Agents.
       {"/taskgrid.v1.AgentService/Connect", Role::kAgent},
       // Pull workers do an agent's work: they receive tasks and report.

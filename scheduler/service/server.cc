@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->jobs_);
   builder.RegisterService(&s->board_);
+  builder.RegisterService(&s->schedules_);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,

@@ -18,6 +18,7 @@
 #include "scheduler/service/board_service.h"
 #include "scheduler/service/cluster_service.h"
 #include "scheduler/service/job_service.h"
+#include "scheduler/service/schedule_service.h"
 #include "scheduler/service/task_service.h"
 
 namespace taskgrid::service {
@@ -57,13 +58,15 @@ class SchedulerServer {
         agents_(engine, bind_agent_ids, agent_outbox),
         cluster_(engine),
         jobs_(engine),
-        board_(engine, bind_agent_ids) {}
+        board_(engine, bind_agent_ids),
+        schedules_(engine) {}
   engine::Engine* const engine_;
   TaskServiceImpl tasks_;
   AgentServiceImpl agents_;
   ClusterServiceImpl cluster_;
   JobServiceImpl jobs_;
   BoardServiceImpl board_;
+  ScheduleServiceImpl schedules_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

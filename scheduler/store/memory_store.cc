@@ -44,6 +44,13 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
     attempts_.erase(attempts_.lower_bound({id, INT32_MIN}), attempts_.lower_bound({id, below}));
   }
   for (const core::EventRow& e : batch.events) events_.push_back({e.revision, e});
+  for (const core::ScheduleRow& r : batch.schedules) {
+    if (r.erase) {
+      schedules_.erase(r.id);
+    } else {
+      schedules_[r.id] = r;
+    }
+  }
   if (batch.prune_events_through > 0) {
     auto keep = std::find_if(events_.begin(), events_.end(), [&](const StoredEvent& e) {
       return e.revision > batch.prune_events_through;
@@ -90,6 +97,13 @@ absl::StatusOr<std::vector<core::QueueRow>> MemoryStore::LoadQueues() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::QueueRow> out;
   for (const auto& [name, settings] : queues_) out.push_back({name, settings});
+  return out;
+}
+
+absl::StatusOr<std::vector<core::ScheduleRow>> MemoryStore::LoadSchedules() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::ScheduleRow> out;
+  for (const auto& [id, r] : schedules_) out.push_back(r);
   return out;
 }
 

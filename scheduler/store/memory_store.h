@@ -18,6 +18,7 @@ class MemoryStore final : public Store {
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
+  absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
@@ -27,6 +28,7 @@ class MemoryStore final : public Store {
   std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_
   std::map<std::pair<std::string, int32_t>, core::MergedRow> merged_;     // guarded by mu_
   std::map<std::string, std::string> queues_;                             // guarded by mu_
+  std::map<std::string, core::ScheduleRow> schedules_;                    // guarded by mu_
   std::vector<StoredEvent> events_;                                       // guarded by mu_
   int64_t newest_pruned_ = 0;                                             // guarded by mu_
 };

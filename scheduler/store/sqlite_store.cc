@@ -171,6 +171,23 @@ const std::vector<const char*>& Migrations() {
         settings BLOB NOT NULL
       ) WITHOUT ROWID;
       )sql",
+      // 9 -> 10: periodic tasks. A schedule's definition (a v1.Schedule
+      // blob) and where its fires stand, rewritten whole in the
+      // transaction of each fire's task.
+      R"sql(
+      CREATE TABLE schedules (
+        id           TEXT PRIMARY KEY,
+        definition   BLOB NOT NULL,
+        paused       INTEGER NOT NULL,
+        next_fire_us INTEGER NOT NULL,
+        last_fire_us INTEGER NOT NULL,
+        last_task_id TEXT NOT NULL,
+        fire_count   INTEGER NOT NULL,
+        last_error   TEXT NOT NULL,
+        create_us    INTEGER NOT NULL,
+        update_us    INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      )sql",
   };
   return *kMigrations;
 }
@@ -365,6 +382,11 @@ absl::Status SqliteStore::Prepare() {
       {&note_pruned_,
        "INSERT INTO meta (key, value) VALUES ('newest_pruned_revision', ?1) "
        "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)"},
+      {&put_schedule_,
+       "INSERT OR REPLACE INTO schedules (id, definition, paused, next_fire_us, last_fire_us, "
+       "last_task_id, fire_count, last_error, create_us, update_us) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
+      {&delete_schedule_, "DELETE FROM schedules WHERE id = ?1"},
   };
   for (auto& s : stmts) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -437,9 +459,9 @@ SqliteStore::~SqliteStore() {
     ckpt_thread_.join();
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
-  for (sqlite3_stmt* st :
-       {insert_task_, update_task_, insert_attempt_, clear_attempts_, trim_attempts_,
-        insert_merged_, put_queue_, delete_queue_, insert_event_, prune_events_, note_pruned_}) {
+  for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
+                           trim_attempts_, insert_merged_, put_queue_, delete_queue_, insert_event_,
+                           prune_events_, note_pruned_, put_schedule_, delete_schedule_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -563,6 +585,25 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
     sqlite3_bind_int64(st, 9, e.revision);
     BindText(st, 10, e.job_id);
     if (absl::Status s = Step(db_, st, "inserting an event"); !s.ok()) return s;
+  }
+  for (const core::ScheduleRow& r : batch.schedules) {
+    if (r.erase) {
+      BindText(delete_schedule_, 1, r.id);
+      if (absl::Status s = Step(db_, delete_schedule_, "deleting a schedule"); !s.ok()) return s;
+      continue;
+    }
+    sqlite3_stmt* st = put_schedule_;
+    BindText(st, 1, r.id);
+    BindBlob(st, 2, r.definition);
+    sqlite3_bind_int(st, 3, r.paused ? 1 : 0);
+    sqlite3_bind_int64(st, 4, r.next_fire_us);
+    sqlite3_bind_int64(st, 5, r.last_fire_us);
+    BindText(st, 6, r.last_task_id);
+    sqlite3_bind_int64(st, 7, r.fire_count);
+    BindText(st, 8, r.last_error);
+    sqlite3_bind_int64(st, 9, r.create_us);
+    sqlite3_bind_int64(st, 10, r.update_us);
+    if (absl::Status s = Step(db_, st, absl::StrCat("writing schedule ", r.id)); !s.ok()) return s;
   }
   if (batch.prune_events_through > 0) {
     sqlite3_bind_int64(prune_events_, 1, batch.prune_events_through);
@@ -707,6 +748,34 @@ absl::StatusOr<std::vector<core::QueueRow>> SqliteStore::LoadQueues() {
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading queue settings");
+  return out;
+}
+
+absl::StatusOr<std::vector<core::ScheduleRow>> SqliteStore::LoadSchedules() {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT id, definition, paused, next_fire_us, last_fire_us, last_task_id, "
+                         "fire_count, last_error, create_us, update_us FROM schedules ORDER BY id",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "loading schedules");
+  }
+  std::vector<core::ScheduleRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    core::ScheduleRow& r = out.emplace_back();
+    r.id = ColumnString(st, 0);
+    r.definition = ColumnString(st, 1);
+    r.paused = sqlite3_column_int(st, 2) != 0;
+    r.next_fire_us = sqlite3_column_int64(st, 3);
+    r.last_fire_us = sqlite3_column_int64(st, 4);
+    r.last_task_id = ColumnString(st, 5);
+    r.fire_count = sqlite3_column_int64(st, 6);
+    r.last_error = ColumnString(st, 7);
+    r.create_us = sqlite3_column_int64(st, 8);
+    r.update_us = sqlite3_column_int64(st, 9);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return SqlError(db_, "loading schedules");
   return out;
 }
 

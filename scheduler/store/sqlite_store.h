@@ -47,6 +47,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
   absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
+  absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
@@ -79,6 +80,8 @@ class SqliteStore final : public Store {
   sqlite3_stmt* insert_event_ = nullptr;
   sqlite3_stmt* prune_events_ = nullptr;
   sqlite3_stmt* note_pruned_ = nullptr;
+  sqlite3_stmt* put_schedule_ = nullptr;
+  sqlite3_stmt* delete_schedule_ = nullptr;
 
   // Checkpoints run on a thread and connection of their own, asked for by
   // the writer connection's WAL hook once the WAL holds

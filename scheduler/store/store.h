@@ -7,8 +7,8 @@
 //
 // Thread contract: Apply is called by one writer thread at a time (the
 // GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
-// LoadAttempts, LoadTasks) only before that writer starts, from one thread
-// at a time; ReadEvents may be called from any thread.
+// LoadAttempts, LoadMerged, LoadSchedules, LoadTasks) only before that writer starts, from one
+// thread at a time; ReadEvents may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +68,8 @@ class Store {
   virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
   // Every queue's stored settings, by name.
   virtual absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() = 0;
+  // Every schedule, by id.
+  virtual absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() = 0;
 
   // Every task with its finished attempts, in submit (seq) order: the whole
   // table at once, for tests and tools (recovery uses the calls above).

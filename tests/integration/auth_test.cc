@@ -20,6 +20,7 @@
 #include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
+#include "taskgrid/v1/schedule_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
 #include "tests/testing/temp_dir.h"
 
@@ -101,7 +102,7 @@ TEST(TokenAuth, EveryMethodTheSchedulerServesHasARole) {
   for (const google::protobuf::FileDescriptor* file :
        {v1::SubmitTasksRequest::descriptor()->file(), v1::SubmitJobRequest::descriptor()->file(),
         v1::ListAgentsRequest::descriptor()->file(), v1::AgentMessage::descriptor()->file(),
-        v1::ClaimRequest::descriptor()->file()}) {
+        v1::ClaimRequest::descriptor()->file(), v1::CreateScheduleRequest::descriptor()->file()}) {
     for (int s = 0; s < file->service_count(); ++s, ++services) {
       const google::protobuf::ServiceDescriptor* service = file->service(s);
       for (int i = 0; i < service->method_count(); ++i) {
@@ -111,7 +112,7 @@ TEST(TokenAuth, EveryMethodTheSchedulerServesHasARole) {
       }
     }
   }
-  EXPECT_EQ(services, 5);
+  EXPECT_EQ(services, 6);
   // The table names nothing the scheduler does not serve, besides health and reflection.
   int none = 0;
   for (const auto& [method, role] : MethodRoles()) none += role == Role::kNone;

@@ -41,6 +41,9 @@ RPC_COMMANDS = {
     "Claim": "board claim", "ExtendClaim": "board extend", "CompleteClaim": "board complete",
     "AbandonClaim": "board abandon", "TrashClaim": "board trash", "RestoreTask": "board restore",
     "WaitForWork": "board wait",
+    "CreateSchedule": "schedule create", "GetSchedule": "schedule get",
+    "ListSchedules": "schedule list", "PauseSchedule": "schedule pause",
+    "ResumeSchedule": "schedule resume", "DeleteSchedule": "schedule delete",
 }
 # One line of `watch`: REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  [reason]
 EVENT_LINE = re.compile(r"^(\d+)  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)  (\S+)  "
@@ -710,7 +713,8 @@ class NoAgentTest(CliTestCase):
 
     def test_every_rpc_has_a_command(self):
         rpcs = {}
-        for proto in ("task_service.proto", "cluster_service.proto", "board_service.proto"):
+        for proto in ("task_service.proto", "cluster_service.proto", "board_service.proto",
+                      "schedule_service.proto"):
             with open(os.path.join(PROTO_DIR, proto)) as f:
                 for name in re.findall(r"(?m)^\s*rpc\s+(\w+)\s*\(", f.read()):
                     rpcs[name] = proto

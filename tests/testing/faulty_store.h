@@ -80,6 +80,9 @@ class FaultyStore final : public store::Store {
     return inner_->LoadMerged();
   }
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override { return inner_->LoadQueues(); }
+  absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override {
+    return inner_->LoadSchedules();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     auto events = inner_->ReadEvents(after, limit);
     std::unique_lock<std::mutex> lock(mu_);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "tools/ctl/help.h"
 #include "tools/ctl/output.h"
 #include "tools/ctl/parse.h"
@@ -205,6 +206,44 @@ TEST(CtlHelp, SubmitTakesAndExplainsTheReplicaFlags) {
   }
   EXPECT_THAT(help, ::testing::HasSubstr("taskgridctl submit --replicas=3 --success=quorum:2 -- "
                                          "/usr/bin/verify-block 42"));
+}
+
+TEST(CtlOutput, SchedulesShowTheirTriggerStateAndFires) {
+  v1::Schedule s;
+  s.set_id("nightly");
+  s.set_cron("0 3 * * *");
+  s.set_time_zone("Europe/Berlin");
+  s.set_misfire_policy(v1::MISFIRE_POLICY_RUN_ONCE);
+  s.set_last_task_id("nightly:20261125T020000Z");
+  s.set_fire_count(7);
+  s.set_last_error("fire at 2026-11-24T02:00:00Z refused: RESOURCE_EXHAUSTED: queue\nfull");
+  s.mutable_task_template()->add_steps()->mutable_exec()->add_argv("./backup.sh");
+  EXPECT_EQ(FormatTrigger(s), "0 3 * * * (Europe/Berlin)");
+  s.set_paused(true);
+  EXPECT_EQ(FormatScheduleSummary(s), "nightly PAUSED  next fire -");
+  const std::string detail = FormatScheduleDetail(s);
+  EXPECT_THAT(detail, ContainsRegex("Trigger: +0 3 \\* \\* \\* \\(Europe/Berlin\\)\n"));
+  EXPECT_THAT(detail, ContainsRegex("Misfire: +RUN_ONCE\n"));
+  EXPECT_THAT(detail, ContainsRegex("Fires: +7\n"));
+  EXPECT_THAT(detail, ContainsRegex("Last task: +nightly:20261125T020000Z\n"));
+  EXPECT_THAT(detail, ContainsRegex("Last error: +fire at .* queue full\n"));
+  EXPECT_THAT(detail, ContainsRegex("Queue: +default\n"));
+  v1::Schedule every;
+  every.set_id("beat");
+  *every.mutable_interval() = ToProto(absl::Seconds(90));
+  EXPECT_EQ(FormatTrigger(every), "every 1m30s");
+  const std::string table = FormatScheduleList({s, every});
+  EXPECT_THAT(table,
+              ContainsRegex("^ID +STATE +TRIGGER +NEXT FIRE +LAST TASK +FIRES +LAST ERROR\n"));
+  EXPECT_THAT(table, ContainsRegex("\nnightly +PAUSED +0 3 \\* \\* \\* \\(Europe/Berlin\\) +- +"
+                                   "nightly:20261125T020000Z +7 +fire at"));
+  EXPECT_THAT(table, ContainsRegex("\nbeat +ACTIVE +every 1m30s +- +- +0 +-\n"));
+  // `taskgridctl help schedule` lists exactly the schedule commands.
+  for (const Command& c : Commands()) {
+    EXPECT_EQ(absl::StartsWith(c.name, "schedule "),
+              ScheduleUsageText().find(absl::StrCat("\n  ", c.synopsis, "\n")) != std::string::npos)
+        << c.name;
+  }
 }
 
 TEST(CtlParse, SuccessPolicies) {

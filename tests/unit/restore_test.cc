@@ -54,6 +54,9 @@ class BrokenScanStore final : public store::Store {
   absl::StatusOr<std::vector<AttemptRow>> LoadAttempts() override { return inner_->LoadAttempts(); }
   absl::StatusOr<std::vector<MergedRow>> LoadMerged() override { return inner_->LoadMerged(); }
   absl::StatusOr<std::vector<QueueRow>> LoadQueues() override { return inner_->LoadQueues(); }
+  absl::StatusOr<std::vector<ScheduleRow>> LoadSchedules() override {
+    return inner_->LoadSchedules();
+  }
   absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
     return inner_->ReadEvents(after, limit);
   }
@@ -348,6 +351,73 @@ TEST_P(RestoreTest, AMissingDependencyFailsTheStart) {
   auto e = StartEngine();
   EXPECT_EQ(start_status_.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(start_status_.message()), HasSubstr("depends on a"));
+}
+
+TEST_P(RestoreTest, SchedulesComeBackAndTheirMissedFiresFollowThePolicy) {
+  // FakeClock starts at 2023-11-14T22:13:20Z.
+  v1::Schedule beat;
+  beat.set_id("beat");
+  beat.mutable_interval()->set_seconds(10);
+  beat.set_misfire_policy(v1::MISFIRE_POLICY_RUN_ONCE);
+  beat.mutable_task_template()->add_steps()->mutable_builtin()->set_name("noop");
+  ASSERT_TRUE(sched_.CreateSchedule(beat).ok());
+  v1::Schedule quiet = beat;
+  quiet.set_id("quiet");
+  quiet.set_misfire_policy(v1::MISFIRE_POLICY_SKIP);
+  ASSERT_TRUE(sched_.CreateSchedule(quiet).ok());
+  v1::Schedule held = beat;
+  held.set_id("held");
+  held.set_paused(true);
+  ASSERT_TRUE(sched_.CreateSchedule(held).ok());
+  Persist();
+  clock_.Advance(absl::Seconds(10));
+  sched_.Tick();
+  Persist();
+  // Down for 25 s: beat (RUN_ONCE) and quiet (SKIP) miss T0+20 and T0+30.
+  clock_.Advance(absl::Seconds(25));
+  auto e = StartEngine();
+  ASSERT_TRUE(start_status_.ok()) << start_status_;
+  e->TickNow();
+  e->Sync();
+  e->Inspect([&](const Scheduler& got) {
+    ASSERT_EQ(got.schedule_count(), 3u);
+    EXPECT_NE(got.Find("beat:20231114T221330Z"), nullptr);
+    EXPECT_NE(got.Find("beat:20231114T221350Z"), nullptr);  // the latest missed, once
+    EXPECT_EQ(got.Find("beat:20231114T221340Z"), nullptr);
+    EXPECT_NE(got.Find("quiet:20231114T221330Z"), nullptr);
+    EXPECT_EQ(got.Find("quiet:20231114T221350Z"), nullptr);
+    EXPECT_EQ(got.task_count(), 3u);
+    EXPECT_TRUE(got.FindSchedule("held")->paused);
+    EXPECT_EQ(got.FindSchedule("quiet")->next_fire, clock_.Now() + absl::Seconds(5));
+  });
+  // The fires' rows committed: the store holds both the task and the
+  // schedule that made it.
+  auto rows = store_->LoadSchedules();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].id, "beat");
+  EXPECT_EQ((*rows)[0].fire_count, 2);
+  EXPECT_EQ((*rows)[0].last_task_id, "beat:20231114T221350Z");
+  auto tasks = store_->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_EQ(tasks->size(), 3u);
+}
+
+TEST_P(RestoreTest, AScheduleWhoseZoneIsGoneFailsTheStartNamingIt) {
+  v1::Schedule def;
+  def.set_id("lost");
+  def.set_cron("@daily");
+  def.set_time_zone("Atlantis/Capital");
+  def.mutable_task_template()->add_steps()->mutable_builtin()->set_name("noop");
+  core::WriteBatch b;
+  core::ScheduleRow row;
+  row.id = "lost";
+  def.SerializeToString(&row.definition);
+  b.schedules.push_back(row);
+  ASSERT_TRUE(store_->Apply(b).ok());
+  auto e = StartEngine();
+  EXPECT_EQ(start_status_.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(start_status_.message()), HasSubstr("stored schedule lost.time_zone"));
 }
 
 }  // namespace

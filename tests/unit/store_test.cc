@@ -99,6 +99,105 @@ TYPED_TEST(StoreConformance, EmptyStoreLoadsNothing) {
   EXPECT_TRUE(tasks->empty());
 }
 
+core::ScheduleRow ScheduleRowOf(const std::string& id, int64_t n) {
+  core::ScheduleRow r;
+  r.id = id;
+  r.definition = std::string(
+                     "\x0a\x03"
+                     "abc\0",
+                     6) +
+                 id;  // bytes, NUL included
+  r.paused = n % 2 == 1;
+  r.next_fire_us = 1'000 + n;
+  r.last_fire_us = 2'000 + n;
+  r.last_task_id = id + ":20261125T030000Z";
+  r.fire_count = 10 + n;
+  r.last_error = n == 0 ? "" : "fire at ... refused";
+  r.create_us = 3'000 + n;
+  r.update_us = 4'000 + n;
+  return r;
+}
+
+void ExpectSameSchedule(const core::ScheduleRow& got, const core::ScheduleRow& want) {
+  EXPECT_EQ(got.id, want.id);
+  EXPECT_EQ(got.definition, want.definition);
+  EXPECT_EQ(got.paused, want.paused);
+  EXPECT_EQ(got.next_fire_us, want.next_fire_us);
+  EXPECT_EQ(got.last_fire_us, want.last_fire_us);
+  EXPECT_EQ(got.last_task_id, want.last_task_id);
+  EXPECT_EQ(got.fire_count, want.fire_count);
+  EXPECT_EQ(got.last_error, want.last_error);
+  EXPECT_EQ(got.create_us, want.create_us);
+  EXPECT_EQ(got.update_us, want.update_us);
+  EXPECT_FALSE(got.erase);
+}
+
+TYPED_TEST(StoreConformance, SchedulesRoundTripReplaceAndErase) {
+  auto none = this->store()->LoadSchedules();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  core::WriteBatch b;
+  b.schedules.push_back(ScheduleRowOf("zeta", 1));
+  b.schedules.push_back(ScheduleRowOf("alpha", 0));
+  b.schedules.push_back(ScheduleRowOf("mid", 2));
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(b.size(), 3u);
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  this->Reopen();
+  auto got = this->store()->LoadSchedules();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 3u);  // by id
+  ExpectSameSchedule((*got)[0], ScheduleRowOf("alpha", 0));
+  ExpectSameSchedule((*got)[1], ScheduleRowOf("mid", 2));
+  ExpectSameSchedule((*got)[2], ScheduleRowOf("zeta", 1));
+  // A row is written whole: the later one in a batch wins; erase deletes.
+  core::WriteBatch c;
+  c.schedules.push_back(ScheduleRowOf("alpha", 5));
+  c.schedules.push_back(ScheduleRowOf("alpha", 6));
+  core::ScheduleRow gone;
+  gone.erase = true;
+  gone.id = "mid";
+  c.schedules.push_back(gone);
+  core::ScheduleRow unknown = gone;
+  unknown.id = "never-was";
+  c.schedules.push_back(unknown);
+  ASSERT_TRUE(this->store()->Apply(c).ok());
+  this->Reopen();
+  got = this->store()->LoadSchedules();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 2u);
+  ExpectSameSchedule((*got)[0], ScheduleRowOf("alpha", 6));
+  ExpectSameSchedule((*got)[1], ScheduleRowOf("zeta", 1));
+  // Tasks are untouched by all this.
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_TRUE(tasks->empty());
+}
+
+TYPED_TEST(StoreConformance, AScheduleRowCommitsWithItsTaskOrNotAtAll) {
+  // A fire: the task and the schedule's row in one batch.
+  core::WriteBatch fire;
+  fire.tasks.push_back(Row("beat:20261125T030000Z", 1));
+  fire.schedules.push_back(ScheduleRowOf("beat", 0));
+  ASSERT_TRUE(this->store()->Apply(fire).ok());
+  // A batch that fails (its task update names no row) keeps nothing of it.
+  core::WriteBatch broken;
+  broken.schedules.push_back(ScheduleRowOf("beat", 4));
+  core::TaskRow missing = Row("missing", 9);
+  missing.insert = false;
+  broken.tasks.push_back(missing);
+  EXPECT_FALSE(this->store()->Apply(broken).ok());
+  this->Reopen();
+  auto got = this->store()->LoadSchedules();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 1u);
+  ExpectSameSchedule((*got)[0], ScheduleRowOf("beat", 0));
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].row.id, "beat:20261125T030000Z");
+}
+
 TYPED_TEST(StoreConformance, RoundTripsEveryColumn) {
   core::WriteBatch b;
   core::TaskRow r = Row("t1", 7);

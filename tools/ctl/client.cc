@@ -33,6 +33,7 @@ Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
   cluster_stub_ = v1::ClusterService::NewStub(channel_);
   job_stub_ = v1::JobService::NewStub(channel_);
   board_stub_ = v1::BoardService::NewStub(channel_);
+  schedule_stub_ = v1::ScheduleService::NewStub(channel_);
 }
 
 void Client::Report(const grpc::Status& gs) const {

@@ -20,6 +20,7 @@
 #include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
+#include "taskgrid/v1/schedule_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
 
 namespace taskgrid::ctl {
@@ -35,6 +36,7 @@ inline constexpr int kExitWaitTimedOut = 4;
 
 enum class Action { kCancel, kRetry, kReset, kPause, kResume };
 enum class JobAction { kCancel, kRetry };
+enum class ScheduleAction { kPause, kResume, kDelete };
 
 struct ClientOptions {
   std::string addr;                            // HOST:PORT of the scheduler
@@ -110,6 +112,14 @@ class Client {
   int BoardRestore(const std::string& id);
   int BoardWait(const v1::WaitForWorkRequest& req);
 
+  // ScheduleService (schedule.cc): create, pause and resume print
+  // "ID STATE  next fire TIME", delete "ID deleted ...", get the detail
+  // view, list the table (`all`: every page).
+  int CreateSchedule(const v1::CreateScheduleRequest& req);
+  int GetSchedule(const std::string& id);
+  int ListSchedules(v1::ListSchedulesRequest req, bool all);
+  int ActOnSchedule(ScheduleAction action, const std::string& id);
+
  private:
   // "ID STATE", or the Agent as JSON.
   int PrintAgent(const v1::Agent& agent);
@@ -148,9 +158,10 @@ class Client {
   ClientOptions opts_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::TaskService::Stub> stub_;
-  std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;  // same channel as stub_
-  std::unique_ptr<v1::JobService::Stub> job_stub_;          // same channel as stub_
-  std::unique_ptr<v1::BoardService::Stub> board_stub_;      // same channel as stub_
+  std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;    // same channel as stub_
+  std::unique_ptr<v1::JobService::Stub> job_stub_;            // same channel as stub_
+  std::unique_ptr<v1::BoardService::Stub> board_stub_;        // same channel as stub_
+  std::unique_ptr<v1::ScheduleService::Stub> schedule_stub_;  // same channel as stub_
 };
 
 // The templates every command file uses.

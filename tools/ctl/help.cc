@@ -15,6 +15,10 @@ extern const char kJobCommands[] =
 
 extern const char kQueueCommands[] = "Queue commands: queue pause, queue resume, queue limits";
 
+extern const char kScheduleCommands[] =
+    "Schedule commands: schedule create, schedule get, schedule list, schedule pause, "
+    "schedule resume, schedule delete";
+
 extern const char kBoardCommands[] =
     "Board commands: board claim, board extend, board complete, board abandon, board trash, "
     "board restore, board wait";
@@ -438,6 +442,95 @@ attempts it used still count. Prints "ID STATE".)txt"},
 (at once when it already does), or when --wait_timeout (at most 1 hour) passes.
 Prints "N ready"; exit 0 when N > 0, 4 when the wait ran out with none.
 Another worker may claim them first.)txt"},
+      {"schedule create",
+       "schedule create ID (--cron=EXPR [--tz=ZONE] | --every=DUR) [--misfire=skip|run_once] "
+       "[--paused] [FLAGS] -- PROGRAM [ARGS...]",
+       "Create a schedule: a task (as submit would make it) on every fire",
+       "taskgridctl schedule create nightly --cron='0 3 * * *' --tz=Europe/Berlin -- ./backup.sh",
+       {// The trigger.
+        "cron", "every", "tz", "misfire", "paused",
+        // The task template: as submit.
+        "file", "builtin", "queue", "priority", "max_attempts", "payload", "payload_file", "env",
+        "cwd", "step_timeout", "attempt_timeout", "ack_timeout", "schedule_timeout", "labels",
+        "agents", "slots", "merge_key", "merge_update", "replicas", "replica_agents", "success"},
+       R"txt(Forms:
+  taskgridctl schedule create ID --cron=EXPR|--every=DUR [FLAGS] -- PROGRAM [ARGS...]
+  taskgridctl schedule create ID --cron=EXPR|--every=DUR --builtin=NAME [FLAGS] [--] [ARGS...]
+  taskgridctl schedule create ID --cron=EXPR|--every=DUR -f FILE   (one TaskSpec in JSON)
+
+The trigger, exactly one of:
+  --cron=EXPR   5 fields: minute hour day-of-month month day-of-week. Each is *,
+                a value, a range a-b, a list a,b, or a step */n or a-b/n; months
+                JAN-DEC and weekdays SUN-SAT by name too (0 and 7 are Sunday).
+                When day-of-month and day-of-week are both restricted, a day
+                matching either fires. Or @hourly, @daily, @weekly, @monthly,
+                @yearly. Quote it: --cron='*/15 9-17 * * MON-FRI'
+  --every=DUR   every DUR (whole seconds, at least 1s), counted from the creation
+--tz=ZONE      the IANA time zone --cron reads wall times in (default UTC), e.g.
+               Europe/Berlin. Daylight saving: a wall time skipped by the
+               spring-forward does not fire that day; a wall time repeated by
+               the fall-back fires once, at its first occurrence.
+--misfire=skip|run_once  fires missed while the scheduler was down: skip (the
+               default) drops them; run_once makes one task for the latest, then
+               goes on as usual
+--paused       create it paused (schedule resume starts it)
+
+Every other flag builds the task each fire creates, as for submit (no --id,
+--not_before or --wait). Each fire's task id is ID:YYYYMMDDTHHMMSSZ (the fire
+time in UTC), e.g. nightly:20261125T020000Z, so a fire never makes two tasks,
+not even across a crash or restart. A fire the scheduler refuses (e.g. the
+queue is full) is skipped and shown as the schedule's last error.
+
+ID: 1-111 characters of [A-Za-z0-9._:-]. Creating the same schedule again is
+safe (returns it); the same ID with another definition is ALREADY_EXISTS. Bad
+input is INVALID_ARGUMENT naming the field (e.g. schedule.cron "0 25 * * *":
+hour: 25 is out of range 0-23), exit 1; nothing is stored.
+
+  taskgridctl schedule create heartbeat --every=1m --builtin=echo -- alive
+  taskgridctl schedule create weekdays --cron='30 8 * * MON-FRI' --tz=America/New_York \
+      --queue=reports --misfire=run_once -- ./morning-report.sh
+
+Prints "ID ACTIVE  next fire TIME" (PAUSED with --paused); --json prints the
+Schedule.)txt"},
+      {"schedule get",
+       "schedule get ID",
+       "Show a schedule: trigger, state, next and last fire, last task, errors",
+       "taskgridctl schedule get nightly",
+       {},
+       R"txt(Fires counts the tasks it created; Last task is the newest of them
+(`taskgridctl get TASK` shows it). Last error says why the latest fire was
+refused, when it was; it clears once a fire succeeds. --json prints the
+Schedule.)txt"},
+      {"schedule list",
+       "schedule list [--page_size=N] [--page_token=T] [--all]",
+       "List schedules in id order",
+       "taskgridctl schedule list",
+       {"page_size", "page_token", "all"},
+       R"txt(Columns: ID, STATE (ACTIVE or PAUSED), TRIGGER (the cron expression with its
+zone, or "every DUR"), NEXT FIRE, LAST TASK, FIRES, LAST ERROR. When more
+schedules exist, stderr says "more: --page_token=TOKEN"; --all follows every
+page. --json prints the ListSchedulesResponse.)txt"},
+      {"schedule pause",
+       "schedule pause ID",
+       "Stop a schedule's fires until it is resumed",
+       "taskgridctl schedule pause nightly",
+       {},
+       R"txt(Tasks it created already are not touched. Pausing a paused schedule is
+fine. Prints "ID PAUSED  next fire -".)txt"},
+      {"schedule resume",
+       "schedule resume ID",
+       "Start a paused schedule again from its next fire time",
+       "taskgridctl schedule resume nightly",
+       {},
+       R"txt(The fires that fell while it was paused are not made up. Prints
+"ID ACTIVE  next fire TIME".)txt"},
+      {"schedule delete",
+       "schedule delete ID",
+       "Remove a schedule (the tasks it created stay)",
+       "taskgridctl schedule delete nightly",
+       {},
+       R"txt(Prints "ID deleted (N fires; its tasks stay)"; --json prints the Schedule as
+it was. The ID may be used again.)txt"},
       {"delete",
        "delete --merge_key=KEY [--queue=Q]",
        "Cancel the waiting task of a merge key",
@@ -488,7 +581,8 @@ std::string UsageText() {
       "2 usage error (nothing was sent); wait and submit --wait: 3 a task FAILED or was\n"
       "CANCELLED, 4 --wait_timeout passed first; job submit --wait: 3 the job FAILED\n"
       "or was CANCELLED, 4 --wait_timeout passed first.\n"
-      "`taskgridctl help COMMAND` shows the details of a command (e.g. help job submit).\n");
+      "`taskgridctl help COMMAND` shows the details of a command (e.g. help job submit,\n"
+      "help schedule create).\n");
   return out;
 }
 
@@ -531,6 +625,13 @@ std::string QueueUsageText() {
       "stored, and survive a restart.",
       "Also: stats shows each queue's controls; cancel --queue=Q and retry --queue=Q\n"
       "change a queue's tasks by filter.\n");
+}
+
+// `taskgridctl help schedule`: the schedule commands, as in UsageText.
+std::string ScheduleUsageText() {
+  return GroupUsageText(
+      "schedule",
+      "Schedules (periodic tasks): each fire creates a task, id SCHEDULE:YYYYMMDDTHHMMSSZ.", "");
 }
 
 std::string CommandHelp(const Command& c) {

@@ -16,6 +16,7 @@ std::string JobStatesLine();
 extern const char kJobCommands[];
 extern const char kBoardCommands[];
 extern const char kQueueCommands[];
+extern const char kScheduleCommands[];
 
 struct Command {
   const char* name;
@@ -38,6 +39,8 @@ std::string JobUsageText();
 std::string BoardUsageText();
 // `taskgridctl help queue`: the queue commands.
 std::string QueueUsageText();
+// `taskgridctl help schedule`: the schedule commands.
+std::string ScheduleUsageText();
 // `taskgridctl help NAME`.
 std::string CommandHelp(const Command& c);
 

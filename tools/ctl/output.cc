@@ -553,4 +553,51 @@ std::string FormatClaims(const v1::ClaimResponse& resp) {
   return table.Render();
 }
 
+namespace {
+std::string ScheduleState(const v1::Schedule& s) { return s.paused() ? "PAUSED" : "ACTIVE"; }
+}  // namespace
+
+std::string FormatTrigger(const v1::Schedule& s) {
+  if (!s.cron().empty()) {
+    return absl::StrCat(s.cron(), " (", s.time_zone().empty() ? "UTC" : s.time_zone(), ")");
+  }
+  return absl::StrCat("every ", absl::FormatDuration(FromProto(s.interval())));
+}
+
+std::string FormatScheduleSummary(const v1::Schedule& s) {
+  return absl::StrCat(s.id(), " ", ScheduleState(s), "  next fire ",
+                      FormatTime(s.next_fire_time()));
+}
+
+std::string FormatScheduleDetail(const v1::Schedule& s) {
+  std::string out;
+  Field(&out, "Schedule", s.id());
+  Field(&out, "State", ScheduleState(s));
+  Field(&out, "Trigger", FormatTrigger(s));
+  Field(&out, "Misfire", s.misfire_policy() == v1::MISFIRE_POLICY_RUN_ONCE ? "RUN_ONCE" : "SKIP");
+  Field(&out, "Next fire", FormatTime(s.next_fire_time()));
+  Field(&out, "Last fire", FormatTime(s.last_fire_time()));
+  Field(&out, "Last task", s.last_task_id().empty() ? "-" : s.last_task_id());
+  Field(&out, "Fires", absl::StrCat(s.fire_count()));
+  if (!s.last_error().empty()) Field(&out, "Last error", OneLine(s.last_error()));
+  const v1::TaskSpec& t = s.task_template();
+  Field(&out, "Queue", t.queue().empty() ? "default" : t.queue());
+  std::vector<std::string> steps;
+  for (const v1::Step& step : t.steps()) steps.push_back(StepText(step));
+  Field(&out, "Task", OneLine(absl::StrJoin(steps, "; ")));
+  Field(&out, "Created", FormatTime(s.create_time()));
+  Field(&out, "Updated", FormatTime(s.update_time()));
+  return out;
+}
+
+std::string FormatScheduleList(const std::vector<v1::Schedule>& schedules) {
+  Table table({"ID", "STATE", "TRIGGER", "NEXT FIRE", "LAST TASK", "FIRES", "LAST ERROR"});
+  for (const v1::Schedule& s : schedules) {
+    table.AddRow({s.id(), ScheduleState(s), FormatTrigger(s), FormatTime(s.next_fire_time()),
+                  s.last_task_id().empty() ? "-" : s.last_task_id(), absl::StrCat(s.fire_count()),
+                  s.last_error().empty() ? "-" : Shorten(OneLine(s.last_error()), 60)});
+  }
+  return table.Render();
+}
+
 }  // namespace taskgrid::ctl

@@ -13,6 +13,7 @@
 #include "taskgrid/v1/board_service.pb.h"
 #include "taskgrid/v1/cluster_service.pb.h"
 #include "taskgrid/v1/job_service.pb.h"
+#include "taskgrid/v1/schedule_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 #include "taskgrid/v1/task_service.pb.h"
 
@@ -111,5 +112,19 @@ std::string FormatJobDetail(const v1::Job& job);
 
 // The table of `job list`: ID, STATE, TASKS, COUNTS, CREATED, UPDATED.
 std::string FormatJobList(const std::vector<v1::Job>& jobs);
+
+// A schedule's trigger: "0 3 * * * (Europe/Berlin)" or "every 1m".
+std::string FormatTrigger(const v1::Schedule& s);
+
+// One line (no newline) for schedule create, pause and resume:
+// "ID ACTIVE|PAUSED  next fire TIME" ("-" while paused).
+std::string FormatScheduleSummary(const v1::Schedule& s);
+
+// The key/value view of `schedule get`.
+std::string FormatScheduleDetail(const v1::Schedule& s);
+
+// The table of `schedule list`: ID, STATE, TRIGGER, NEXT FIRE, LAST TASK,
+// FIRES, LAST ERROR.
+std::string FormatScheduleList(const std::vector<v1::Schedule>& schedules);
 
 }  // namespace taskgrid::ctl
