@@ -680,9 +680,19 @@ void Engine::ListAgents(Reply<v1::ListAgentsResponse> done) {
 }
 
 void Engine::DrainAgent(const std::string& id, Reply<v1::Agent> done) {
+  AgentOp(&core::Scheduler::Drain, id, std::move(done));
+}
+
+void Engine::UndrainAgent(const std::string& id, Reply<v1::Agent> done) {
+  AgentOp(&core::Scheduler::Undrain, id, std::move(done));
+}
+
+void Engine::AgentOp(
+    absl::StatusOr<const core::AgentRecord*> (core::Scheduler::*op)(const std::string&),
+    const std::string& id, Reply<v1::Agent> done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
-  auto a = sched_.Drain(id);
+  auto a = (sched_.*op)(id);
   absl::StatusOr<v1::Agent> result;
   if (!a.ok()) {
     result = a.status();

@@ -251,6 +251,8 @@ class Engine {
   void AnswerSchedule(absl::StatusOr<const core::ScheduleRecord*> s, Reply<v1::Schedule> done);
   void JobOp(absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
              const std::string& id, Reply<v1::Job> done);
+  void AgentOp(absl::StatusOr<const core::AgentRecord*> (core::Scheduler::*op)(const std::string&),
+               const std::string& id, Reply<v1::Agent> done);
   void BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
               const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   // Answers the pull workers waiting on a controlled queue that may claim

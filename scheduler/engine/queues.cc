@@ -1,5 +1,5 @@
 // The Engine's side of the queue controls (pause, limits), bulk cancel and
-// retry by filter, and UndrainAgent: each runs on the Scheduler under the
+// retry by filter: each runs on the Scheduler under the
 // Engine's mutex and is answered after its rows are committed. Pull
 // workers waiting on a controlled queue are looked at on every tick, so
 // they hear as soon as it may start a task again (resumed, room under its
@@ -85,21 +85,6 @@ void Engine::CancelTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksRes
 
 void Engine::RetryTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done) {
   BulkOp(&core::Scheduler::RetryTasks, req, std::move(done));
-}
-
-void Engine::UndrainAgent(const std::string& id, Reply<v1::Agent> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  auto a = sched_.Undrain(id);
-  absl::StatusOr<v1::Agent> result;
-  if (!a.ok()) {
-    result = a.status();
-  } else {
-    v1::Agent view;
-    sched_.DescribeAgent(**a, &view);
-    result = std::move(view);
-  }
-  Answer(std::move(result), std::move(done));
 }
 
 void Engine::WakeControlledLocked() {

@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, TcpProxy, wait_until  # noqa: E402
+from harness import Cluster, TcpProxy, unix_time, wait_until  # noqa: E402
 
 # Scheduler flags of the tests that wait for a lease to expire (the defaults
 # are 5 s each). Agents stop their tasks themselves after hearing nothing for
@@ -200,7 +200,7 @@ class FaultTest(unittest.TestCase):
                 self.assertEqual(last["agent_id"], survivor, f"{tid}: {history(t)}")
 
             def since_kill(field, index):
-                return max(harness.unix_time(tasks[tid]["attempts"][index][field]) for tid in held) - \
+                return max(unix_time(tasks[tid]["attempts"][index][field]) for tid in held) - \
                     kill_time
             print(f"\n[fault] kill -9 of {victim} holding {len(held)} running tasks: the last of "
                   f"them succeeded on {survivor} {since_kill('finish_time', -1):.1f} s after the "
@@ -418,7 +418,7 @@ class FaultTest(unittest.TestCase):
                 self.assertTrue(first.get("interrupted"),
                                 f"{tid}: a released attempt is not interrupted: "
                                 f"{history(got[tid])}")
-                after = harness.unix_time(first["finish_time"]) - sigterm_time
+                after = unix_time(first["finish_time"]) - sigterm_time
                 self.assertGreater(after, drain_timeout - 0.5,
                                    f"{tid} released {after:.1f} s after SIGTERM: before the "
                                    f"drain timeout")
