@@ -427,17 +427,23 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   return kExitOk;
 }
 
-int BuildList(v1::ListTasksRequest* req) {
-  req->set_queue(absl::GetFlag(FLAGS_queue));
-  req->set_job_id(absl::GetFlag(FLAGS_job));
+// --state=S,... (any case) into `out`; a usage error names an unknown one.
+int ParseStates(google::protobuf::RepeatedField<int>* out) {
   for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
     v1::TaskState s;
     if (!taskgrid::core::ParseStateName(name, &s)) {
       return UsageError(absl::StrCat("--state: unknown state \"", name, "\""),
                         taskgrid::ctl::StatesLine());
     }
-    req->add_states(s);
+    out->Add(s);
   }
+  return kExitOk;
+}
+
+int BuildList(v1::ListTasksRequest* req) {
+  req->set_queue(absl::GetFlag(FLAGS_queue));
+  req->set_job_id(absl::GetFlag(FLAGS_job));
+  if (int rc = ParseStates(req->mutable_states()); rc != kExitOk) return rc;
   if (absl::GetFlag(FLAGS_page_size) < 0) return UsageError("--page_size is negative");
   req->set_page_size(absl::GetFlag(FLAGS_page_size));
   req->set_page_token(absl::GetFlag(FLAGS_page_token));
@@ -453,15 +459,9 @@ int BuildWatch(const std::set<std::string>& set, taskgrid::ctl::WatchOptions* op
   for (const std::string& id : ids) req->add_task_ids(id);
   if (!ids.empty()) filters.push_back(absl::StrCat("--id=", absl::StrJoin(ids, ",")));
   std::vector<std::string> states;
-  for (const std::string& name : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
-    v1::TaskState s;
-    if (!taskgrid::core::ParseStateName(name, &s)) {
-      return UsageError(absl::StrCat("--state: unknown state \"", name, "\""),
-                        taskgrid::ctl::StatesLine());
-    }
-    req->add_states(s);
-    states.push_back(taskgrid::core::StateName(s));
-  }
+  if (int rc = ParseStates(req->mutable_states()); rc != kExitOk) return rc;
+  for (int s : req->states())
+    states.push_back(taskgrid::core::StateName(static_cast<v1::TaskState>(s)));
   if (!states.empty()) filters.push_back(absl::StrCat("--state=", absl::StrJoin(states, ",")));
   req->set_job_id(absl::GetFlag(FLAGS_job));
   if (!req->job_id().empty()) filters.push_back(absl::StrCat("--job=", req->job_id()));
@@ -847,14 +847,7 @@ int Run(int argc, char** argv) {
     v1::BulkTasksRequest req;
     req.set_queue(absl::GetFlag(FLAGS_queue));
     req.set_job_id(absl::GetFlag(FLAGS_job));
-    for (const std::string& state : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_state))) {
-      v1::TaskState s;
-      if (!taskgrid::core::ParseStateName(state, &s)) {
-        return UsageError(absl::StrCat("--state: unknown state \"", state, "\""),
-                          taskgrid::ctl::StatesLine());
-      }
-      req.add_states(s);
-    }
+    if (int rc = ParseStates(req.mutable_states()); rc != kExitOk) return rc;
     req.set_limit(absl::GetFlag(FLAGS_limit));
     return client.Bulk(name == "cancel", req);
   }
