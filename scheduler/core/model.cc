@@ -31,6 +31,32 @@ void WriteBatch::Append(WriteBatch&& other) {
                                   [&](const AttemptRow& a) { return cleared.contains(a.task_id); }),
                    attempts.end());
   }
+  // A task `other` deletes was changed in this batch before it was
+  // deleted: those rows are moot (the store deletes first, so it would find
+  // no row to update). Its events stay: they happened.
+  if (!other.deletes.empty()) {
+    absl::flat_hash_set<int64_t> seqs;
+    absl::flat_hash_set<std::string> ids;
+    for (const TaskDelete& d : other.deletes) {
+      seqs.insert(d.seq);
+      ids.insert(d.id);
+    }
+    auto drop = [](auto& rows, auto gone) {
+      rows.erase(std::remove_if(rows.begin(), rows.end(), gone), rows.end());
+    };
+    // A task inserted in this batch too never reaches the table at all.
+    absl::flat_hash_set<int64_t> never_stored;
+    drop(tasks, [&](const TaskRow& r) {
+      if (!seqs.contains(r.seq)) return false;
+      if (r.insert) never_stored.insert(r.seq);
+      return true;
+    });
+    drop(other.deletes, [&](const TaskDelete& d) { return never_stored.contains(d.seq); });
+    drop(attempts, [&](const AttemptRow& a) { return ids.contains(a.task_id); });
+    drop(clear_attempts, [&](const std::string& id) { return ids.contains(id); });
+    drop(trim_attempts, [&](const auto& t) { return ids.contains(t.first); });
+    drop(merged, [&](const MergedRow& m) { return ids.contains(m.task_id); });
+  }
   MoveAppend(tasks, other.tasks);
   MoveAppend(attempts, other.attempts);
   MoveAppend(clear_attempts, other.clear_attempts);
@@ -39,6 +65,7 @@ void WriteBatch::Append(WriteBatch&& other) {
   MoveAppend(queues, other.queues);
   MoveAppend(events, other.events);
   MoveAppend(schedules, other.schedules);
+  MoveAppend(deletes, other.deletes);
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
 
@@ -67,6 +94,12 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
+    r.replica = !t.spec.replica_of().empty();
+    r.has_replicas = ReplicaCount(t.spec) > 0;
+    if (!t.spec.unique_key().empty()) {
+      r.unique_key = t.spec.unique_key();
+      r.unique_until_us = ToUnixMicrosOrZero(t.create_time + FromProto(t.spec.unique_ttl()));
+    }
   }
   return r;
 }

@@ -135,6 +135,12 @@ struct TaskRecord {
   // link's own Accept may have been lost with a scheduler that died. It is
   // taken as accepted the moment it stops waiting.
   bool link_started = false;
+  // The revision of its last change (the event the table wrote for it):
+  // a finished task leaves memory only once that change is committed.
+  int64_t revision = 0;
+  // Some of spec.depends_on were deleted (retention, DeleteTask) while it
+  // was finished: `deps` holds the others. Such a task cannot run again.
+  bool deps_deleted = false;
 
   const std::string& id() const { return spec.id(); }
   const std::string& queue() const { return spec.queue(); }
@@ -150,7 +156,28 @@ struct JobRecord {
   absl::Time create_time = absl::InfinitePast();
   absl::Time update_time = absl::InfinitePast();
   std::vector<TaskRecord*> tasks;  // submit order
+  // A job whose tasks are all on disk only (finished, evicted together):
+  // their seqs, in submit order; `tasks` is then empty.
+  std::vector<int64_t> cold;
   std::array<int64_t, kNumTaskStates> counts{};
+
+  size_t size() const { return tasks.size() + cold.size(); }
+};
+
+// A finished task kept on disk only: its record left memory (Scheduler::
+// Evict), and what the indexes need of it stays. GetTask and ListTasks
+// read the row back; an operation that changes it reads it back into
+// memory first (Scheduler::Warm).
+struct ColdTask {
+  std::string id;
+  int64_t seq = 0;
+  const std::string* queue = nullptr;  // interned by the TaskTable
+  JobRecord* job = nullptr;
+  absl::Time finish = absl::InfinitePast();  // its update time (the row's update_us)
+  int32_t attempt = 0;                       // its last attempt number
+  v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
+  bool replica = false;       // one of a task's replicas (goes with its task)
+  bool has_replicas = false;  // its replicas go with it
 };
 
 // A schedule id leaves room in a task id (kMaxIdLength) for the fire
@@ -208,6 +235,23 @@ struct TaskRow {
   int32_t interrupted_dropped = 0;
   int64_t claim_until_us = 0;  // 0: not a board claim
   int64_t merge_fire_us = 0;   // a task with a merge key: when it fires
+  // Unique by key (set on insert): the key, and until when it holds it
+  // (0: no key), so a restart rebuilds the holds without reading specs.
+  std::string unique_key;
+  int64_t unique_until_us = 0;
+  // Set by a scan that reads finished tasks' rows light (Store::ScanTasks):
+  // only id, seq, queue, state, attempt, create_us, update_us, job_id,
+  // unique_key, unique_until_us and the two replica flags are filled.
+  bool light = false;
+  bool replica = false;       // light rows: the spec names replica_of
+  bool has_replicas = false;  // light rows: the spec asks for replicas
+};
+
+// A finished task deleted for good (retention, DeleteTask): its row, its
+// finished attempts and its merged payloads.
+struct TaskDelete {
+  int64_t seq = 0;
+  std::string id;
 };
 
 // One finished attempt.
@@ -279,15 +323,19 @@ struct WriteBatch {
   std::vector<ScheduleRow> schedules;
   // Event history retention: delete events with revision <= this (0: none).
   int64_t prune_events_through = 0;
+  // Finished tasks deleted for good; applied before everything else (so a
+  // task submitted again under a deleted id in the same transaction keeps
+  // its rows).
+  std::vector<TaskDelete> deletes;
 
   bool empty() const {
     return tasks.empty() && attempts.empty() && clear_attempts.empty() && trim_attempts.empty() &&
            merged.empty() && queues.empty() && events.empty() && schedules.empty() &&
-           prune_events_through == 0;
+           prune_events_through == 0 && deletes.empty();
   }
   size_t size() const {
     return tasks.size() + attempts.size() + clear_attempts.size() + trim_attempts.size() +
-           merged.size() + queues.size() + events.size() + schedules.size();
+           merged.size() + queues.size() + events.size() + schedules.size() + deletes.size();
   }
   // Moves every row of `other` to the end of this batch.
   void Append(WriteBatch&& other);

@@ -4,13 +4,21 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/core/state_machine.h"
 
 namespace taskgrid::store {
 
 absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
   std::lock_guard<std::mutex> lock(mu_);
   // Check first so a bad batch changes nothing, as a transaction would.
+  for (const core::TaskDelete& d : batch.deletes) {
+    auto it = tasks_.find(d.id);
+    if (it == tasks_.end() || it->second.seq != d.seq) {
+      return absl::NotFoundError(absl::StrCat("deleting task ", d.id, ": no such row"));
+    }
+  }
   std::map<std::string, bool> exists;
+  for (const core::TaskDelete& d : batch.deletes) exists[d.id] = false;
   for (const core::TaskRow& r : batch.tasks) {
     auto it = exists.find(r.id);
     const bool present = it != exists.end() ? it->second : tasks_.count(r.id) > 0;
@@ -18,14 +26,27 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
     if (!r.insert && !present) return absl::NotFoundError(absl::StrCat("task ", r.id));
     exists[r.id] = true;
   }
+  for (const core::TaskDelete& d : batch.deletes) {
+    tasks_.erase(d.id);
+    attempts_.erase(attempts_.lower_bound({d.id, INT32_MIN}),
+                    attempts_.upper_bound({d.id, INT32_MAX}));
+    merged_.erase(merged_.lower_bound({d.id, INT32_MIN}), merged_.upper_bound({d.id, INT32_MAX}));
+  }
   for (const core::TaskRow& r : batch.tasks) {
     if (r.insert) {
       tasks_[r.id] = r;
     } else {
+      // The columns only an insert writes stay as they are.
       core::TaskRow& row = tasks_[r.id];
-      std::string spec = std::move(row.spec);
+      core::TaskRow kept = std::move(row);
       row = r;
-      row.spec = std::move(spec);
+      row.spec = std::move(kept.spec);
+      row.job_id = std::move(kept.job_id);
+      row.unique_key = std::move(kept.unique_key);
+      row.unique_until_us = kept.unique_until_us;
+      row.replica = kept.replica;
+      row.has_replicas = kept.has_replicas;
+      row.create_us = kept.create_us;
     }
   }
   for (const std::string& id : batch.clear_attempts) {
@@ -66,11 +87,36 @@ absl::StatusOr<int64_t> MemoryStore::CountTasks() {
   return static_cast<int64_t>(tasks_.size());
 }
 
-absl::Status MemoryStore::ScanTasks(const RowSink& sink) {
+bool MemoryStore::FinishedLocked(const std::string& id) const {
+  auto it = tasks_.find(id);
+  return it != tasks_.end() && core::IsTerminal(static_cast<v1::TaskState>(it->second.state));
+}
+
+absl::Status MemoryStore::ScanTasks(const RowSink& sink, bool light_finished) {
   std::vector<core::TaskRow> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, row] : tasks_) all.push_back(row);
+    for (const auto& [id, row] : tasks_) {
+      if (!light_finished || !core::IsTerminal(static_cast<v1::TaskState>(row.state))) {
+        all.push_back(row);
+        continue;
+      }
+      // The columns SqliteStore reads for a light row, and no others.
+      core::TaskRow& r = all.emplace_back();
+      r.light = true;
+      r.id = row.id;
+      r.seq = row.seq;
+      r.queue = row.queue;
+      r.state = row.state;
+      r.attempt = row.attempt;
+      r.create_us = row.create_us;
+      r.update_us = row.update_us;
+      r.job_id = row.job_id;
+      r.unique_key = row.unique_key;
+      r.unique_until_us = row.unique_until_us;
+      r.replica = row.replica;
+      r.has_replicas = row.has_replicas;
+    }
   }
   std::sort(all.begin(), all.end(),
             [](const core::TaskRow& a, const core::TaskRow& b) { return a.seq < b.seq; });
@@ -86,10 +132,36 @@ absl::Status MemoryStore::ScanTasks(const RowSink& sink) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged() {
+absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged(bool unfinished_only) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::MergedRow> out;
-  for (const auto& [key, m] : merged_) out.push_back(m);
+  for (const auto& [key, m] : merged_) {
+    if (!unfinished_only || !FinishedLocked(m.task_id)) out.push_back(m);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::ReadTasks(
+    const std::vector<int64_t>& seqs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<core::StoredTask> out;
+  for (int64_t seq : seqs) {
+    auto it = std::find_if(tasks_.begin(), tasks_.end(),
+                           [seq](const auto& entry) { return entry.second.seq == seq; });
+    if (it == tasks_.end()) continue;
+    core::StoredTask& st = out.emplace_back();
+    st.row = it->second;
+    st.row.insert = false;
+    const std::string& id = it->first;
+    for (auto a = attempts_.lower_bound({id, INT32_MIN});
+         a != attempts_.end() && a->first.first == id; ++a) {
+      st.attempts.push_back(a->second);
+    }
+    for (auto m = merged_.lower_bound({id, INT32_MIN}); m != merged_.end() && m->first.first == id;
+         ++m) {
+      st.merged.push_back(m->second);
+    }
+  }
   return out;
 }
 
@@ -107,10 +179,12 @@ absl::StatusOr<std::vector<core::ScheduleRow>> MemoryStore::LoadSchedules() {
   return out;
 }
 
-absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts() {
+absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts(bool unfinished_only) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::AttemptRow> out;
-  for (const auto& [key, a] : attempts_) out.push_back(a);
+  for (const auto& [key, a] : attempts_) {
+    if (!unfinished_only || !FinishedLocked(a.task_id)) out.push_back(a);
+  }
   return out;
 }
 

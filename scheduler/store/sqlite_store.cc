@@ -17,6 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/proto_time.h"
+#include "scheduler/core/state_machine.h"
 
 namespace taskgrid::store {
 
@@ -188,6 +190,16 @@ const std::vector<const char*>& Migrations() {
         update_us    INTEGER NOT NULL
       ) WITHOUT ROWID;
       )sql",
+      // 10 -> 11: finished tasks live on disk only. What the scheduler's
+      // index of them needs, readable without the spec blob: a task's
+      // unique key and until when it holds it, and whether it is a replica
+      // (1) or has replicas (2). Rows written before are filled in by
+      // BackfillV11 in the same transaction.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN unique_key TEXT NOT NULL DEFAULT '';
+      ALTER TABLE tasks ADD COLUMN unique_until_us INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE tasks ADD COLUMN family INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return *kMigrations;
 }
@@ -229,12 +241,72 @@ void AssignColumn(sqlite3_stmt* st, int i, std::string* out) {
   }
 }
 
+// The columns of a whole task row, in the order ReadRow reads them.
+constexpr char kTaskColumns[] =
+    "id, seq, queue, state, attempt, agent_id, create_us, update_us, next_run_us, dispatch_us, "
+    "start_us, reason, result, spec, pause_requested, job_id, attempt_base, attempts_dropped, "
+    "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, unique_until_us, family";
+
+// One row of kTaskColumns into `r`; assign() into a row left by an earlier
+// chunk reuses its buffers. `light_finished`: a finished task's row is read
+// light (TaskRow::light), never touching its blobs.
+void ReadRow(sqlite3_stmt* st, bool light_finished, core::TaskRow* r) {
+  r->insert = false;
+  r->state = sqlite3_column_int(st, 3);
+  r->light = light_finished && core::IsTerminal(static_cast<v1::TaskState>(r->state));
+  AssignColumn(st, 0, &r->id);
+  r->seq = sqlite3_column_int64(st, 1);
+  AssignColumn(st, 2, &r->queue);
+  r->attempt = sqlite3_column_int(st, 4);
+  r->create_us = sqlite3_column_int64(st, 6);
+  r->update_us = sqlite3_column_int64(st, 7);
+  AssignColumn(st, 15, &r->job_id);
+  AssignColumn(st, 21, &r->unique_key);
+  r->unique_until_us = sqlite3_column_int64(st, 22);
+  const int family = sqlite3_column_int(st, 23);
+  r->replica = family == 1;
+  r->has_replicas = family == 2;
+  if (r->light) {
+    for (std::string* cleared : {&r->agent_id, &r->reason, &r->result, &r->spec}) cleared->clear();
+    return;
+  }
+  AssignColumn(st, 5, &r->agent_id);
+  r->next_run_us = sqlite3_column_int64(st, 8);
+  r->dispatch_us = sqlite3_column_int64(st, 9);
+  r->start_us = sqlite3_column_int64(st, 10);
+  AssignColumn(st, 11, &r->reason);
+  AssignColumn(st, 12, &r->result);
+  AssignColumn(st, 13, &r->spec);
+  r->pause_requested = sqlite3_column_int(st, 14) != 0;
+  r->attempt_base = sqlite3_column_int(st, 16);
+  r->attempts_dropped = sqlite3_column_int(st, 17);
+  r->interrupted_dropped = sqlite3_column_int(st, 18);
+  r->claim_until_us = sqlite3_column_int64(st, 19);
+  r->merge_fire_us = sqlite3_column_int64(st, 20);
+}
+
 absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
   const int rc = sqlite3_step(st);
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
   if (rc != SQLITE_DONE) return SqlError(db, what);
   return absl::OkStatus();
+}
+
+// The `family` column: 1 for a replica, 2 for a task with replicas.
+int FamilyOf(bool replica, bool has_replicas) { return replica ? 1 : has_replicas ? 2 : 0; }
+
+// "4, 5, 6, 9": the finished states, for SQL.
+const std::string& FinishedStatesSql() {
+  static const std::string* kList = [] {
+    std::string out;
+    for (int s = 1; s < v1::TaskState_ARRAYSIZE; ++s) {
+      if (!v1::TaskState_IsValid(s) || !core::IsTerminal(static_cast<v1::TaskState>(s))) continue;
+      absl::StrAppend(&out, out.empty() ? "" : ", ", s);
+    }
+    return new std::string(out);
+  }();
+  return *kList;
 }
 
 // Reads the pid written into an existing lock file, for the error message.
@@ -319,6 +391,28 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
           -1, SQLITE_PREPARE_PERSISTENT, &read_events_, nullptr) != SQLITE_OK) {
     return SqlError(read_db_, "preparing the event read");
   }
+  // Reads of tasks kept on disk (GetTask, ListTasks, warming) on a
+  // connection of their own, beside the event reads.
+  if (sqlite3_open_v2(db_path_.c_str(), &task_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    return SqlError(task_db_, "cannot open the task read connection");
+  }
+  sqlite3_busy_timeout(task_db_, 5000);
+  struct {
+    sqlite3_stmt** st;
+    std::string sql;
+  } reads[] = {
+      {&read_task_, absl::StrCat("SELECT ", kTaskColumns, " FROM tasks WHERE seq = ?1")},
+      {&read_task_attempts_,
+       "SELECT attempt, data FROM attempts WHERE task_id = ?1 ORDER BY attempt"},
+      {&read_task_merged_, "SELECT n, payload FROM merged WHERE task_id = ?1 ORDER BY n"},
+  };
+  for (auto& r : reads) {
+    if (sqlite3_prepare_v3(task_db_, r.sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, r.st, nullptr) !=
+        SQLITE_OK) {
+      return SqlError(task_db_, absl::StrCat("preparing ", r.sql));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -339,6 +433,7 @@ absl::Status SqliteStore::Migrate() {
   while (schema_version_ < latest) {
     if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
     absl::Status s = Exec(db_, Migrations()[schema_version_]);
+    if (s.ok() && schema_version_ + 1 == 11) s = BackfillV11();
     if (s.ok()) s = Exec(db_, absl::StrCat("PRAGMA user_version=", schema_version_ + 1).c_str());
     if (s.ok()) s = Exec(db_, "COMMIT");
     if (!s.ok()) {
@@ -351,6 +446,59 @@ absl::Status SqliteStore::Migrate() {
   return absl::OkStatus();
 }
 
+absl::Status SqliteStore::BackfillV11() {
+  sqlite3_stmt* read = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT seq, spec, create_us FROM tasks", -1, &read, nullptr) !=
+      SQLITE_OK) {
+    return SqlError(db_, "reading specs for schema 11");
+  }
+  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> r(read, sqlite3_finalize);
+  // Only tasks with a unique key or replicas change; collected first, so
+  // the table is not written while it is read.
+  struct Fill {
+    int64_t seq;
+    std::string unique_key;
+    int64_t unique_until_us;
+    int family;
+  };
+  std::vector<Fill> fills;
+  int rc;
+  while ((rc = sqlite3_step(read)) == SQLITE_ROW) {
+    v1::TaskSpec spec;
+    const void* blob = sqlite3_column_blob(read, 1);
+    if (blob != nullptr && !spec.ParseFromArray(blob, sqlite3_column_bytes(read, 1))) {
+      return absl::DataLossError(
+          absl::StrCat("task seq ", sqlite3_column_int64(read, 0), ": stored spec does not parse"));
+    }
+    const int family =
+        FamilyOf(!spec.replica_of().empty(), spec.has_replicas() && core::ReplicaCount(spec) > 0);
+    if (spec.unique_key().empty() && family == 0) continue;
+    int64_t until = 0;
+    if (!spec.unique_key().empty()) {
+      until =
+          sqlite3_column_int64(read, 2) + absl::ToInt64Microseconds(FromProto(spec.unique_ttl()));
+    }
+    fills.push_back({sqlite3_column_int64(read, 0), spec.unique_key(), until, family});
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "reading specs for schema 11");
+  sqlite3_stmt* write = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "UPDATE tasks SET unique_key = ?2, unique_until_us = ?3, family = ?4 "
+                         "WHERE seq = ?1",
+                         -1, &write, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "filling in schema 11");
+  }
+  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> w(write, sqlite3_finalize);
+  for (const Fill& f : fills) {
+    sqlite3_bind_int64(write, 1, f.seq);
+    BindText(write, 2, f.unique_key);
+    sqlite3_bind_int64(write, 3, f.unique_until_us);
+    sqlite3_bind_int(write, 4, f.family);
+    if (absl::Status s = Step(db_, write, "filling in schema 11"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SqliteStore::Prepare() {
   struct {
     sqlite3_stmt** st;
@@ -359,9 +507,12 @@ absl::Status SqliteStore::Prepare() {
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
-       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us) "
+       "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us, "
+       "unique_key, unique_until_us, family) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-       "?19, ?20, ?21)"},
+       "?19, ?20, ?21, ?22, ?23, ?24)"},
+      {&delete_task_, "DELETE FROM tasks WHERE seq = ?1 AND id = ?2"},
+      {&delete_merged_, "DELETE FROM merged WHERE task_id = ?1"},
       {&update_task_,
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
@@ -459,12 +610,17 @@ SqliteStore::~SqliteStore() {
     ckpt_thread_.join();
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
-  for (sqlite3_stmt* st : {insert_task_, update_task_, insert_attempt_, clear_attempts_,
-                           trim_attempts_, insert_merged_, put_queue_, delete_queue_, insert_event_,
-                           prune_events_, note_pruned_, put_schedule_, delete_schedule_}) {
+  for (sqlite3_stmt* st :
+       {insert_task_, update_task_, insert_attempt_, clear_attempts_, trim_attempts_,
+        insert_merged_, put_queue_, delete_queue_, insert_event_, prune_events_, note_pruned_,
+        put_schedule_, delete_schedule_, delete_task_, delete_merged_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
+  for (sqlite3_stmt* st : {read_task_, read_task_attempts_, read_task_merged_}) {
+    sqlite3_finalize(st);
+  }
+  if (task_db_ != nullptr) sqlite3_close(task_db_);
   if (read_db_ != nullptr) sqlite3_close(read_db_);
   if (db_ != nullptr) sqlite3_close(db_);
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
@@ -484,6 +640,20 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
   // times in one transaction (a short task's RUNNING and SUCCEEDED usually
   // commit together) needs only its last row written; an insert in the
   // batch is written with that last status.
+  for (const core::TaskDelete& d : batch.deletes) {
+    sqlite3_bind_int64(delete_task_, 1, d.seq);
+    BindText(delete_task_, 2, d.id);
+    if (absl::Status s = Step(db_, delete_task_, absl::StrCat("deleting task ", d.id)); !s.ok()) {
+      return s;
+    }
+    if (sqlite3_changes(db_) != 1) {
+      return absl::NotFoundError(absl::StrCat("deleting task ", d.id, ": no such row"));
+    }
+    BindText(clear_attempts_, 1, d.id);
+    if (absl::Status s = Step(db_, clear_attempts_, "deleting attempts"); !s.ok()) return s;
+    BindText(delete_merged_, 1, d.id);
+    if (absl::Status s = Step(db_, delete_merged_, "deleting merged payloads"); !s.ok()) return s;
+  }
   absl::flat_hash_map<int64_t, size_t> last;
   if (batch.tasks.size() > 1) {
     last.reserve(batch.tasks.size());
@@ -515,6 +685,9 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 19, now.interrupted_dropped);
       sqlite3_bind_int64(st, 20, now.claim_until_us);
       sqlite3_bind_int64(st, 21, now.merge_fire_us);
+      BindText(st, 22, r.unique_key);
+      sqlite3_bind_int64(st, 23, r.unique_until_us);
+      sqlite3_bind_int(st, 24, FamilyOf(r.replica, r.has_replicas));
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;
@@ -626,7 +799,7 @@ absl::StatusOr<int64_t> SqliteStore::CountTasks() {
   return n;
 }
 
-absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
+absl::Status SqliteStore::ScanTasks(const RowSink& sink, bool light_finished) {
   // A read-only connection of its own, used by this call only: opened
   // without SQLite's mutex, which in serialized mode is taken in every
   // column read (13 % of reading back 1,000,000 tasks), and safe beside the
@@ -639,11 +812,7 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
   sqlite3_busy_timeout(db.get(), 5000);
   sqlite3_stmt* raw_st = nullptr;
   if (sqlite3_prepare_v2(db.get(),
-                         "SELECT id, seq, queue, state, attempt, agent_id, create_us, update_us, "
-                         "next_run_us, dispatch_us, start_us, reason, result, spec, "
-                         "pause_requested, job_id, attempt_base, attempts_dropped, "
-                         "interrupted_dropped, claim_until_us, merge_fire_us FROM tasks ORDER BY "
-                         "seq",
+                         absl::StrCat("SELECT ", kTaskColumns, " FROM tasks ORDER BY seq").c_str(),
                          -1, &raw_st, nullptr) != SQLITE_OK) {
     return SqlError(db.get(), "loading tasks");
   }
@@ -654,30 +823,7 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
   absl::Status status;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    core::TaskRow& r = rows[n++];
-    r.insert = false;
-    // assign() into rows left by the previous chunk reuses their buffers.
-    AssignColumn(st, 0, &r.id);
-    r.seq = sqlite3_column_int64(st, 1);
-    AssignColumn(st, 2, &r.queue);
-    r.state = sqlite3_column_int(st, 3);
-    r.attempt = sqlite3_column_int(st, 4);
-    AssignColumn(st, 5, &r.agent_id);
-    r.create_us = sqlite3_column_int64(st, 6);
-    r.update_us = sqlite3_column_int64(st, 7);
-    r.next_run_us = sqlite3_column_int64(st, 8);
-    r.dispatch_us = sqlite3_column_int64(st, 9);
-    r.start_us = sqlite3_column_int64(st, 10);
-    AssignColumn(st, 11, &r.reason);
-    AssignColumn(st, 12, &r.result);
-    AssignColumn(st, 13, &r.spec);
-    r.pause_requested = sqlite3_column_int(st, 14) != 0;
-    AssignColumn(st, 15, &r.job_id);
-    r.attempt_base = sqlite3_column_int(st, 16);
-    r.attempts_dropped = sqlite3_column_int(st, 17);
-    r.interrupted_dropped = sqlite3_column_int(st, 18);
-    r.claim_until_us = sqlite3_column_int64(st, 19);
-    r.merge_fire_us = sqlite3_column_int64(st, 20);
+    ReadRow(st, light_finished, &rows[n++]);
     if (n == kScanChunkRows) {
       status = sink(&rows);
       if (!status.ok()) break;
@@ -694,11 +840,19 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
+absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts(bool unfinished_only) {
+  // Unfinished only: the tasks table is walked (a CROSS JOIN keeps it
+  // outside) and each unfinished task's attempts found by their primary
+  // key, so a table of mostly finished tasks reads few attempts.
+  const std::string sql =
+      unfinished_only
+          ? absl::StrCat(
+                "SELECT a.task_id, a.attempt, a.data FROM tasks t CROSS JOIN attempts a "
+                "ON a.task_id = t.id WHERE t.state NOT IN (",
+                FinishedStatesSql(), ")")
+          : "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt";
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
-                         -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading attempts");
   }
   std::vector<core::AttemptRow> out;
@@ -711,13 +865,23 @@ absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");
+  if (unfinished_only) {
+    std::sort(out.begin(), out.end(), [](const core::AttemptRow& x, const core::AttemptRow& y) {
+      return std::tie(x.task_id, x.attempt) < std::tie(y.task_id, y.attempt);
+    });
+  }
   return out;
 }
 
-absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
+absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged(bool unfinished_only) {
+  const std::string sql =
+      unfinished_only ? absl::StrCat(
+                            "SELECT m.task_id, m.n, m.payload FROM tasks t CROSS JOIN merged m "
+                            "ON m.task_id = t.id WHERE t.state NOT IN (",
+                            FinishedStatesSql(), ")")
+                      : "SELECT task_id, n, payload FROM merged ORDER BY task_id, n";
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT task_id, n, payload FROM merged ORDER BY task_id, n", -1, &st,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading merged payloads");
   }
   std::vector<core::MergedRow> out;
@@ -730,6 +894,61 @@ absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading merged payloads");
+  if (unfinished_only) {
+    std::sort(out.begin(), out.end(), [](const core::MergedRow& x, const core::MergedRow& y) {
+      return std::tie(x.task_id, x.n) < std::tie(y.task_id, y.n);
+    });
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::ReadTasks(
+    const std::vector<int64_t>& seqs) {
+  std::lock_guard<std::mutex> lock(task_mu_);
+  std::vector<core::StoredTask> out;
+  if (seqs.empty()) return out;
+  // One read transaction: the rows and their attempts as of one commit.
+  if (absl::Status s = Exec(task_db_, "BEGIN"); !s.ok()) return s;
+  absl::Status status;
+  for (int64_t seq : seqs) {
+    sqlite3_bind_int64(read_task_, 1, seq);
+    const int rc = sqlite3_step(read_task_);
+    if (rc == SQLITE_ROW) {
+      core::StoredTask& t = out.emplace_back();
+      ReadRow(read_task_, /*light_finished=*/false, &t.row);
+    }
+    sqlite3_reset(read_task_);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      status = SqlError(task_db_, "reading a task");
+      break;
+    }
+    if (rc == SQLITE_DONE) continue;
+    core::StoredTask& t = out.back();
+    BindText(read_task_attempts_, 1, t.row.id);
+    int arc;
+    while ((arc = sqlite3_step(read_task_attempts_)) == SQLITE_ROW) {
+      core::AttemptRow& a = t.attempts.emplace_back();
+      a.task_id = t.row.id;
+      a.attempt = sqlite3_column_int(read_task_attempts_, 0);
+      a.data = ColumnString(read_task_attempts_, 1);
+    }
+    sqlite3_reset(read_task_attempts_);
+    BindText(read_task_merged_, 1, t.row.id);
+    int mrc;
+    while ((mrc = sqlite3_step(read_task_merged_)) == SQLITE_ROW) {
+      core::MergedRow& m = t.merged.emplace_back();
+      m.task_id = t.row.id;
+      m.n = sqlite3_column_int(read_task_merged_, 0);
+      m.payload = ColumnString(read_task_merged_, 1);
+    }
+    sqlite3_reset(read_task_merged_);
+    if (arc != SQLITE_DONE || mrc != SQLITE_DONE) {
+      status = SqlError(task_db_, "reading a task's attempts");
+      break;
+    }
+  }
+  Exec(task_db_, "COMMIT").IgnoreError();
+  if (!status.ok()) return status;
   return out;
 }
 

@@ -10,8 +10,8 @@
 // last transactions on power loss.
 //
 // Thread contract: Apply is called from one thread at a time; ReadEvents
-// uses a connection of its own and may be called from any thread; each
-// ScanTasks call reads on a connection of its own.
+// and ReadTasks use a connection of their own each and may be called from
+// any thread; each ScanTasks call reads on a connection of its own.
 #pragma once
 
 #include <atomic>
@@ -43,9 +43,11 @@ class SqliteStore final : public Store {
 
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;
-  absl::Status ScanTasks(const RowSink& sink) override;
-  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
-  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
+  absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(bool unfinished_only = false) override;
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) override;
+  absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
+      const std::vector<int64_t>& seqs) override;
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
   absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override;
   absl::StatusOr<std::vector<StoredEvent>> ReadEvents(int64_t after, int limit) override;
@@ -64,6 +66,8 @@ class SqliteStore final : public Store {
   absl::Status Migrate();
   absl::Status Prepare();
   absl::Status ApplyLocked(const core::WriteBatch& batch);
+  // Schema 11's columns for the rows written before it (in its migration).
+  absl::Status BackfillV11();
 
   int lock_fd_ = -1;
   std::string db_path_;
@@ -82,6 +86,8 @@ class SqliteStore final : public Store {
   sqlite3_stmt* note_pruned_ = nullptr;
   sqlite3_stmt* put_schedule_ = nullptr;
   sqlite3_stmt* delete_schedule_ = nullptr;
+  sqlite3_stmt* delete_task_ = nullptr;
+  sqlite3_stmt* delete_merged_ = nullptr;
 
   // Checkpoints run on a thread and connection of their own, asked for by
   // the writer connection's WAL hook once the WAL holds
@@ -103,6 +109,12 @@ class SqliteStore final : public Store {
   sqlite3* read_db_ = nullptr;  // guarded by read_mu_
   // The watch replay path: prepared once on read_db_.
   sqlite3_stmt* read_events_ = nullptr;  // guarded by read_mu_
+
+  std::mutex task_mu_;
+  sqlite3* task_db_ = nullptr;                  // guarded by task_mu_: ReadTasks
+  sqlite3_stmt* read_task_ = nullptr;           // guarded by task_mu_
+  sqlite3_stmt* read_task_attempts_ = nullptr;  // guarded by task_mu_
+  sqlite3_stmt* read_task_merged_ = nullptr;    // guarded by task_mu_
 };
 
 }  // namespace taskgrid::store

@@ -7,8 +7,9 @@
 //
 // Thread contract: Apply is called by one writer thread at a time (the
 // GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
-// LoadAttempts, LoadMerged, LoadSchedules, LoadTasks) only before that writer starts, from one
-// thread at a time; ReadEvents may be called from any thread.
+// LoadAttempts, LoadMerged, LoadSchedules, LoadTasks) only before that
+// writer starts, from one thread at a time; ReadEvents and ReadTasks may be
+// called from any thread, at any time.
 #pragma once
 
 #include <cstdint>
@@ -58,14 +59,27 @@ class Store {
   // may move the rows' strings out or swap the vector for another one; what
   // it leaves is cleared and refilled, so strings it leaves keep their
   // capacity. An error from the sink ends the scan and is returned.
+  //
+  // `light_finished`: the rows of finished tasks (SUCCEEDED, FAILED,
+  // CANCELLED, TRASHED) come light (TaskRow::light): only the columns an
+  // index of tasks kept on disk needs, never the spec or result blobs.
   static constexpr size_t kScanChunkRows = 1024;
   using RowSink = std::function<absl::Status(std::vector<core::TaskRow>* rows)>;
-  virtual absl::Status ScanTasks(const RowSink& sink) = 0;
+  virtual absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) = 0;
 
-  // Every finished attempt, by task id and then attempt number.
-  virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
-  // Every merged payload, by task id and then number.
-  virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
+  // Every finished attempt, by task id and then attempt number; with
+  // `unfinished_only`, only those of tasks not in a finished state.
+  virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(
+      bool unfinished_only = false) = 0;
+  // Every merged payload, by task id and then number; `unfinished_only` as
+  // for LoadAttempts.
+  virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) = 0;
+
+  // The tasks stored under these seqs (those not stored are left out), each
+  // whole: its row, its finished attempts and its merged payloads. In the
+  // order asked; read in one read transaction.
+  virtual absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
+      const std::vector<int64_t>& seqs) = 0;
   // Every queue's stored settings, by name.
   virtual absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() = 0;
   // Every schedule, by id.

@@ -72,12 +72,19 @@ class FaultyStore final : public store::Store {
     return inner_->Apply(batch);
   }
   absl::StatusOr<int64_t> CountTasks() override { return inner_->CountTasks(); }
-  absl::Status ScanTasks(const RowSink& sink) override { return inner_->ScanTasks(sink); }
-  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override {
-    return inner_->LoadAttempts();
+  absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override {
+    return inner_->ScanTasks(sink, light_finished);
   }
-  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override {
-    return inner_->LoadMerged();
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(
+      bool unfinished_only = false) override {
+    return inner_->LoadAttempts(unfinished_only);
+  }
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) override {
+    return inner_->LoadMerged(unfinished_only);
+  }
+  absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
+      const std::vector<int64_t>& seqs) override {
+    return inner_->ReadTasks(seqs);
   }
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override { return inner_->LoadQueues(); }
   absl::StatusOr<std::vector<core::ScheduleRow>> LoadSchedules() override {

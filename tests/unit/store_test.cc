@@ -231,6 +231,180 @@ TYPED_TEST(StoreConformance, RoundTripsEveryColumn) {
   EXPECT_EQ(got.spec, r.spec);
 }
 
+// --- Finished tasks on disk: deletes, reads by seq, light scans. ---
+
+// A finished task with an attempt and a merged payload, a unique key and
+// replicas, as the Scheduler writes it (ToRow).
+core::TaskRow FinishedRow(const std::string& id, int64_t seq, bool replica = false) {
+  core::TaskRow r = Row(id, seq, v1::TASK_STATE_SUCCEEDED);
+  r.job_id = "j";
+  r.unique_key = "k-" + id;
+  r.unique_until_us = 5'000 + seq;
+  r.replica = replica;
+  r.has_replicas = !replica;
+  r.result = std::string("\x08\x01", 2);
+  r.reason = "done";
+  r.agent_id = "";
+  return r;
+}
+
+TYPED_TEST(StoreConformance, DeletesRemoveATaskWithItsAttemptsAndPayloadsOnly) {
+  core::WriteBatch b;
+  b.tasks.push_back(FinishedRow("gone", 1));
+  b.tasks.push_back(FinishedRow("kept", 2));
+  for (const char* id : {"gone", "kept"}) {
+    b.attempts.push_back({id, 1, std::string("a-") + id});
+    b.merged.push_back({id, 0, std::string("p-") + id});
+  }
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  core::WriteBatch d;
+  d.deletes.push_back({1, "gone"});
+  ASSERT_TRUE(this->store()->Apply(d).ok());
+  this->Reopen();
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].row.id, "kept");
+  ASSERT_EQ((*tasks)[0].attempts.size(), 1u);
+  ASSERT_EQ((*tasks)[0].merged.size(), 1u);
+  auto attempts = this->store()->LoadAttempts();
+  ASSERT_EQ(attempts->size(), 1u);
+  auto merged = this->store()->LoadMerged();
+  ASSERT_EQ(merged->size(), 1u);
+  // A delete of a row that is not there fails the batch, which changes
+  // nothing.
+  core::WriteBatch bad;
+  bad.tasks.push_back(Row("new", 3));
+  bad.deletes.push_back({1, "gone"});
+  EXPECT_FALSE(this->store()->Apply(bad).ok());
+  EXPECT_EQ(this->store()->LoadTasks()->size(), 1u);
+}
+
+TYPED_TEST(StoreConformance, AnIdDeletedAndSubmittedAgainInOneBatchKeepsTheNewTask) {
+  core::WriteBatch b;
+  b.tasks.push_back(FinishedRow("x", 1));
+  b.attempts.push_back({"x", 1, "old attempt"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  // As the writer merges them: the delete, then a new task under the id.
+  core::WriteBatch merged;
+  core::WriteBatch del;
+  del.deletes.push_back({1, "x"});
+  core::WriteBatch again;
+  again.tasks.push_back(Row("x", 2));
+  again.merged.push_back({"x", 0, "new payload"});
+  merged.Append(std::move(del));
+  merged.Append(std::move(again));
+  ASSERT_TRUE(this->store()->Apply(merged).ok());
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].row.seq, 2);
+  EXPECT_TRUE((*tasks)[0].attempts.empty());
+  ASSERT_EQ((*tasks)[0].merged.size(), 1u);
+  EXPECT_EQ((*tasks)[0].merged[0].payload, "new payload");
+  // The other way round: rows of a task written, then deleted in a later
+  // batch merged with them, are dropped (the store deletes first).
+  core::WriteBatch first;
+  core::TaskRow update = Row("x", 2, v1::TASK_STATE_SUCCEEDED);
+  update.insert = false;
+  first.tasks.push_back(update);
+  first.attempts.push_back({"x", 1, "last attempt"});
+  core::WriteBatch then;
+  then.deletes.push_back({2, "x"});
+  first.Append(std::move(then));
+  EXPECT_TRUE(first.tasks.empty());
+  EXPECT_TRUE(first.attempts.empty());
+  ASSERT_TRUE(this->store()->Apply(first).ok());
+  EXPECT_TRUE(this->store()->LoadTasks()->empty());
+  EXPECT_TRUE(this->store()->LoadAttempts()->empty());
+  // A task made and deleted within one merge never reaches the table.
+  core::WriteBatch made;
+  made.tasks.push_back(Row("y", 3));
+  core::WriteBatch unmade;
+  unmade.deletes.push_back({3, "y"});
+  made.Append(std::move(unmade));
+  EXPECT_TRUE(made.empty());
+}
+
+TYPED_TEST(StoreConformance, ReadTasksReadsWholeTasksBySeqInTheOrderAsked) {
+  core::WriteBatch b;
+  b.tasks.push_back(FinishedRow("a", 1));
+  b.tasks.push_back(FinishedRow("b", 2));
+  b.attempts.push_back({"b", 1, "first"});
+  b.attempts.push_back({"b", 2, "second"});
+  b.merged.push_back({"b", 0, "payload"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  auto got = this->store()->ReadTasks({2, 7, 1});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u) << "seq 7 is not stored";
+  const core::StoredTask& t = (*got)[0];
+  EXPECT_EQ(t.row.id, "b");
+  EXPECT_FALSE(t.row.light);
+  EXPECT_EQ(t.row.spec, FinishedRow("b", 2).spec);
+  EXPECT_EQ(t.row.result, FinishedRow("b", 2).result);
+  EXPECT_EQ(t.row.reason, "done");
+  EXPECT_EQ(t.row.unique_key, "k-b");
+  EXPECT_EQ(t.row.unique_until_us, 5'002);
+  ASSERT_EQ(t.attempts.size(), 2u);
+  EXPECT_EQ(t.attempts[1].data, "second");
+  EXPECT_EQ(t.attempts[1].task_id, "b");
+  ASSERT_EQ(t.merged.size(), 1u);
+  EXPECT_EQ(t.merged[0].payload, "payload");
+  EXPECT_EQ((*got)[1].row.id, "a");
+  EXPECT_TRUE((*got)[1].attempts.empty());
+  EXPECT_TRUE(this->store()->ReadTasks({})->empty());
+}
+
+TYPED_TEST(StoreConformance, ALightScanReadsFinishedRowsWithoutTheirBlobs) {
+  core::WriteBatch b;
+  b.tasks.push_back(Row("open", 1));
+  b.tasks.push_back(FinishedRow("done", 2));
+  b.tasks.push_back(FinishedRow("done:r1", 3, /*replica=*/true));
+  b.attempts.push_back({"open", 1, "open's"});
+  b.attempts.push_back({"done", 1, "done's"});
+  b.merged.push_back({"open", 0, "x"});
+  b.merged.push_back({"done", 0, "y"});
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  this->Reopen();
+  std::vector<core::TaskRow> rows;
+  ASSERT_TRUE(this->store()
+                  ->ScanTasks(
+                      [&](std::vector<core::TaskRow>* chunk) {
+                        for (core::TaskRow& r : *chunk) rows.push_back(std::move(r));
+                        return absl::OkStatus();
+                      },
+                      /*light_finished=*/true)
+                  .ok());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[0].light);
+  EXPECT_EQ(rows[0].spec, Row("open", 1).spec);
+  for (int i : {1, 2}) {
+    const core::TaskRow& r = rows[i];
+    SCOPED_TRACE(r.id);
+    EXPECT_TRUE(r.light);
+    EXPECT_TRUE(r.spec.empty());
+    EXPECT_TRUE(r.result.empty());
+    EXPECT_TRUE(r.reason.empty());
+    EXPECT_EQ(r.state, v1::TASK_STATE_SUCCEEDED);
+    EXPECT_EQ(r.queue, "default");
+    EXPECT_EQ(r.job_id, "j");
+    EXPECT_EQ(r.update_us, FinishedRow(r.id, r.seq).update_us);
+    EXPECT_EQ(r.unique_key, "k-" + r.id);
+    EXPECT_EQ(r.unique_until_us, 5'000 + r.seq);
+    EXPECT_EQ(r.replica, i == 2);
+    EXPECT_EQ(r.has_replicas, i == 1);
+  }
+  // Only the unfinished task's attempts and payloads, when asked.
+  auto attempts = this->store()->LoadAttempts(/*unfinished_only=*/true);
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), 1u);
+  EXPECT_EQ((*attempts)[0].task_id, "open");
+  auto merged = this->store()->LoadMerged(/*unfinished_only=*/true);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_EQ(merged->size(), 1u);
+  EXPECT_EQ((*merged)[0].task_id, "open");
+  EXPECT_EQ(this->store()->LoadAttempts()->size(), 2u);
+}
+
 TYPED_TEST(StoreConformance, UpdatesKeepTheSpec) {
   core::WriteBatch b;
   b.tasks.push_back(Row("t1", 1));
@@ -679,6 +853,73 @@ TEST(SqliteStore, MigratesAVersion1TableKeepingItsRows) {
   ASSERT_EQ(tasks->size(), 2u);
   EXPECT_EQ((*tasks)[0].row.state, v1::TASK_STATE_CANCELLED);
   EXPECT_EQ((*tasks)[1].row.id, "new");
+}
+
+TEST(SqliteStore, MigrationFillsInUniqueKeysAndReplicasFromTheSpecs) {
+  testing::TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/taskgrid.db").c_str(), &db), SQLITE_OK);
+  v1::TaskSpec unique;
+  unique.set_id("u");
+  unique.set_unique_key("key");
+  unique.mutable_unique_ttl()->set_seconds(60);
+  v1::TaskSpec group;
+  group.set_id("g");
+  group.mutable_replicas()->set_count(2);
+  v1::TaskSpec replica;
+  replica.set_id("g:r1");
+  replica.set_replica_of("g");
+  const char* v1_schema = R"sql(
+    CREATE TABLE tasks (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, queue TEXT NOT NULL,
+      state INTEGER NOT NULL, attempt INTEGER NOT NULL, agent_id TEXT NOT NULL,
+      create_us INTEGER NOT NULL, update_us INTEGER NOT NULL, next_run_us INTEGER NOT NULL,
+      dispatch_us INTEGER NOT NULL, start_us INTEGER NOT NULL, reason TEXT NOT NULL,
+      result BLOB NOT NULL, spec BLOB NOT NULL);
+    CREATE TABLE attempts (task_id TEXT NOT NULL, attempt INTEGER NOT NULL, data BLOB NOT NULL,
+      PRIMARY KEY (task_id, attempt)) WITHOUT ROWID;
+    CREATE TABLE events (revision INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
+      queue TEXT NOT NULL, from_state INTEGER NOT NULL, to_state INTEGER NOT NULL,
+      attempt INTEGER NOT NULL, agent_id TEXT NOT NULL, time_us INTEGER NOT NULL,
+      reason TEXT NOT NULL);
+    PRAGMA user_version = 1;
+  )sql";
+  ASSERT_EQ(sqlite3_exec(db, v1_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "INSERT INTO tasks VALUES (?1, ?2, 'default', 6, 1, '', 1000000, "
+                               "1000000, 0, 0, 0, '', x'', ?3)",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  int64_t seq = 0;
+  for (const v1::TaskSpec* spec : {&unique, &group, &replica}) {
+    const std::string blob = spec->SerializeAsString();
+    sqlite3_bind_text(st, 1, spec->id().c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, ++seq);
+    sqlite3_bind_blob(st, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE) << sqlite3_errmsg(db);
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<core::TaskRow> rows;
+  ASSERT_TRUE((*s)->ScanTasks(
+                      [&](std::vector<core::TaskRow>* chunk) {
+                        for (core::TaskRow& r : *chunk) rows.push_back(std::move(r));
+                        return absl::OkStatus();
+                      },
+                      /*light_finished=*/true)
+                  .ok());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].unique_key, "key");
+  EXPECT_EQ(rows[0].unique_until_us, 1'000'000 + 60'000'000);
+  EXPECT_FALSE(rows[0].replica || rows[0].has_replicas);
+  EXPECT_TRUE(rows[1].has_replicas);
+  EXPECT_FALSE(rows[1].replica);
+  EXPECT_TRUE(rows[2].replica);
+  EXPECT_TRUE(rows[2].unique_key.empty());
+  EXPECT_EQ(rows[2].unique_until_us, 0);
 }
 
 TEST(SqliteStore, ReopenReadsWhatWasCommitted) {
