@@ -93,6 +93,15 @@ ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
 ABSL_FLAG(absl::Duration, event_retention, absl::Hours(24),
           "How long state changes are kept for WatchTasks to resume from");
+ABSL_FLAG(absl::Duration, retention, absl::Hours(24 * 7),
+          "Finished tasks that SUCCEEDED or were CANCELLED are deleted this long after they "
+          "finished (0: kept until deleted); a queue may say otherwise (taskgridctl queue "
+          "retention)");
+ABSL_FLAG(absl::Duration, failed_retention, absl::Hours(24 * 30),
+          "The same for FAILED and TRASHED tasks, the dead letter (0: kept until deleted)");
+ABSL_FLAG(absl::Duration, finished_in_memory, absl::Seconds(5),
+          "A finished task stays in memory this long, then lives on disk only (reads of it "
+          "go to the store), once nothing unfinished needs it");
 ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
@@ -197,6 +206,17 @@ int main(int argc, char** argv) {
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   so.event_retention = absl::GetFlag(FLAGS_event_retention);
+  so.retention = absl::GetFlag(FLAGS_retention);
+  so.failed_retention = absl::GetFlag(FLAGS_failed_retention);
+  so.finished_in_memory = absl::GetFlag(FLAGS_finished_in_memory);
+  for (const auto& [flag, d] : {std::pair<const char*, absl::Duration>{"retention", so.retention},
+                                {"failed_retention", so.failed_retention},
+                                {"finished_in_memory", so.finished_in_memory}}) {
+    if (d < absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+      spdlog::error("--{} must be a duration of 0 or more, not {}", flag, absl::FormatDuration(d));
+      return 2;
+    }
+  }
   if (absl::GetFlag(FLAGS_max_watches) < 1 || absl::GetFlag(FLAGS_max_waits) < 1) {
     spdlog::error("--max_watches and --max_waits must be at least 1");
     return 2;

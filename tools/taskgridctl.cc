@@ -101,7 +101,12 @@ ABSL_FLAG(int32_t, max_concurrency, 0,
           "queue limits: most tasks of the queue dispatched or running at once (0: no limit)");
 ABSL_FLAG(double, rate, 0, "queue limits: most task starts per second (0: no limit)");
 ABSL_FLAG(int32_t, burst, 0, "queue limits --rate: starts allowed at once (0: max(1, rate))");
-ABSL_FLAG(int32_t, limit, 0, "cancel, retry --queue/--job: tasks per call, 1-10000 (0: 1000)");
+ABSL_FLAG(int32_t, limit, 0,
+          "cancel, retry, delete --queue/--job: tasks per call, 1-10000 (0: 1000)");
+ABSL_FLAG(absl::Duration, retention, absl::ZeroDuration(),
+          "queue retention: keep SUCCEEDED and CANCELLED tasks this long (0s: until deleted)");
+ABSL_FLAG(absl::Duration, failed_retention, absl::ZeroDuration(),
+          "queue retention: keep FAILED and TRASHED tasks this long (0s: until deleted)");
 ABSL_FLAG(bool, wait, false,
           "submit: then wait until every task finished (exit code as wait); job submit: until "
           "the job finished");
@@ -816,12 +821,13 @@ int Run(int argc, char** argv) {
     if (int rc = BuildJobList(&req); rc != kExitOk) return rc;
     return client.ListJobs(req, absl::GetFlag(FLAGS_all));
   }
-  if (name == "job get" || name == "job cancel" || name == "job retry") {
+  if (name == "job get" || name == "job cancel" || name == "job retry" || name == "job delete") {
     if (args.size() != 1 || args[0].empty()) {
       return UsageError(absl::StrCat(name, args.empty() ? " needs a job ID" : " takes one job ID"),
                         command_hint);
     }
     if (name == "job get") return client.GetJob(args[0]);
+    if (name == "job delete") return client.DeleteJob(args[0]);
     return client.ActOnJob(
         name == "job cancel" ? taskgrid::ctl::JobAction::kCancel : taskgrid::ctl::JobAction::kRetry,
         args[0]);
@@ -834,6 +840,16 @@ int Run(int argc, char** argv) {
     }
     if (name == "queue pause") return client.PauseQueue(args[0], /*paused=*/true);
     if (name == "queue resume") return client.PauseQueue(args[0], /*paused=*/false);
+    if (name == "queue retention") {
+      v1::SetQueueRetentionRequest req;
+      req.set_queue(args[0]);
+      if (set.count("retention"))
+        *req.mutable_retention() = taskgrid::ToProto(absl::GetFlag(FLAGS_retention));
+      if (set.count("failed_retention")) {
+        *req.mutable_failed_retention() = taskgrid::ToProto(absl::GetFlag(FLAGS_failed_retention));
+      }
+      return client.SetQueueRetention(req);
+    }
     v1::SetQueueLimitsRequest req;
     req.set_queue(args[0]);
     req.set_max_concurrency(absl::GetFlag(FLAGS_max_concurrency));
@@ -841,17 +857,21 @@ int Run(int argc, char** argv) {
     req.set_burst(absl::GetFlag(FLAGS_burst));
     return client.SetQueueLimits(req);
   }
-  if ((name == "cancel" || name == "retry") && args.empty() &&
-      (set.count("queue") || set.count("job"))) {
+  const bool bulk = name == "cancel" || name == "retry" || name == "delete";
+  if (bulk && args.empty() && !set.count("merge_key") && (set.count("queue") || set.count("job"))) {
     // By filter: every page, one call each.
     v1::BulkTasksRequest req;
     req.set_queue(absl::GetFlag(FLAGS_queue));
     req.set_job_id(absl::GetFlag(FLAGS_job));
     if (int rc = ParseStates(req.mutable_states()); rc != kExitOk) return rc;
     req.set_limit(absl::GetFlag(FLAGS_limit));
-    return client.Bulk(name == "cancel", req);
+    using taskgrid::ctl::BulkChange;
+    return client.Bulk(name == "cancel"  ? BulkChange::kCancel
+                       : name == "retry" ? BulkChange::kRetry
+                                         : BulkChange::kDelete,
+                       req);
   }
-  if ((name == "cancel" || name == "retry") && (set.count("state") || set.count("limit"))) {
+  if (bulk && (set.count("state") || set.count("limit"))) {
     return UsageError(absl::StrCat("--state and --limit select tasks by filter: ", name,
                                    " --queue=Q or --job=JOB, without an ID"),
                       command_hint);
@@ -889,10 +909,20 @@ int Run(int argc, char** argv) {
                                 args[0]);
   }
   if (name == "delete") {
-    if (!args.empty() || absl::GetFlag(FLAGS_merge_key).empty()) {
-      return UsageError("delete takes --merge_key=KEY (and --queue=Q), no ID", command_hint);
+    if (set.count("merge_key")) {
+      if (!args.empty() || set.count("job") || absl::GetFlag(FLAGS_merge_key).empty()) {
+        return UsageError("delete --merge_key=KEY takes --queue=Q only, no ID", command_hint);
+      }
+      return client.DeleteByMergeKey(absl::GetFlag(FLAGS_queue), absl::GetFlag(FLAGS_merge_key));
     }
-    return client.DeleteByMergeKey(absl::GetFlag(FLAGS_queue), absl::GetFlag(FLAGS_merge_key));
+    if (args.empty()) return UsageError("delete needs a task ID (or --queue=Q)", command_hint);
+    if (set.count("queue") || set.count("job")) {
+      return UsageError("delete takes task IDs or --queue/--job, not both", command_hint);
+    }
+    for (const std::string& id : args) {
+      if (id.empty()) return UsageError("delete: empty task ID", command_hint);
+    }
+    return client.Delete(args);
   }
   if (name == "wait") {
     if (args.empty()) return UsageError("wait needs a task ID", command_hint);

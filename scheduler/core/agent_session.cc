@@ -368,7 +368,13 @@ void Scheduler::BoundResult(v1::TaskResult* r) const {
 bool Scheduler::Committed(const std::string& task_id, int32_t attempt,
                           const std::string& holder) const {
   const TaskRecord* known = Find(task_id);
-  if (known == nullptr) return false;
+  if (known == nullptr) {
+    // Finished and on disk: its history is not read back for this. An
+    // attempt it made was taken; which holder sent it is not checked
+    // (either answer changes nothing but the agent's log line).
+    const ColdTask* c = table_.FindCold(task_id);
+    return c != nullptr && attempt >= 1 && attempt <= c->attempt;
+  }
   for (const v1::Attempt& done : known->attempts) {
     if (done.attempt() == attempt && done.agent_id() == holder &&
         done.result().outcome() != v1::OUTCOME_LOST) {

@@ -193,6 +193,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::RestoreTask(const std::string& id) 
     return absl::FailedPreconditionError(absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                                                       "; only TRASHED tasks can be restored"));
   }
+  RETURN_IF_ERROR(CheckDepsKept(*t, "restored"));
   RETURN_IF_ERROR(CheckRoom(t->queue(), 1, absl::StrCat("restoring \"", id, "\"")));
   t->next_run_time = absl::InfinitePast();
   const v1::TaskState to = NextWaitingState(*t);

@@ -103,8 +103,18 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " counts ", t.deps_unsucceeded, "/", t.deps_unfinished,
                   " open dependencies, not ", unsucceeded, "/", unfinished);
     }
-    if (t.deps.size() != static_cast<size_t>(t.spec.depends_on_size())) {
-      return fail("task ", id, " has ", t.deps.size(), " linked dependencies");
+    for (const TaskRecord* d : t.deps) {
+      if (table_.Find(d->id()) != d) return fail("task ", id, " depends on ", d->id(), " on disk");
+    }
+    if (t.deps_deleted
+            ? !IsTerminal(t.state) || t.deps.size() >= static_cast<size_t>(t.spec.depends_on_size())
+            : t.deps.size() != static_cast<size_t>(t.spec.depends_on_size())) {
+      return fail("task ", id, " is ", StateName(t.state), " with ", t.deps.size(),
+                  " linked dependencies of ", t.spec.depends_on_size(),
+                  t.deps_deleted ? " (some deleted)" : "");
+    }
+    if (t.job != nullptr && !t.job->cold.empty()) {
+      return fail("task ", id, " is in memory, but some of its job's tasks are on disk");
     }
     if (t.state == v1::TASK_STATE_BLOCKED && t.replicas.empty() &&
         (DepsMet(t) && !(DepFailed(t) && CancelsOnUpstreamFailure(t)))) {
@@ -219,6 +229,27 @@ absl::Status Scheduler::CheckInvariants() const {
   if (table_.scheduled().size() != scheduled) {
     return fail("timer holds ", table_.scheduled().size(), " tasks");
   }
+  // Finished tasks on disk: found both ways, counted, in no index of
+  // tasks in memory; each waits for its retention once (as itself, with
+  // its job, or with its task for a replica).
+  size_t expiring = 0;
+  for (const auto& [queue, kinds] : expiring_) expiring += kinds[0].size() + kinds[1].size();
+  size_t should_expire = 0;
+  for (const auto& [seq, c] : table_.cold_by_seq()) {
+    if (c->seq != seq || table_.FindCold(c->id) != c) {
+      return fail("task ", c->id, " on disk is indexed wrongly");
+    }
+    if (table_.Find(c->id) != nullptr) return fail("task ", c->id, " is on disk and in memory");
+    if (!IsTerminal(c->state)) return fail("task ", c->id, " on disk is ", StateName(c->state));
+    ++counts[*c->queue][c->state];
+    if (c->job == nullptr && !c->replica) ++should_expire;
+  }
+  for (const auto& [id, j] : table_.jobs()) {
+    if (j->tasks.empty() && !j->cold.empty()) ++should_expire;
+  }
+  if (expiring != should_expire) {
+    return fail("retention waits for ", expiring, " tasks and jobs on disk, not ", should_expire);
+  }
   for (const auto& [queue, arr] : table_.counts()) {
     auto it = counts.find(queue);
     for (int s = 0; s < kNumStates; ++s) {
@@ -234,7 +265,13 @@ absl::Status Scheduler::CheckInvariants() const {
   for (const auto& [id, j] : table_.jobs()) {
     std::array<int64_t, kNumStates> jc{};
     for (const TaskRecord* t : j->tasks) ++jc[t->state];
+    for (int64_t seq : j->cold) {
+      const ColdTask* c = table_.FindColdBySeq(seq);
+      if (c == nullptr || c->job != j.get()) return fail("job ", id, " lost task seq ", seq);
+      ++jc[c->state];
+    }
     if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
+    if (j->size() == 0) return fail("job ", id, " has no task");
   }
   for (const auto& [id, a] : agents_.all()) {
     int32_t used = 0;

@@ -52,6 +52,11 @@ struct SchedulerMetrics {
   // ClusterStats(): agents by state, slots, stale messages refused.
   v1::ClusterStats cluster;
   TaskCounters counters;
+  // Tasks whose records are in memory, finished tasks kept on disk only,
+  // and finished tasks deleted since start-up (retention and deletes).
+  int64_t tasks_in_memory = 0;
+  int64_t tasks_on_disk = 0;
+  int64_t tasks_deleted = 0;
 };
 
 }  // namespace taskgrid::core

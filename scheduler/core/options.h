@@ -95,6 +95,21 @@ struct SchedulerOptions {
   // A lost agent stays listed (state LOST) this long after its tasks moved.
   absl::Duration lost_agent_retention = absl::Minutes(10);
 
+  // Finished tasks (cold.cc). One leaves memory this long after it
+  // finished, once its last change is committed and nothing in memory
+  // needs it (--finished_in_memory); from then on it lives on disk only.
+  absl::Duration finished_in_memory = absl::Seconds(5);
+  // Finished tasks are deleted this long after they finished: SUCCEEDED
+  // and CANCELLED ones (--retention), FAILED and TRASHED ones, the dead
+  // letter (--failed_retention). Zero keeps them; a queue may say
+  // otherwise (SetQueueRetention).
+  absl::Duration retention = absl::Hours(24 * 7);
+  absl::Duration failed_retention = absl::Hours(24 * 30);
+  // Bounds on the work of one call: tasks moved out of memory per Evict,
+  // tasks deleted by retention per Tick (so neither holds up a commit).
+  int max_evictions_per_call = 10'000;
+  int max_deletes_per_tick = 1'000;
+
   // What Welcome tells agents: stop running tasks after this long without
   // contact. Inside the grace (so they stop before their tasks move) and at
   // least 3 heartbeats (so a healthy agent never does).

@@ -33,7 +33,8 @@ absl::Status ValidateQueueLimits(const v1::SetQueueLimitsRequest& req) {
 }
 
 bool IsDefault(const v1::QueueSettings& s) {
-  return !s.paused() && s.max_concurrency() == 0 && s.rate_per_second() == 0 && s.burst() == 0;
+  return !s.paused() && s.max_concurrency() == 0 && s.rate_per_second() == 0 && s.burst() == 0 &&
+         !s.has_retention() && !s.has_failed_retention();
 }
 
 const v1::QueueSettings* QueueControls::Find(const std::string& queue) const {

@@ -14,7 +14,6 @@
 #include "scheduler/core/state_machine.h"
 
 namespace taskgrid::core {
-namespace {
 
 absl::Status CheckQueue(const std::string& queue) {
   if (queue.empty()) {
@@ -24,8 +23,6 @@ absl::Status CheckQueue(const std::string& queue) {
   }
   return CheckName("queue", queue, kMaxQueueNameLength);
 }
-
-}  // namespace
 
 int64_t Scheduler::InFlight(const std::string& queue) const {
   const TaskTable::Counts& c = table_.CountsOf(queue);
@@ -110,10 +107,6 @@ absl::Status Scheduler::RestoreQueues(const std::vector<QueueRow>& rows) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The states a bulk change applies to, checked against `filter.states`
-// (empty: all of them).
 absl::Status BulkStates(ListFilter* filter, std::initializer_list<v1::TaskState> allowed,
                         absl::string_view change) {
   if (filter->queue.empty() && filter->job_id.empty()) {
@@ -139,8 +132,6 @@ absl::Status BulkStates(ListFilter* filter, std::initializer_list<v1::TaskState>
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<BulkResult> Scheduler::CancelTasks(ListFilter filter) {
   RETURN_IF_ERROR(
       BulkStates(&filter,
@@ -153,6 +144,7 @@ absl::StatusOr<BulkResult> Scheduler::CancelTasks(ListFilter filter) {
   {
     DeferSettling defer(this);
     for (const TaskRecord* found : page.tasks) {
+      if (found == nullptr) continue;  // on disk: finished
       TaskRecord& t = *Mutable(found->id());
       // A replica goes with its task (which may be on this page too).
       if (t.replica_of != nullptr || IsTerminal(t.state) || t.state == v1::TASK_STATE_CANCELLING) {
@@ -171,7 +163,18 @@ absl::StatusOr<BulkResult> Scheduler::RetryTasks(ListFilter filter) {
   const ListPage page = List(filter);
   BulkResult out;
   out.next_after_seq = page.next_after_seq;
-  for (const TaskRecord* t : page.tasks) {
+  for (size_t i = 0; i < page.tasks.size(); ++i) {
+    const TaskRecord* t = page.tasks[i];
+    if (t == nullptr) {
+      // On disk: the Engine reads back what a retry selects first, so this
+      // one went back to disk in between.
+      if (out.skipped++ == 0) {
+        const ColdTask* c = table_.FindColdBySeq(page.seqs[i]);
+        out.skipped_reason =
+            std::string(OnDisk(c != nullptr ? c->id : absl::StrCat(page.seqs[i])).message());
+      }
+      continue;
+    }
     if (t->replica_of != nullptr) continue;  // retried with its task
     absl::StatusOr<const TaskRecord*> r = Retry(t->id());
     if (r.ok()) {

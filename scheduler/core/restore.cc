@@ -37,6 +37,13 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
   if (restoring_ == nullptr)
     return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
   for (std::unique_ptr<TaskRecord>& owned : *tasks) {
+    // A finished task read light, needed in memory after all (RestoreNeeds).
+    if (const ColdTask* c = table_.FindCold(owned->id()); c != nullptr && c->seq == owned->seq) {
+      if (c->job == nullptr && !c->replica) {
+        RemoveExpiring(*c->queue, RetentionKind(c->state), c->finish, c->seq, false);
+      }
+      table_.UnadoptCold(owned->seq);
+    }
     owned->placement_class = TaskClass(owned->spec);
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
     TaskRecord& t = *adopted;
@@ -45,6 +52,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     if (!t.spec.unique_key().empty() && t.create_time + FromProto(t.spec.unique_ttl()) > Now()) {
       HoldUniqueKey(t);
     }
+    restored_unexamined_.push_back(&t);
     if (IsInFlight(t.state)) {
       restoring_->in_flight.push_back(&t);
     } else if (t.claimed()) {
@@ -78,13 +86,31 @@ absl::Status Scheduler::FinishRestore() {
   std::sort(with_deps.begin(), with_deps.end(), by_seq);
   for (TaskRecord* t : with_deps) {
     for (const std::string& id : t->spec.depends_on()) {
-      if (Find(id) == nullptr) {
+      if (TaskRecord* d = Mutable(id)) {
+        LinkDependency(*t, *d);
+      } else if (IsTerminal(t->state)) {
+        t->deps_deleted = true;  // deleted while both were finished
+      } else {
         return absl::DataLossError(
             absl::StrCat("task ", t->id(), " depends on ", id, ", which is not stored"));
       }
     }
-    LinkDependencies(*t);
   }
+  // Jobs: tasks read back after the scan (RestoreNeeds) joined theirs out
+  // of order; a job all on disk waits for its retention.
+  for (const auto& [seq, j] : table_.jobs_by_seq()) {
+    std::sort(j->tasks.begin(), j->tasks.end(), by_seq);
+    if (!j->tasks.empty() && !j->cold.empty()) {
+      return absl::DataLossError(absl::StrCat("job ", j->id, " came back in part"));
+    }
+    if (j->tasks.empty()) JobExpiring(*j, /*add=*/true);
+  }
+  // Finished tasks in memory (needed by unfinished ones, or in an
+  // unfinished job) go to disk once nothing needs them.
+  for (const auto& [seq, t] : table_.by_seq()) {
+    if (IsTerminal(t->state)) evict_queue_.push_back({0, seq});
+  }
+  restored_unexamined_.clear();
   // Replicas back to their task, in order (they were made in order).
   std::sort(r->replicas.begin(), r->replicas.end(), by_seq);
   for (TaskRecord* rep : r->replicas) {

@@ -33,6 +33,8 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   const v1::TaskState from =
       table_.Apply(t, to, std::move(reason), now, event_agent, &effects_.batch);
   counters_.CountTransition(t, from, to, now);
+  // Finished: to disk once the change is committed and old enough (Evict).
+  if (IsTerminal(to)) evict_queue_.push_back({t.revision, t.seq});
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   IndexMerge(t);
   // Room under its queue's concurrency limit.
@@ -167,6 +169,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         existing[i] = t;
         continue;
       }
+      if (table_.FindCold(spec.id()) != nullptr) return OnDisk(spec.id());
     }
     if (!spec.unique_key().empty()) {
       if (job_id != nullptr) {
@@ -174,9 +177,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
             field.str(), ".unique_key is set: a job is unique by its id, not its tasks by key"));
       }
       const MergeKey key{spec.queue(), spec.unique_key()};
-      if (const TaskRecord* held = UniqueHolder(key, submit_time)) {
-        existing[i] = held;
-        continue;
+      if (const int64_t held = UniqueHolder(key, submit_time); held != 0) {
+        if (auto it = table_.by_seq().find(held); it != table_.by_seq().end()) {
+          existing[i] = it->second;
+          continue;
+        }
+        if (const ColdTask* c = table_.FindColdBySeq(held)) return OnDisk(c->id);
+        // Its holder was deleted: the key is free.
       }
       auto [it, inserted] = unique_seen.emplace(key, i);
       if (!inserted) {
@@ -213,6 +220,11 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     fresh.push_back(i);
     adds[spec.queue()] += 1 + ReplicaCount(spec);
   }
+  for (size_t i : fresh) {
+    for (const std::string& dep : specs[i].depends_on()) {
+      if (Find(dep) == nullptr && table_.FindCold(dep) != nullptr) return OnDisk(dep);
+    }
+  }
   if (absl::Status s =
           CheckDependencies(specs, fresh, seen, [this](const std::string& id) { return Find(id); });
       !s.ok()) {
@@ -236,7 +248,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
   for (size_t i : fresh) {
     for (int32_t n = 1; n <= ReplicaCount(specs[i]); ++n) {
       const std::string id = ReplicaId(specs[i].id(), n);
-      if (Find(id) != nullptr || seen.contains(id)) {
+      if (table_.Taken(id) || seen.contains(id)) {
         return absl::AlreadyExistsError(absl::StrCat("task \"", id, "\" already exists; tasks[", i,
                                                      "] needs that id for its replica ", n));
       }
@@ -353,6 +365,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Retry(const std::string& id) {
         absl::StrCat("task \"", id, "\" has used all ", MaxAttempts(*t),
                      " of its attempts; reset it for a fresh budget"));
   }
+  RETURN_IF_ERROR(CheckDepsKept(*t, "retried"));
   if (!t->replicas.empty()) {
     RETURN_IF_ERROR(CheckRestartReplicas(*t, /*all=*/false, absl::StrCat("retrying \"", id, "\"")));
   } else {
@@ -381,6 +394,7 @@ absl::StatusOr<const TaskRecord*> Scheduler::Reset(const std::string& id) {
         absl::StrCat("task \"", id, "\" is ", StateName(t->state),
                      "; only SUCCEEDED, FAILED or CANCELLED tasks can be reset"));
   }
+  RETURN_IF_ERROR(CheckDepsKept(*t, "reset"));
   if (!t->replicas.empty()) {
     RETURN_IF_ERROR(CheckRestartReplicas(*t, /*all=*/true, absl::StrCat("resetting \"", id, "\"")));
   } else {
@@ -495,6 +509,7 @@ absl::StatusOr<const JobRecord*> Scheduler::RetryJob(const std::string& id) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job \"", id, "\" has no FAILED task (and so none cancelled because of one) ", "to retry"));
   }
+  for (const TaskRecord* t : retry) RETURN_IF_ERROR(CheckDepsKept(*t, "retried"));
   absl::btree_map<std::string, int64_t> adds;  // in name order: the same error each time
   for (const TaskRecord* t : retry) {
     ++adds[t->queue()];
@@ -549,8 +564,31 @@ TaskRecord* Scheduler::Mutable(const std::string& id) { return table_.Find(id); 
 absl::StatusOr<TaskRecord*> Scheduler::Lookup(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id is empty");
   TaskRecord* t = Mutable(id);
+  if (t == nullptr && table_.FindCold(id) != nullptr) return OnDisk(id);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("task \"", id, "\" does not exist"));
   return t;
+}
+
+absl::Status Scheduler::CheckDepsKept(const TaskRecord& t, absl::string_view what) {
+  if (!t.deps_deleted) return absl::OkStatus();
+  std::string gone;
+  for (const std::string& id : t.spec.depends_on()) {
+    if (std::none_of(t.deps.begin(), t.deps.end(),
+                     [&](const TaskRecord* d) { return d->id() == id; })) {
+      gone = id;
+      break;
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat("task \"", t.id(), "\" cannot be ", what,
+                                                    ": its dependency \"", gone, "\" was deleted"));
+}
+
+absl::Status Scheduler::OnDisk(const std::string& id) {
+  // The Engine reads a task back before any operation that needs it
+  // (ColdSeqs*, Warm); meeting one here means it went back to disk in
+  // between, which a retry of the call gets past.
+  return absl::UnavailableError(
+      absl::StrCat("task \"", id, "\" is finished and was not read back from disk; try again"));
 }
 
 absl::Status Scheduler::CheckRoom(const std::string& queue, int64_t n,
@@ -632,6 +670,7 @@ void Scheduler::Tick() {
   FireSchedules(now);
   if (!held_.empty()) ReleaseOpened();
   ExpireUniqueKeys(now);
+  DeleteExpired(now);
   Dispatch();
 }
 

@@ -26,6 +26,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -74,7 +75,10 @@ struct ListFilter {
 };
 
 struct ListPage {
+  // In submit order. A task kept on disk only is a nullptr in `tasks`: the
+  // caller reads it back by its seq (seqs[i] is the seq of entry i).
   std::vector<const TaskRecord*> tasks;
+  std::vector<int64_t> seqs;
   int64_t next_after_seq = 0;  // 0: no more
 };
 
@@ -222,7 +226,64 @@ class Scheduler {
   // "<schedule id>:<fire time in UTC as YYYYMMDDTHHMMSSZ>".
   static std::string FireTaskId(const std::string& schedule_id, absl::Time fire);
 
-  // nullptr when unknown.
+  // --- Finished tasks on disk (cold.cc). A finished task leaves memory
+  // (Evict) and lives on in the store; what the indexes need of it stays
+  // (TaskTable's ColdTask). Reads describe its stored row; an operation
+  // that may change it has it read back first (Warm): the Engine asks
+  // ColdSeqs* what an operation needs, reads those rows, and Warms them,
+  // so the operations below never meet a task on disk. ---
+
+  // Moves out of memory the finished tasks whose last change is committed
+  // (revision <= `committed`), that finished at least finished_in_memory
+  // ago, and that nothing in memory needs (no dependent in memory; a job,
+  // and a task with its replicas, go as a whole once all of it finished).
+  // At most max_evictions_per_call; returns how many went.
+  size_t Evict(int64_t committed);
+  // Tasks on disk that time-driven work (a schedule's fire) waits for:
+  // the Engine reads them back and Warms them.
+  std::vector<int64_t> TakeWarmWanted() { return std::exchange(warm_wanted_, {}); }
+  // The task on disk under `id`, or nullptr.
+  const ColdTask* FindCold(const std::string& id) const { return table_.FindCold(id); }
+  size_t cold_task_count() const { return table_.cold_size(); }
+  // Seqs of the tasks on disk an operation naming these needs in memory:
+  // the tasks themselves; for specs, also their dependencies, their ids
+  // and their unique keys' holders; for a job, its tasks.
+  std::vector<int64_t> ColdSeqsOfIds(const std::vector<std::string>& ids) const;
+  std::vector<int64_t> ColdSeqsOfSpecs(
+      const google::protobuf::RepeatedPtrField<v1::TaskSpec>& specs) const;
+  std::vector<int64_t> ColdSeqsOfJob(const std::string& job_id) const;
+  // The tasks on disk a RetryTasks with `filter` would change.
+  std::vector<int64_t> ColdSeqsOfBulkRetry(ListFilter filter) const;
+  // What tasks read back from the store need in memory with them (so that
+  // a task in memory always has its dependencies, its job and its replicas
+  // in memory): the seqs on disk not among `records`.
+  std::vector<int64_t> ColdNeeds(const std::vector<std::unique_ptr<TaskRecord>>& records) const;
+  // Takes back into memory tasks read back from the store (and empties
+  // `records`). All or nothing: when a record is not its task as it is on
+  // disk now, or ColdNeeds(*records) is not empty, nothing changes and
+  // those seqs are returned (to read, again or too). A record whose task
+  // is no longer on disk (deleted, or back in memory) is dropped.
+  std::vector<int64_t> Warm(std::vector<std::unique_ptr<TaskRecord>>* records);
+  // Deletes a finished task for good, with its replicas; returns their ids.
+  absl::StatusOr<std::vector<std::string>> DeleteTask(const std::string& id);
+  // Deletes a finished job with its tasks; returns how many tasks went.
+  absl::StatusOr<int64_t> DeleteJob(const std::string& id);
+  // Deletes (as DeleteTask, or DeleteJob with filter.job_id) what `filter`
+  // selects (filter.states empty: every finished state).
+  absl::StatusOr<BulkResult> DeleteTasks(ListFilter filter);
+  // How long the queue's finished tasks are kept: SUCCEEDED and CANCELLED
+  // ones, and (failed) FAILED and TRASHED ones. Zero: kept.
+  absl::Duration RetentionOf(const std::string& queue, bool failed) const;
+  absl::StatusOr<v1::QueueStats> SetQueueRetention(const v1::SetQueueRetentionRequest& req);
+  // Start-up, between BeginRestore and FinishRestore: finished tasks read
+  // back light (TaskRow::light), kept on disk only.
+  absl::Status RestoreCold(absl::Span<const TaskRow> rows);
+  // Start-up, after RestoreTasks: the seqs of tasks on disk that the tasks
+  // restored since the last call need in memory (read them back and hand
+  // them to RestoreTasks too, until this is empty).
+  std::vector<int64_t> RestoreNeeds();
+
+  // nullptr when unknown (or on disk only).
   const TaskRecord* Find(const std::string& id) const;
   // The API view of a task, with effective values filled in. `agents`:
   // Agents(), when the caller describes many tasks at once.
@@ -278,6 +339,8 @@ class Scheduler {
   // --- Introspection. ---
   const AgentRecord* FindAgent(const std::string& id) const;
   int64_t stale_messages() const { return stale_messages_; }
+  // Finished tasks deleted for good since start-up (retention and deletes).
+  int64_t tasks_deleted() const { return tasks_deleted_; }
   int64_t last_revision() const { return table_.last_revision(); }
   // The oldest event revision still kept (history before it was pruned).
   int64_t oldest_revision() const { return table_.oldest_revision(); }
@@ -442,11 +505,14 @@ class Scheduler {
   void Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now);
 
   // --- Unique by key (unique.cc). ---
-  // The task holding (queue, unique key) at `now`, or nullptr.
-  const TaskRecord* UniqueHolder(const MergeKey& key, absl::Time now) const;
-  // A new or restored task with a unique key holds it until its create
-  // time + unique_ttl (a later holder of the key replaces it).
-  void HoldUniqueKey(TaskRecord& t);
+  // The seq of the task holding (queue, unique key) at `now`, or 0.
+  int64_t UniqueHolder(const MergeKey& key, absl::Time now) const;
+  // A new or restored task with a unique key holds it until `until` (its
+  // create time + unique_ttl); a later holder of the key (by seq) wins.
+  void HoldUniqueKey(const MergeKey& key, int64_t seq, absl::Time until);
+  void HoldUniqueKey(const TaskRecord& t);
+  // A deleted task lets go of its key.
+  void DropUniqueKey(const MergeKey& key, int64_t seq);
   // Lets go of the keys whose time is up.
   void ExpireUniqueKeys(absl::Time now);
 
@@ -475,11 +541,44 @@ class Scheduler {
   // attempts, no history, no result (the attempt counter keeps rising).
   void ClearForRerun(TaskRecord& t);
 
+  // --- Finished tasks on disk (cold.cc). ---
+  // Which retention a finished state falls under: 1 for FAILED and
+  // TRASHED (the dead letter), 0 for the others.
+  static int RetentionKind(v1::TaskState s);
+  // A task that went on disk (a job by its first task's queue, a task
+  // with replicas for them all) waits for its retention here.
+  void AddExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq, bool job);
+  void RemoveExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq, bool job);
+  // The expiry entry of a job on disk (its first task's queue, its state).
+  void JobExpiring(const JobRecord& j, bool add);
+  // Deletes what retention says is due, at most max_deletes_per_tick.
+  void DeleteExpired(absl::Time now);
+  // The tasks that leave or come back to memory together with `t`: its
+  // job's tasks, the task it is a replica of, and replicas, closed under
+  // those links.
+  std::vector<TaskRecord*> UnitOf(TaskRecord& t);
+  // Why the unit may not leave memory now (empty: it may). `force`: no
+  // age, no commit needed (a delete: nothing will read it back).
+  std::string Unevictable(const std::vector<TaskRecord*>& unit, int64_t committed,
+                          bool force) const;
+  // Moves a unit (UnitOf) out of memory.
+  void EvictUnit(const std::vector<TaskRecord*>& unit);
+  // Deletes a task on disk (not a replica, in no job) with its replicas;
+  // appends their ids.
+  void DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids);
+  // Deletes a job on disk with its tasks and their replicas; returns how
+  // many went.
+  int64_t DeleteColdJob(JobRecord& j);
+  // A finished task (or job) DeleteTask may delete: moved to disk now if in
+  // memory. FAILED_PRECONDITION saying why not.
+  absl::Status ToDiskForDelete(TaskRecord& t);
+
   // --- Periodic tasks (schedules.cc). ---
   // Fires the due schedules, at most opts_.max_schedule_fires_per_tick.
   void FireSchedules(absl::Time now);
-  // One fire: a task for `fire` through Submit, recorded on `s`.
-  void FireSchedule(ScheduleRecord& s, absl::Time fire);
+  // One fire: a task for `fire` through Submit, recorded on `s`. False
+  // when it must wait for tasks on disk to be read back (warm_wanted_).
+  bool FireSchedule(ScheduleRecord& s, absl::Time fire);
   // The first fire time of `s` strictly after `t`.
   absl::Time NextFire(const ScheduleRecord& s, absl::Time t) const;
   // The latest fire time of `s` at or before `now`, `due` (one) at least.
@@ -544,6 +643,11 @@ class Scheduler {
   int64_t QueueLength(const std::string& queue) const;
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
+  // UNAVAILABLE for an operation that met task `id` on disk only.
+  static absl::Status OnDisk(const std::string& id);
+  // FAILED_PRECONDITION when a dependency of `t` was deleted (it cannot
+  // run again); `what` says what was asked ("retried").
+  static absl::Status CheckDepsKept(const TaskRecord& t, absl::string_view what);
   absl::StatusOr<JobRecord*> LookupJob(const std::string& id);
 
   const Clock* clock_;
@@ -574,10 +678,10 @@ class Scheduler {
   absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
   // The task each (queue, merge key) joins: Joinable ones only.
   absl::flat_hash_map<MergeKey, TaskRecord*> merge_index_;
-  // The task holding each (queue, unique key), and until when; and the
-  // keys by that time, to let them go.
+  // The task holding each (queue, unique key) (its seq: it may be on disk),
+  // and until when; and the keys by that time, to let them go.
   struct UniqueHold {
-    const TaskRecord* task = nullptr;
+    int64_t seq = 0;
     absl::Time until;
   };
   absl::flat_hash_map<MergeKey, UniqueHold> unique_index_;
@@ -607,6 +711,18 @@ class Scheduler {
     std::vector<TaskRecord*> replicas;
   };
   std::unique_ptr<Restoring> restoring_;
+  // Tasks restored since the last RestoreNeeds (start-up only).
+  std::vector<TaskRecord*> restored_unexamined_;
+
+  // Finished tasks to look at for eviction: (revision of the change that
+  // finished them, or 0 for one to look at again; seq), in that order.
+  std::deque<std::pair<int64_t, int64_t>> evict_queue_;
+  // Tasks and jobs on disk waiting for their retention, by queue and kind
+  // (RetentionKind), in the order they finished: (finish, seq, is a job).
+  using ExpiringSet = absl::btree_set<std::tuple<absl::Time, int64_t, bool>>;
+  absl::flat_hash_map<std::string, std::array<ExpiringSet, 2>> expiring_;
+  int64_t tasks_deleted_ = 0;
+  std::vector<int64_t> warm_wanted_;
 };
 
 }  // namespace taskgrid::core

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/core/model.h"
@@ -59,6 +61,16 @@ inline DepClass ClassOf(v1::TaskState s) {
   }
   return DepClass::kOpen;
 }
+
+struct ListFilter;
+
+// A queue an operation names: not empty, a valid name.
+absl::Status CheckQueue(const std::string& queue);
+// The states a bulk change (CancelTasks, RetryTasks, DeleteTasks) applies
+// to, checked against `filter->states` (empty: all of them), and its
+// queue or job.
+absl::Status BulkStates(ListFilter* filter, std::initializer_list<v1::TaskState> allowed,
+                        absl::string_view change);
 
 // What a dependent receives from a finished dependency.
 inline const std::string& OutputOf(const TaskRecord& t) {

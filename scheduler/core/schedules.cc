@@ -255,9 +255,25 @@ void Scheduler::DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) con
   SetTimestamp(s.update_time, out->mutable_update_time());
 }
 
-void Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
+bool Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
   v1::TaskSpec spec = s.def.task_template();
   spec.set_id(FireTaskId(s.id(), fire));
+  if (const ColdTask* c = table_.FindCold(spec.id())) {
+    // This fire's task exists and finished (a fire repeated after a
+    // clock went back): it fired.
+    s.last_fire = fire;
+    s.last_task_id = c->id;
+    s.last_error.clear();
+    return true;
+  }
+  google::protobuf::RepeatedPtrField<v1::TaskSpec> one;
+  *one.Add() = spec;
+  if (std::vector<int64_t> cold = ColdSeqsOfSpecs(one); !cold.empty()) {
+    // Its dependencies, or its unique key's holder, are on disk: the
+    // Engine reads them back and the fire comes on a later tick.
+    warm_wanted_.insert(warm_wanted_.end(), cold.begin(), cold.end());
+    return false;
+  }
   std::vector<v1::TaskSpec> specs;
   specs.push_back(std::move(spec));
   absl::StatusOr<std::vector<const TaskRecord*>> made = Submit(std::move(specs));
@@ -268,15 +284,17 @@ void Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
         absl::StrCat("fire at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", fire, absl::UTCTimeZone()),
                      " refused: ", absl::StatusCodeToString(made.status().code()), ": ",
                      made.status().message());
-    return;
+    return true;
   }
   s.last_fire = fire;
   s.last_task_id = made->front()->id();
   ++s.fire_count;
   s.last_error.clear();
+  return true;
 }
 
 void Scheduler::FireSchedules(absl::Time now) {
+  std::vector<std::string> later;  // waiting for tasks read back from disk
   for (int budget = opts_.max_schedule_fires_per_tick;
        budget > 0 && !schedule_timer_.empty() && schedule_timer_.begin()->first <= now; --budget) {
     const std::string id = schedule_timer_.begin()->second;
@@ -284,19 +302,24 @@ void Scheduler::FireSchedules(absl::Time now) {
     ScheduleRecord& s = *schedules_.at(id);
     const absl::Time due = s.next_fire;
     absl::Time next = NextFire(s, due);
+    bool fired = true;
     if (s.missed) {
       // Fires fell while the scheduler was down: the policy decides.
       if (s.def.misfire_policy() == v1::MISFIRE_POLICY_RUN_ONCE) {
-        FireSchedule(s, LatestFire(s, due, now));
+        fired = FireSchedule(s, LatestFire(s, due, now));
       }
       next = NextFire(s, now);
     } else if (next <= now) {
       // Behind by more than one fire while running (a stall, a clock
       // jump): one task, for the latest.
-      FireSchedule(s, LatestFire(s, due, now));
+      fired = FireSchedule(s, LatestFire(s, due, now));
       next = NextFire(s, now);
     } else {
-      FireSchedule(s, due);
+      fired = FireSchedule(s, due);
+    }
+    if (!fired) {
+      later.push_back(id);
+      continue;
     }
     s.missed = false;
     s.next_fire = next;
@@ -304,6 +327,7 @@ void Scheduler::FireSchedules(absl::Time now) {
     schedule_timer_.emplace(s.next_fire, s.id());
     PersistSchedule(s);
   }
+  for (const std::string& id : later) schedule_timer_.emplace(schedules_.at(id)->next_fire, id);
 }
 
 absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {

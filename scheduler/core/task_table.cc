@@ -39,8 +39,166 @@ std::string TaskTable::NewTaskId(absl::Time now) {
   for (;;) {
     std::string id =
         absl::StrFormat("t%014d-%06d", absl::ToUnixMillis(now), ++id_counter_ % 1'000'000);
-    if (!tasks_.contains(id)) return id;
+    if (!Taken(id)) return id;
   }
+}
+
+const std::string* TaskTable::Intern(const std::string& queue) {
+  return &*queue_names_.insert(queue).first;
+}
+
+const ColdTask* TaskTable::FindCold(absl::string_view id) const {
+  auto it = cold_.find(id);
+  return it == cold_.end() ? nullptr : &*it;
+}
+
+const ColdTask* TaskTable::FindColdBySeq(int64_t seq) const {
+  auto it = cold_by_seq_.find(seq);
+  return it == cold_by_seq_.end() ? nullptr : it->second;
+}
+
+namespace {
+
+ColdTask ColdOf(const TaskRecord& t) {
+  ColdTask c;
+  c.id = t.id();
+  c.seq = t.seq;
+  c.job = t.job;
+  c.finish = t.update_time;
+  c.attempt = t.attempt;
+  c.state = t.state;
+  c.replica = !t.spec.replica_of().empty();
+  c.has_replicas = ReplicaCount(t.spec) > 0;
+  return c;
+}
+
+}  // namespace
+
+void TaskTable::Evict(TaskRecord& t) {
+  TASKGRID_CHECK(IsTerminal(t.state) && t.job == nullptr,
+                 absl::StrCat("task ", t.id(), " cannot leave memory alone"));
+  ColdTask c = ColdOf(t);
+  c.queue = Intern(t.queue());
+  by_seq_.erase(t.seq);
+  tasks_.erase(t.id());  // frees `t`
+  const ColdTask& in = *cold_.insert(std::move(c)).first;
+  cold_by_seq_.emplace(in.seq, &in);
+}
+
+void TaskTable::EvictJob(JobRecord& j) {
+  j.cold.reserve(j.cold.size() + j.tasks.size());
+  for (TaskRecord* t : j.tasks) {
+    TASKGRID_CHECK(IsTerminal(t->state), absl::StrCat("task ", t->id(), " of job ", j.id,
+                                                      " cannot leave memory unfinished"));
+    ColdTask c = ColdOf(*t);
+    c.queue = Intern(t->queue());
+    j.cold.push_back(t->seq);
+    by_seq_.erase(t->seq);
+    tasks_.erase(t->id());
+    const ColdTask& in = *cold_.insert(std::move(c)).first;
+    cold_by_seq_.emplace(in.seq, &in);
+  }
+  j.tasks.clear();
+  std::sort(j.cold.begin(), j.cold.end());
+}
+
+absl::Status TaskTable::AdoptCold(const TaskRow& row) {
+  if (Taken(row.id)) return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
+  if (!v1::TaskState_IsValid(row.state) || !IsTerminal(static_cast<v1::TaskState>(row.state))) {
+    return absl::DataLossError(
+        absl::StrCat("task ", row.id, ": stored state ", row.state, " is not a finished one"));
+  }
+  ColdTask c;
+  c.id = row.id;
+  c.seq = row.seq;
+  c.queue = Intern(row.queue);
+  c.finish = FromUnixMicrosOrZero(row.update_us);
+  c.attempt = row.attempt;
+  c.state = static_cast<v1::TaskState>(row.state);
+  c.replica = row.replica;
+  c.has_replicas = row.has_replicas;
+  if (!row.job_id.empty()) {
+    JobRecord& j = FindOrAddJob(row.job_id, row.seq, FromUnixMicrosOrZero(row.create_us));
+    c.job = &j;
+    j.cold.push_back(row.seq);
+    ++j.counts[c.state];
+    j.update_time = std::max(j.update_time, c.finish);
+  }
+  ++counts_[row.queue][c.state];
+  next_seq_ = std::max(next_seq_, row.seq + 1);
+  const ColdTask& in = *cold_.insert(std::move(c)).first;
+  cold_by_seq_.emplace_hint(cold_by_seq_.end(), in.seq, &in);
+  return absl::OkStatus();
+}
+
+void TaskTable::UnadoptCold(int64_t seq) {
+  const ColdTask* c = FindColdBySeq(seq);
+  if (c == nullptr) return;
+  --counts_[*c->queue][c->state];
+  if (c->job != nullptr) {
+    JobRecord& j = *c->job;
+    --j.counts[c->state];
+    j.cold.erase(std::remove(j.cold.begin(), j.cold.end(), seq), j.cold.end());
+  }
+  cold_by_seq_.erase(seq);
+  cold_.erase(cold_.find(absl::string_view(c->id)));
+}
+
+TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
+  auto it = cold_by_seq_.find(t->seq);
+  if (it == cold_by_seq_.end()) return nullptr;
+  const ColdTask& c = *it->second;
+  if (c.id != t->id() || c.finish != t->update_time || c.state != t->state) return nullptr;
+  t->job = c.job;
+  cold_by_seq_.erase(it);
+  cold_.erase(cold_.find(absl::string_view(t->id())));
+  TaskRecord* out = t.get();
+  by_seq_.emplace(out->seq, out);
+  tasks_.emplace(out->id(), std::move(t));
+  return out;
+}
+
+bool TaskTable::WarmJob(JobRecord& j) {
+  std::vector<TaskRecord*> back;
+  back.reserve(j.cold.size() + j.tasks.size());
+  for (int64_t seq : j.cold) {
+    auto it = by_seq_.find(seq);
+    if (it == by_seq_.end()) return false;
+    back.push_back(it->second);
+  }
+  back.insert(back.end(), j.tasks.begin(), j.tasks.end());
+  std::sort(back.begin(), back.end(),
+            [](const TaskRecord* a, const TaskRecord* b) { return a->seq < b->seq; });
+  j.tasks = std::move(back);
+  j.cold.clear();
+  return true;
+}
+
+void TaskTable::DeleteCold(const ColdTask& c, WriteBatch* batch) {
+  TASKGRID_CHECK(c.job == nullptr, absl::StrCat("task ", c.id, " is deleted with its job"));
+  EraseCold(c, batch);
+}
+
+void TaskTable::EraseCold(const ColdTask& c, WriteBatch* batch) {
+  Counts& counts = counts_[*c.queue];
+  --counts[c.state];
+  if (std::all_of(counts.begin(), counts.end(), [](int64_t n) { return n == 0; })) {
+    counts_.erase(*c.queue);
+  }
+  batch->deletes.push_back({c.seq, c.id});
+  cold_by_seq_.erase(c.seq);
+  cold_.erase(cold_.find(absl::string_view(c.id)));  // frees `c`
+}
+
+void TaskTable::DeleteColdJob(JobRecord& j, WriteBatch* batch) {
+  TASKGRID_CHECK(j.tasks.empty(), absl::StrCat("job ", j.id, " has tasks in memory"));
+  for (int64_t seq : j.cold) {
+    const ColdTask* c = FindColdBySeq(seq);
+    TASKGRID_CHECK(c != nullptr, absl::StrCat("job ", j.id, " lost task seq ", seq));
+    EraseCold(*c, batch);
+  }
+  jobs_by_seq_.erase(j.seq);
+  jobs_.erase(j.id);  // frees `j`
 }
 
 JobRecord* TaskTable::FindJob(const std::string& id) const {
@@ -56,6 +214,11 @@ JobRecord& TaskTable::FindOrAddJob(const std::string& id, int64_t seq, absl::Tim
     j->seq = seq;
     j->create_time = create_time;
     j->update_time = create_time;
+    jobs_by_seq_[seq] = j.get();
+  } else if (seq < j->seq) {
+    jobs_by_seq_.erase(j->seq);
+    j->seq = seq;
+    j->create_time = create_time;
     jobs_by_seq_[seq] = j.get();
   }
   return *j;
@@ -97,6 +260,7 @@ void TaskTable::Record(TaskRecord& t, v1::TaskState from, std::string reason, ab
   batch->tasks.push_back(ToRow(t, from == v1::TASK_STATE_UNSPECIFIED));
   EventRow e;
   e.revision = ++last_revision_;
+  t.revision = e.revision;
   e.task_id = t.id();
   e.queue = t.queue();
   e.from_state = from;

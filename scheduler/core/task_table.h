@@ -4,6 +4,10 @@
 // the event log. Apply() is the one door for a task's state: it updates
 // these indexes and appends the task and event rows, and returns what
 // changed; the Scheduler does the rest (ready queues, dependents).
+//
+// A finished task whose record left memory is a ColdTask here (Evict):
+// its id stays taken, its state counted, its job and queue known; the
+// Scheduler decides when a task may go and reads it back (Warm).
 #pragma once
 
 #include <array>
@@ -18,6 +22,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -44,12 +49,51 @@ class TaskTable {
   const absl::btree_map<int64_t, TaskRecord*>& by_seq() const { return by_seq_; }
   // The seq the next inserted task gets (a new job takes its first task's).
   int64_t next_seq() const { return next_seq_; }
-  // A free generated id; time-ordered, so ids sort by creation time.
+  // A free generated id (no task in memory or on disk has it);
+  // time-ordered, so ids sort by creation time.
   std::string NewTaskId(absl::Time now);
+  // Whether a task with this id exists, in memory or on disk only.
+  bool Taken(absl::string_view id) const { return Find(id) != nullptr || FindCold(id) != nullptr; }
+
+  // --- Finished tasks on disk only. Their counts stay in CountsOf and
+  // their jobs' counts. ---
+  const ColdTask* FindCold(absl::string_view id) const;
+  const ColdTask* FindColdBySeq(int64_t seq) const;
+  // Submit order.
+  const absl::btree_map<int64_t, const ColdTask*>& cold_by_seq() const { return cold_by_seq_; }
+  size_t cold_size() const { return cold_by_seq_.size(); }
+  // `t` (finished, in no job, linked to nothing in memory) leaves memory;
+  // a ColdTask takes its place.
+  void Evict(TaskRecord& t);
+  // Every task of `j` (each finished and linked to nothing in memory
+  // outside the job) leaves memory; the job keeps their seqs in `cold`.
+  void EvictJob(JobRecord& j);
+  // A finished task read back light at start-up (TaskRow::light), kept on
+  // disk only. DataLoss when its id is taken.
+  absl::Status AdoptCold(const TaskRow& row);
+  // Start-up: the task on disk under `seq` is read back whole after all
+  // (something in memory needs it): it leaves the index of tasks on disk,
+  // its counts with it, so Adopt and Enter take it like any other.
+  void UnadoptCold(int64_t seq);
+  // `t`, read back from the store, takes its ColdTask's place in memory:
+  // same seq, state and counts; t->job is set, and the job's lists are the
+  // caller's (WarmJob, once every task of the job is back). nullptr (and
+  // `t` dropped) unless the task is on disk with that seq and update
+  // time, i.e. `t` is its stored row as it is now.
+  TaskRecord* Warm(std::unique_ptr<TaskRecord> t);
+  // A job whose tasks were all warmed: they go back to `tasks`, in order.
+  // False (and nothing changed) while one of them is still on disk.
+  bool WarmJob(JobRecord& j);
+  // Deletes a task on disk (in no job) for good: its counts, and a
+  // TaskDelete in `batch`.
+  void DeleteCold(const ColdTask& c, WriteBatch* batch);
+  // Deletes a job whose tasks are all on disk, with its tasks.
+  void DeleteColdJob(JobRecord& j, WriteBatch* batch);
 
   // --- Jobs. ---
   JobRecord* FindJob(const std::string& id) const;
-  // A job with this id (new if need be), first seen at `seq`.
+  // A job with this id (new if need be); its seq and create time are its
+  // first task's (the smallest `seq` seen, so tasks may come in any order).
   JobRecord& FindOrAddJob(const std::string& id, int64_t seq, absl::Time create_time);
   const absl::btree_map<int64_t, JobRecord*>& jobs_by_seq() const { return jobs_by_seq_; }
   const absl::flat_hash_map<std::string, std::unique_ptr<JobRecord>>& jobs() const { return jobs_; }
@@ -98,9 +142,31 @@ class TaskTable {
   // and the event row (from -> t.state).
   void Record(TaskRecord& t, v1::TaskState from, std::string reason, absl::Time now,
               const std::string* event_agent, WriteBatch* batch);
+  // DeleteCold without the job check.
+  void EraseCold(const ColdTask& c, WriteBatch* batch);
+  // The interned name of a queue (stable for the table's life).
+  const std::string* Intern(const std::string& queue);
   // Keyed by the record's own spec.id() (never changed once the task is in
   // the map), so a million tasks do not hold a second copy of every id.
   absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
+  // Tasks on disk only, found by id (nodes: stable addresses) and by seq.
+  struct ColdHash {
+    using is_transparent = void;
+    size_t operator()(absl::string_view id) const { return absl::Hash<absl::string_view>()(id); }
+    size_t operator()(const ColdTask& c) const { return (*this)(absl::string_view(c.id)); }
+  };
+  struct ColdEq {
+    using is_transparent = void;
+    static absl::string_view Key(absl::string_view id) { return id; }
+    static absl::string_view Key(const ColdTask& c) { return c.id; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a) == Key(b);
+    }
+  };
+  absl::node_hash_set<ColdTask, ColdHash, ColdEq> cold_;
+  absl::btree_map<int64_t, const ColdTask*> cold_by_seq_;
+  absl::node_hash_set<std::string> queue_names_;
   // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
   absl::btree_map<int64_t, TaskRecord*> by_seq_;
   int64_t next_seq_ = 1;

@@ -1,29 +1,42 @@
 // Unique by key: a task with spec.unique_key holds (queue, key) for
 // spec.unique_ttl from its submit; a submit with the key meanwhile gets that
-// task back (AddTasks). Derived from the task rows: a restart rebuilds it.
+// task back (AddTasks). Derived from the task rows (the unique_key and
+// unique_until_us columns, so a task on disk holds its key too): a restart
+// rebuilds it.
 
 #include "common/proto_time.h"
 #include "scheduler/core/scheduler.h"
 
 namespace taskgrid::core {
 
-const TaskRecord* Scheduler::UniqueHolder(const MergeKey& key, absl::Time now) const {
+int64_t Scheduler::UniqueHolder(const MergeKey& key, absl::Time now) const {
   auto it = unique_index_.find(key);
-  if (it == unique_index_.end() || it->second.until <= now) return nullptr;
-  return it->second.task;
+  if (it == unique_index_.end() || it->second.until <= now) return 0;
+  return it->second.seq;
 }
 
-void Scheduler::HoldUniqueKey(TaskRecord& t) {
-  const absl::Time until = t.create_time + FromProto(t.spec.unique_ttl());
-  const MergeKey key{t.queue(), t.spec.unique_key()};
+void Scheduler::HoldUniqueKey(const TaskRecord& t) {
+  HoldUniqueKey({t.queue(), t.spec.unique_key()}, t.seq,
+                t.create_time + FromProto(t.spec.unique_ttl()));
+}
+
+void Scheduler::HoldUniqueKey(const MergeKey& key, int64_t seq, absl::Time until) {
   UniqueHold& hold = unique_index_[key];
-  if (hold.task != nullptr) {
-    // A restore goes in submit order: a later task took the key after the
-    // earlier one's time was up.
+  if (hold.seq != 0) {
+    // A restore may meet the holders in any order: a later task took the
+    // key after the earlier one's time was up.
+    if (hold.seq > seq) return;
     unique_expiry_.erase({hold.until, key});
   }
-  hold = {&t, until};
+  hold = {seq, until};
   unique_expiry_.insert({until, key});
+}
+
+void Scheduler::DropUniqueKey(const MergeKey& key, int64_t seq) {
+  auto it = unique_index_.find(key);
+  if (it == unique_index_.end() || it->second.seq != seq) return;
+  unique_expiry_.erase({it->second.until, key});
+  unique_index_.erase(it);
 }
 
 void Scheduler::ExpireUniqueKeys(absl::Time now) {

@@ -45,12 +45,16 @@ absl::Status CheckNameAt(const FieldPath& field, absl::string_view name, size_t 
   return CheckName(field.str(), name, max_len);
 }
 
+}  // namespace
+
 absl::Status CheckDuration(const google::protobuf::Duration& d, const FieldPath& field) {
   if (d.seconds() < 0 || d.nanos() < 0) return Invalid(field, "is negative");
   if (d.nanos() >= 1'000'000'000) return Invalid(field, "has nanos out of range");
   if (d.seconds() > 10LL * 365 * 24 * 3600) return Invalid(field, "is longer than 10 years");
   return absl::OkStatus();
 }
+
+namespace {
 
 absl::Status CheckBuiltin(const v1::BuiltinStep& b, const FieldPath& field) {
   if (!builtins::IsKnown(b.name())) {

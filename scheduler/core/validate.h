@@ -36,6 +36,10 @@ class FieldPath {
   int index_ = -1;  // >= 0: "name[index]"
 };
 
+// A duration from a client: not negative, nanos in range, at most 10
+// years; INVALID_ARGUMENT naming `field` otherwise.
+absl::Status CheckDuration(const google::protobuf::Duration& d, const FieldPath& field);
+
 // Checks an agent's Hello: its id, slots (at most --max_agent_slots),
 // labels, version and the attempts it says it holds, each bounded.
 absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts);

@@ -29,7 +29,7 @@ v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
 void Scheduler::DescribeJob(const JobRecord& j, v1::Job* out) const {
   out->set_id(j.id);
   out->set_state(JobStateOf(j));
-  out->set_task_count(static_cast<int32_t>(j.tasks.size()));
+  out->set_task_count(static_cast<int32_t>(j.size()));
   for (int s = 1; s < kNumStates; ++s) {
     if (j.counts[s] != 0) {
       (*out->mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = j.counts[s];
@@ -156,36 +156,65 @@ SchedulerMetrics Scheduler::Metrics() const {
   }
   m.cluster = ClusterStats();
   m.counters = counters_;
+  m.tasks_in_memory = static_cast<int64_t>(table_.size());
+  m.tasks_on_disk = static_cast<int64_t>(table_.cold_size());
+  m.tasks_deleted = tasks_deleted_;
   return m;
 }
 
 ListPage Scheduler::List(const ListFilter& filter) const {
   ListPage page;
   const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
-  // Returns false when the page is full.
+  // Tasks on disk are finished: a filter of unfinished states skips them.
+  const bool with_cold = states.empty() || std::any_of(states.begin(), states.end(), [](int s) {
+                           return IsTerminal(static_cast<v1::TaskState>(s));
+                         });
+  // Each returns false when the page is full.
+  auto full = [&] {
+    if (static_cast<int>(page.tasks.size()) < filter.page_size) return false;
+    page.next_after_seq = page.seqs.back();
+    return true;
+  };
   auto take = [&](const TaskRecord* t) {
     if (!filter.queue.empty() && t->queue() != filter.queue) return true;
     if (!states.empty() && !states.contains(t->state)) return true;
-    if (static_cast<int>(page.tasks.size()) == filter.page_size) {
-      page.next_after_seq = page.tasks.back()->seq;
-      return false;
-    }
+    if (full()) return false;
     page.tasks.push_back(t);
+    page.seqs.push_back(t->seq);
+    return true;
+  };
+  auto take_cold = [&](const ColdTask& c) {
+    if (!filter.queue.empty() && *c.queue != filter.queue) return true;
+    if (!states.empty() && !states.contains(c.state)) return true;
+    if (full()) return false;
+    page.tasks.push_back(nullptr);
+    page.seqs.push_back(c.seq);
     return true;
   };
   if (!filter.job_id.empty()) {
     const JobRecord* j = FindJob(filter.job_id);
     if (j == nullptr) return page;
+    // A job's tasks are all in memory, or all on disk.
     auto it = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq,
                                [](int64_t seq, const TaskRecord* t) { return seq < t->seq; });
     for (; it != j->tasks.end(); ++it) {
-      if (!take(*it)) break;
+      if (!take(*it)) return page;
+    }
+    if (!with_cold) return page;
+    for (auto c = std::upper_bound(j->cold.begin(), j->cold.end(), filter.after_seq);
+         c != j->cold.end(); ++c) {
+      if (!take_cold(*table_.FindColdBySeq(*c))) break;
     }
     return page;
   }
-  const auto& by_seq = table_.by_seq();
-  for (auto it = by_seq.upper_bound(filter.after_seq); it != by_seq.end(); ++it) {
-    if (!take(it->second)) break;
+  // Submit order across both: whichever of the two comes next.
+  const auto& hot = table_.by_seq();
+  const auto& cold = table_.cold_by_seq();
+  auto h = hot.upper_bound(filter.after_seq);
+  auto c = with_cold ? cold.upper_bound(filter.after_seq) : cold.end();
+  while (h != hot.end() || c != cold.end()) {
+    const bool from_hot = c == cold.end() || (h != hot.end() && h->first < c->first);
+    if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
   }
   return page;
 }

@@ -29,19 +29,24 @@ void Engine::Claim(const v1::ClaimRequest& req, Reply<v1::ClaimResponse> done) {
   Answer(std::move(result), std::move(done));
 }
 
+// Calls that name a task read it back from disk first, should it have
+// finished and left memory (a completion repeated after its answer was
+// lost is recognised by the task's history).
+
 void Engine::ExtendClaim(const v1::ExtendClaimRequest& req, Reply<v1::ExtendClaimResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  absl::StatusOr<absl::Time> until = sched_.ExtendClaim(req.claim(), req.lease());
-  absl::StatusOr<v1::ExtendClaimResponse> result;
-  if (!until.ok()) {
-    result = until.status();
-  } else {
-    v1::ExtendClaimResponse resp;
-    SetTimestamp(*until, resp.mutable_expire_time());
-    result = std::move(resp);
-  }
-  Answer(std::move(result), std::move(done));
+  WithTask(req.claim().task_id(), [&] {
+    if (stopped_) return done(Stopped());
+    absl::StatusOr<absl::Time> until = sched_.ExtendClaim(req.claim(), req.lease());
+    absl::StatusOr<v1::ExtendClaimResponse> result;
+    if (!until.ok()) {
+      result = until.status();
+    } else {
+      v1::ExtendClaimResponse resp;
+      SetTimestamp(*until, resp.mutable_expire_time());
+      result = std::move(resp);
+    }
+    Answer(std::move(result), std::move(done));
+  });
 }
 
 namespace {
@@ -57,25 +62,28 @@ absl::StatusOr<Response> TaskReply(const core::Scheduler& sched,
 }  // namespace
 
 void Engine::CompleteClaim(v1::CompleteClaimRequest req, Reply<v1::CompleteClaimResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  auto t = sched_.CompleteClaim(req.claim(), std::move(*req.mutable_result()));
-  Answer(TaskReply<v1::CompleteClaimResponse>(sched_, t), std::move(done));
+  WithTask(req.claim().task_id(), [&] {
+    if (stopped_) return done(Stopped());
+    auto t = sched_.CompleteClaim(req.claim(), std::move(*req.mutable_result()));
+    Answer(TaskReply<v1::CompleteClaimResponse>(sched_, t), std::move(done));
+  });
 }
 
 void Engine::AbandonClaim(const v1::AbandonClaimRequest& req,
                           Reply<v1::AbandonClaimResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  auto t = sched_.AbandonClaim(req.claim(), req.reason());
-  Answer(TaskReply<v1::AbandonClaimResponse>(sched_, t), std::move(done));
+  WithTask(req.claim().task_id(), [&] {
+    if (stopped_) return done(Stopped());
+    auto t = sched_.AbandonClaim(req.claim(), req.reason());
+    Answer(TaskReply<v1::AbandonClaimResponse>(sched_, t), std::move(done));
+  });
 }
 
 void Engine::TrashClaim(const v1::TrashClaimRequest& req, Reply<v1::TrashClaimResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  auto t = sched_.TrashClaim(req.claim(), req.reason());
-  Answer(TaskReply<v1::TrashClaimResponse>(sched_, t), std::move(done));
+  WithTask(req.claim().task_id(), [&] {
+    if (stopped_) return done(Stopped());
+    auto t = sched_.TrashClaim(req.claim(), req.reason());
+    Answer(TaskReply<v1::TrashClaimResponse>(sched_, t), std::move(done));
+  });
 }
 
 void Engine::RestoreTask(const std::string& id, Reply<v1::Task> done) {

@@ -115,30 +115,35 @@ class RowIndex {
 
 absl::Status Engine::Restore() {
   if (started_) return absl::FailedPreconditionError("the engine was started already");
-  ASSIGN_OR_RETURN(const int64_t count, store_->CountTasks());
-  ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts, store_->LoadAttempts());
-  ASSIGN_OR_RETURN(const std::vector<core::MergedRow> merged, store_->LoadMerged());
+  // Finished tasks stay on disk: their rows are read light, and only the
+  // attempts and merged payloads of the others are loaded.
+  ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts,
+                   store_->LoadAttempts(/*unfinished_only=*/true));
+  ASSIGN_OR_RETURN(const std::vector<core::MergedRow> merged,
+                   store_->LoadMerged(/*unfinished_only=*/true));
   ASSIGN_OR_RETURN(const std::vector<core::QueueRow> queues, store_->LoadQueues());
   // Revisions go on after the newest ever handed out, even when retention
   // pruned every event.
   ASSIGN_OR_RETURN(const store::EventSpan span, store_->GetEventSpan());
   const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
-  RETURN_IF_ERROR(sched_.BeginRestore(static_cast<size_t>(count), span.newest, oldest));
+  RETURN_IF_ERROR(sched_.BeginRestore(0, span.newest, oldest));
   RETURN_IF_ERROR(sched_.RestoreQueues(queues));
   const RowIndex<core::AttemptRow> index(attempts);
   const RowIndex<core::MergedRow> merged_index(merged);
 
-  // Two threads share the work, about half each at 1,000,000 tasks: a
-  // reader thread steps SQLite and files finished records into the
-  // scheduler's indexes; this thread parses the rows into records. The
-  // parsing makes nearly all the allocations, and keeping them on this
-  // thread keeps them in malloc's main arena: a second thread's arena grows
-  // its heap an mprotect() call per page, which made a reader that parsed
-  // a quarter slower. Chunks go round in three queues: rows to parse,
-  // records to file, and parsed rows whose string buffers the reader fills
-  // again. The reader files every record chunk ready each time it has read
-  // one, so records waiting stay within the rows' bound too. An error on
-  // either side stops the other; the reader is always joined.
+  // Two threads share the work on a table of unfinished tasks, about half
+  // each at 1,000,000 of them: a reader thread steps SQLite, files the
+  // finished tasks' light rows at once (they stay on disk) and files
+  // finished records into the scheduler's indexes; this thread parses the
+  // other rows into records. The parsing makes nearly all the allocations,
+  // and keeping them on this thread keeps them in malloc's main arena: a
+  // second thread's arena grows its heap an mprotect() call per page,
+  // which made a reader that parsed a quarter slower. Chunks go round in
+  // three queues: rows to parse, records to file, and parsed rows whose
+  // string buffers the reader fills again. The reader files every record
+  // chunk ready each time it has read one, so records waiting stay within
+  // the rows' bound too. An error on either side stops the other; the
+  // reader is always joined.
   using Rows = std::vector<core::TaskRow>;
   using Records = std::vector<std::unique_ptr<core::TaskRecord>>;
   BoundedQueue<Rows> to_parse(kRestoreChunksInFlight);
@@ -154,12 +159,21 @@ absl::Status Engine::Restore() {
       }
       return absl::OkStatus();
     };
-    absl::Status s = store_->ScanTasks([&](Rows* rows) -> absl::Status {
-      Rows next = spare.TryPop().value_or(Rows());
-      std::swap(*rows, next);
-      if (!to_parse.Push(std::move(next))) return absl::CancelledError("recovery stopped");
-      return file_ready();
-    });
+    absl::Status s = store_->ScanTasks(
+        [&](Rows* rows) -> absl::Status {
+          const auto light = std::stable_partition(rows->begin(), rows->end(),
+                                                   [](const core::TaskRow& r) { return !r.light; });
+          if (light != rows->end()) {
+            RETURN_IF_ERROR(sched_.RestoreCold(absl::MakeConstSpan(&*light, rows->end() - light)));
+            rows->erase(light, rows->end());
+          }
+          if (rows->empty()) return file_ready();
+          Rows next = spare.TryPop().value_or(Rows());
+          std::swap(*rows, next);
+          if (!to_parse.Push(std::move(next))) return absl::CancelledError("recovery stopped");
+          return file_ready();
+        },
+        /*light_finished=*/true);
     to_parse.Close();
     while (s.ok()) {
       std::optional<Records> records = to_file.Pop();
@@ -199,6 +213,20 @@ absl::Status Engine::Restore() {
   reader.join();
   RETURN_IF_ERROR(parse_status);
   RETURN_IF_ERROR(read_status);
+  // Finished tasks the others need in memory (their dependencies, their
+  // jobs' tasks, their replicas) are read back whole, and what those need.
+  for (std::vector<int64_t> need = sched_.RestoreNeeds(); !need.empty();
+       need = sched_.RestoreNeeds()) {
+    ASSIGN_OR_RETURN(std::vector<core::StoredTask> stored, store_->ReadTasks(need));
+    Records records;
+    records.reserve(stored.size());
+    for (core::StoredTask& st : stored) {
+      ASSIGN_OR_RETURN(std::unique_ptr<core::TaskRecord> rec,
+                       core::FromStored(std::move(st.row), st.attempts, st.merged));
+      records.push_back(std::move(rec));
+    }
+    RETURN_IF_ERROR(sched_.RestoreTasks(&records));
+  }
   RETURN_IF_ERROR(sched_.FinishRestore());
   ASSIGN_OR_RETURN(std::vector<core::ScheduleRow> schedules, store_->LoadSchedules());
   return sched_.RestoreSchedules(std::move(schedules));
@@ -353,44 +381,60 @@ void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<ui
 // TaskService.
 
 void Engine::SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
-                                  std::make_move_iterator(req.mutable_tasks()->end()));
-  auto tasks = sched_.Submit(std::move(specs));
-  absl::StatusOr<v1::SubmitTasksResponse> result;
-  if (!tasks.ok()) {
-    result = tasks.status();
-  } else {
-    v1::SubmitTasksResponse resp;
-    resp.mutable_tasks()->Reserve(static_cast<int>(tasks->size()));
-    const std::vector<const core::AgentRecord*> agents = sched_.Agents();
-    for (const core::TaskRecord* t : *tasks) sched_.Describe(*t, resp.add_tasks(), &agents);
-    result = std::move(resp);
-  }
-  Answer(std::move(result), std::move(done));
+  // Ids submitted again, dependencies and unique keys' holders that are on
+  // disk come back first.
+  WithWarm([&] { return sched_.ColdSeqsOfSpecs(req.tasks()); },
+           [&] {
+             if (stopped_) return done(Stopped());
+             std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
+                                             std::make_move_iterator(req.mutable_tasks()->end()));
+             auto tasks = sched_.Submit(std::move(specs));
+             absl::StatusOr<v1::SubmitTasksResponse> result;
+             if (!tasks.ok()) {
+               result = tasks.status();
+             } else {
+               v1::SubmitTasksResponse resp;
+               resp.mutable_tasks()->Reserve(static_cast<int>(tasks->size()));
+               const std::vector<const core::AgentRecord*> agents = sched_.Agents();
+               for (const core::TaskRecord* t : *tasks) {
+                 sched_.Describe(*t, resp.add_tasks(), &agents);
+               }
+               result = std::move(resp);
+             }
+             Answer(std::move(result), std::move(done));
+           });
 }
 
 void Engine::GetTask(const v1::GetTaskRequest& req, Reply<v1::Task> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  absl::StatusOr<v1::Task> result;
-  if (req.id().empty()) {
-    result = absl::InvalidArgumentError("id is empty");
-  } else if (const core::TaskRecord* t = sched_.Find(req.id())) {
-    v1::Task task;
-    sched_.Describe(*t, &task);
-    result = std::move(task);
-  } else {
-    result = absl::NotFoundError(absl::StrCat("task \"", req.id(), "\" does not exist"));
+  int64_t on_disk = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return done(Stopped());
+    absl::StatusOr<v1::Task> result;
+    if (req.id().empty()) {
+      result = absl::InvalidArgumentError("id is empty");
+    } else if (const core::TaskRecord* t = sched_.Find(req.id())) {
+      v1::Task task;
+      sched_.Describe(*t, &task);
+      result = std::move(task);
+    } else if (const core::ColdTask* c = sched_.FindCold(req.id())) {
+      on_disk = c->seq;
+    } else {
+      result = NotFound(req.id());
+    }
+    // Answered after the commits queued before it: never shows a state
+    // that is not durable yet.
+    if (on_disk == 0) return Answer(std::move(result), std::move(done));
   }
-  // Answered after the commits queued before it: never shows a state that
-  // is not durable yet.
-  Answer(std::move(result), std::move(done));
+  // Finished and on disk: its row is as durable as it gets.
+  absl::StatusOr<std::vector<std::optional<v1::Task>>> stored = DescribeStored({on_disk});
+  if (!stored.ok()) return done(stored.status());
+  if (!stored->front()) return done(NotFound(req.id()));  // deleted meanwhile
+  done(std::move(*stored->front()));
 }
 
 void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
   core::ListFilter filter;
   filter.queue = req.queue();
@@ -403,28 +447,57 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
     }
     filter.states.push_back(static_cast<v1::TaskState>(s));
   }
-  absl::StatusOr<v1::ListTasksResponse> result;
-  if (!bad.ok()) {
-    result = bad;
-  } else {
-    core::ListPage page = sched_.List(filter);
-    v1::ListTasksResponse resp;
-    const std::vector<const core::AgentRecord*> agents = sched_.Agents();
-    TakeWithinBytes(
-        page.tasks, resp.mutable_tasks(), &page.next_after_seq,
-        [&](const core::TaskRecord* t, v1::Task* out) { sched_.Describe(*t, out, &agents); });
-    if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
-    result = std::move(resp);
+  if (!bad.ok()) return Answer(absl::StatusOr<v1::ListTasksResponse>(bad), std::move(done));
+  core::ListPage page = sched_.List(filter);
+  // The tasks in memory are described now; those on disk are read back
+  // without the lock, then the page is put together in order.
+  std::vector<std::optional<v1::Task>> described(page.tasks.size());
+  std::vector<int64_t> on_disk;
+  const std::vector<const core::AgentRecord*> agents = sched_.Agents();
+  for (size_t i = 0; i < page.tasks.size(); ++i) {
+    if (page.tasks[i] == nullptr) {
+      on_disk.push_back(page.seqs[i]);
+    } else {
+      sched_.Describe(*page.tasks[i], &described[i].emplace(), &agents);
+    }
   }
-  Answer(std::move(result), std::move(done));
+  if (!on_disk.empty()) {
+    lock.unlock();
+    absl::StatusOr<std::vector<std::optional<v1::Task>>> stored = DescribeStored(on_disk);
+    if (!stored.ok()) return done(stored.status());
+    // In order; those deleted meanwhile stay empty and are left out.
+    size_t next = 0;
+    for (size_t i = 0; i < page.tasks.size(); ++i) {
+      if (page.tasks[i] == nullptr) described[i] = std::move((*stored)[next++]);
+    }
+    lock.lock();
+    if (stopped_) return done(Stopped());
+  }
+  v1::ListTasksResponse resp;
+  size_t bytes = 0;
+  int64_t last_seq = 0;
+  for (size_t i = 0; i < described.size(); ++i) {
+    if (!described[i]) continue;
+    const size_t size = described[i]->ByteSizeLong() + 6;  // with its tag and length
+    if (resp.tasks_size() > 0 && bytes + size > opts_.max_page_bytes) {
+      page.next_after_seq = last_seq;
+      break;
+    }
+    bytes += size;
+    last_seq = page.seqs[i];
+    *resp.add_tasks() = std::move(*described[i]);
+  }
+  if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
+  Answer(absl::StatusOr<v1::ListTasksResponse>(std::move(resp)), std::move(done));
 }
 
 void Engine::TaskOp(
     absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
     const std::string& id, Reply<v1::Task> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  AnswerTask((sched_.*op)(id), std::move(done));
+  WithTask(id, [&] {
+    if (stopped_) return done(Stopped());
+    AnswerTask((sched_.*op)(id), std::move(done));
+  });
 }
 
 void Engine::AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done) {
@@ -459,37 +532,46 @@ void Engine::ResumeTask(const std::string& id, Reply<v1::Task> done) {
 // JobService.
 
 void Engine::SubmitJob(v1::SubmitJobRequest req, Reply<v1::Job> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
-                                  std::make_move_iterator(req.mutable_tasks()->end()));
-  auto job = sched_.SubmitJob(req.job_id(), std::move(specs));
-  absl::StatusOr<v1::Job> result;
-  if (!job.ok()) {
-    result = job.status();
-  } else {
-    v1::Job out;
-    sched_.DescribeJob(**job, &out);
-    result = std::move(out);
-  }
-  Answer(std::move(result), std::move(done));
+  auto needs = [&] {
+    std::vector<int64_t> seqs = sched_.ColdSeqsOfSpecs(req.tasks());
+    for (int64_t seq : sched_.ColdSeqsOfJob(req.job_id())) seqs.push_back(seq);
+    return seqs;
+  };
+  WithWarm(needs, [&] {
+    if (stopped_) return done(Stopped());
+    std::vector<v1::TaskSpec> specs(std::make_move_iterator(req.mutable_tasks()->begin()),
+                                    std::make_move_iterator(req.mutable_tasks()->end()));
+    auto job = sched_.SubmitJob(req.job_id(), std::move(specs));
+    absl::StatusOr<v1::Job> result;
+    if (!job.ok()) {
+      result = job.status();
+    } else {
+      v1::Job out;
+      sched_.DescribeJob(**job, &out);
+      result = std::move(out);
+    }
+    Answer(std::move(result), std::move(done));
+  });
 }
 
 void Engine::JobOp(
     absl::StatusOr<const core::JobRecord*> (core::Scheduler::*op)(const std::string&),
     const std::string& id, Reply<v1::Job> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
-  auto j = (sched_.*op)(id);
-  absl::StatusOr<v1::Job> result;
-  if (!j.ok()) {
-    result = j.status();
-  } else {
-    v1::Job job;
-    sched_.DescribeJob(**j, &job);
-    result = std::move(job);
-  }
-  Answer(std::move(result), std::move(done));
+  // A job on disk has only finished tasks: a retry reads them back.
+  WithWarm([&] { return sched_.ColdSeqsOfJob(id); },
+           [&] {
+             if (stopped_) return done(Stopped());
+             auto j = (sched_.*op)(id);
+             absl::StatusOr<v1::Job> result;
+             if (!j.ok()) {
+               result = j.status();
+             } else {
+               v1::Job job;
+               sched_.DescribeJob(**j, &job);
+               result = std::move(job);
+             }
+             Answer(std::move(result), std::move(done));
+           });
 }
 
 void Engine::GetJob(const std::string& id, Reply<v1::Job> done) {
@@ -558,7 +640,7 @@ void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
 
 uint64_t Engine::WaitTask(const std::string& id, absl::Duration max_wait,
                           Reply<v1::WaitTaskResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (stopped_) {
     done(Stopped());
     return 0;
@@ -567,8 +649,24 @@ uint64_t Engine::WaitTask(const std::string& id, absl::Duration max_wait,
   const core::TaskRecord* t = id.empty() ? nullptr : sched_.Find(id);
   if (id.empty()) {
     result = absl::InvalidArgumentError("id is empty");
+  } else if (const core::ColdTask* c = t == nullptr ? sched_.FindCold(id) : nullptr) {
+    // Finished and on disk: the answer is its stored row.
+    const int64_t seq = c->seq;
+    lock.unlock();
+    absl::StatusOr<std::vector<std::optional<v1::Task>>> stored = DescribeStored({seq});
+    if (!stored.ok()) {
+      done(stored.status());
+    } else if (!stored->front()) {
+      done(NotFound(id));
+    } else {
+      v1::WaitTaskResponse resp;
+      *resp.mutable_task() = std::move(*stored->front());
+      resp.set_done(true);
+      done(std::move(resp));
+    }
+    return 0;
   } else if (t == nullptr) {
-    result = absl::NotFoundError(absl::StrCat("task \"", id, "\" does not exist"));
+    result = NotFound(id);
   } else if (core::IsTerminal(t->state) || max_wait <= absl::ZeroDuration()) {
     v1::WaitTaskResponse resp;
     sched_.Describe(*t, resp.mutable_task());
@@ -795,7 +893,7 @@ void Engine::TickerLoop() {
 }
 
 void Engine::TickNow() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (stopped_ || !started_) return;
   sched_.Tick();
   // Waits that ran out: answer with the task as it is. Only the due ones
@@ -812,7 +910,13 @@ void Engine::TickNow() {
     Answer(absl::StatusOr<v1::WaitForWorkResponse>(std::move(resp)), std::move(w.done));
   }
   WakeControlledLocked();
+  std::vector<int64_t> wanted = ColdWorkLocked();
   CommitLocked(nullptr);
+  if (wanted.empty()) return;
+  lock.unlock();
+  // A schedule's fire waits for these (its dependencies, its unique key's
+  // holder): read back now, it fires on the next tick.
+  WithWarm([&] { return std::exchange(wanted, {}); }, [] {});
 }
 
 void Engine::Sync() {

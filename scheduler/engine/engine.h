@@ -19,11 +19,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/engine/waiters.h"
@@ -117,6 +119,11 @@ class Engine {
   void SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::QueueStats> done);
   void CancelTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   void RetryTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
+  // Retention (cold.cc): deleting finished tasks and jobs, and how long a
+  // queue keeps them.
+  void DeleteTask(const std::string& id, Reply<v1::DeleteTaskResponse> done);
+  void DeleteTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
+  void SetQueueRetention(const v1::SetQueueRetentionRequest& req, Reply<v1::QueueStats> done);
   // Replies when the task is terminal, or with done=false after `max_wait`.
   // Returns the waiter's id, for CancelWait; 0 when it was answered at
   // once (done, an error, or no wait asked for).
@@ -157,6 +164,7 @@ class Engine {
   void ListJobs(const v1::ListJobsRequest& req, Reply<v1::ListJobsResponse> done);
   void CancelJob(const std::string& id, Reply<v1::Job> done);
   void RetryJob(const std::string& id, Reply<v1::Job> done);
+  void DeleteJob(const std::string& id, Reply<v1::DeleteJobResponse> done);
 
   // --- ScheduleService (schedules.cc). Each reply runs once, after the
   // change is durable; the fires commit with the ticker's Tick. ---
@@ -244,6 +252,31 @@ class Engine {
   void Publish(const std::vector<core::EventRow>& events, int64_t last);
   void TaskOp(absl::StatusOr<const core::TaskRecord*> (core::Scheduler::*op)(const std::string&),
               const std::string& id, Reply<v1::Task> done);
+
+  // --- Finished tasks on disk (cold.cc). ---
+  // Runs `op` with mu_ held once the tasks on disk that `needs` (called
+  // with mu_ held) names are back in memory, with what they need
+  // (Scheduler::ColdNeeds, Warm). The store is read without mu_; a few
+  // rounds at most (each task read back may need more), then `op` runs
+  // anyway and meets what is still on disk as UNAVAILABLE.
+  void WithWarm(const std::function<std::vector<int64_t>()>& needs,
+                const std::function<void()>& op);
+  // WithWarm for an operation on one task.
+  void WithTask(const std::string& task_id, const std::function<void()>& op) {
+    WithWarm([&] { return sched_.ColdSeqsOfIds({task_id}); }, op);
+  }
+  // The API view of tasks on disk, read back from the store (and their
+  // replicas with them), one per seq asked, empty for one deleted
+  // meanwhile. Without mu_ held (it is taken to describe them).
+  absl::StatusOr<std::vector<std::optional<v1::Task>>> DescribeStored(
+      const std::vector<int64_t>& seqs);
+  static absl::Status NotFound(const std::string& id) {
+    return absl::NotFoundError(absl::StrCat("task \"", id, "\" does not exist"));
+  }
+  // The ticker's share: finished tasks whose last change is committed go
+  // to disk, and what a schedule's fire waits for comes back (mu_ held;
+  // returns what to read back, for WithWarm once mu_ is let go).
+  std::vector<int64_t> ColdWorkLocked();
   // Answers `done` with the task an operation returned (or its error), once
   // what the operation changed is committed. Holds mu_.
   void AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done);

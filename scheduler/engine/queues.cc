@@ -65,18 +65,25 @@ void Engine::SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::Queu
 
 void Engine::BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
                     const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_) return done(Stopped());
   core::ListFilter filter;
-  absl::StatusOr<v1::BulkTasksResponse> result;
-  if (absl::Status bad = BulkFilter(req, &filter); !bad.ok()) {
-    result = bad;
-  } else if (absl::StatusOr<core::BulkResult> r = (sched_.*op)(std::move(filter)); !r.ok()) {
-    result = r.status();
-  } else {
-    result = ToResponse(std::move(*r));
-  }
-  Answer(std::move(result), std::move(done));
+  const absl::Status bad = BulkFilter(req, &filter);
+  // A retry changes finished tasks: those on disk are read back first.
+  auto needs = [&] {
+    return bad.ok() && op == &core::Scheduler::RetryTasks ? sched_.ColdSeqsOfBulkRetry(filter)
+                                                          : std::vector<int64_t>();
+  };
+  WithWarm(needs, [&] {
+    if (stopped_) return done(Stopped());
+    absl::StatusOr<v1::BulkTasksResponse> result;
+    if (!bad.ok()) {
+      result = bad;
+    } else if (absl::StatusOr<core::BulkResult> r = (sched_.*op)(filter); !r.ok()) {
+      result = r.status();
+    } else {
+      result = ToResponse(std::move(*r));
+    }
+    Answer(std::move(result), std::move(done));
+  });
 }
 
 void Engine::CancelTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done) {

@@ -107,6 +107,17 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
   Queues(m.scheduler, w);
   Counters(m.scheduler.counters, w);
   Cluster(m.scheduler.cluster, w);
+  w.Family("taskgrid_task_records", Type::kGauge,
+           "Task records by where they are kept: in memory (unfinished ones, and finished ones "
+           "until --finished_in_memory has passed and nothing needs them), or on disk only.");
+  w.Sample("taskgrid_task_records", {{"where", "memory"}},
+           static_cast<double>(m.scheduler.tasks_in_memory));
+  w.Sample("taskgrid_task_records", {{"where", "disk"}},
+           static_cast<double>(m.scheduler.tasks_on_disk));
+  w.Single("taskgrid_tasks_deleted_total", Type::kCounter,
+           "Finished tasks deleted for good since start-up: by retention, DeleteTask, "
+           "DeleteTasks and DeleteJob.",
+           static_cast<double>(m.scheduler.tasks_deleted));
   Writer(m.writer, w);
   w.Single("taskgrid_watchers", Type::kGauge, "WatchTasks streams open.",
            static_cast<double>(m.watches));

@@ -94,6 +94,11 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.TaskService/PauseQueue", Role::kAdmin},
       {"/taskgrid.v1.TaskService/ResumeQueue", Role::kAdmin},
       {"/taskgrid.v1.TaskService/SetQueueLimits", Role::kAdmin},
+      {"/taskgrid.v1.TaskService/SetQueueRetention", Role::kAdmin},
+      // Deleting finished work: what cancelling unfinished work is.
+      {"/taskgrid.v1.TaskService/DeleteTask", Role::kSubmitter},
+      {"/taskgrid.v1.TaskService/DeleteTasks", Role::kSubmitter},
+      {"/taskgrid.v1.JobService/DeleteJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/SubmitJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/CancelJob", Role::kSubmitter},
       {"/taskgrid.v1.JobService/RetryJob", Role::kSubmitter},

@@ -42,4 +42,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::RetryJob(grpc::CallbackServerContext* 
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::DeleteJobRequest* req,
+                                                    v1::DeleteJobResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->DeleteJob(req->id(), std::move(reply));
+  return reactor;
+}
+
 }  // namespace taskgrid::service

@@ -22,6 +22,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       const v1::CancelJobRequest* req, v1::Job* resp) override;
   grpc::ServerUnaryReactor* RetryJob(grpc::CallbackServerContext* ctx,
                                      const v1::RetryJobRequest* req, v1::Job* resp) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const v1::DeleteJobRequest* req,
+                                      v1::DeleteJobResponse* resp) override;
 
  private:
   engine::Engine* const engine_;

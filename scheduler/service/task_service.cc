@@ -125,6 +125,30 @@ grpc::ServerUnaryReactor* TaskServiceImpl::RetryTasks(grpc::CallbackServerContex
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TaskServiceImpl::DeleteTask(grpc::CallbackServerContext* ctx,
+                                                      const v1::DeleteTaskRequest* req,
+                                                      v1::DeleteTaskResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->DeleteTask(req->id(), std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::DeleteTasks(grpc::CallbackServerContext* ctx,
+                                                       const v1::BulkTasksRequest* req,
+                                                       v1::BulkTasksResponse* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->DeleteTasks(*req, std::move(reply));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TaskServiceImpl::SetQueueRetention(
+    grpc::CallbackServerContext* ctx, const v1::SetQueueRetentionRequest* req,
+    v1::QueueStats* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->SetQueueRetention(*req, std::move(reply));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TaskServiceImpl::GetQueueStats(grpc::CallbackServerContext* ctx,
                                                          const v1::GetQueueStatsRequest* req,
                                                          v1::GetQueueStatsResponse* resp) {

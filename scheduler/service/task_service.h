@@ -51,6 +51,15 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* RetryTasks(grpc::CallbackServerContext* ctx,
                                        const v1::BulkTasksRequest* req,
                                        v1::BulkTasksResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteTask(grpc::CallbackServerContext* ctx,
+                                       const v1::DeleteTaskRequest* req,
+                                       v1::DeleteTaskResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteTasks(grpc::CallbackServerContext* ctx,
+                                        const v1::BulkTasksRequest* req,
+                                        v1::BulkTasksResponse* resp) override;
+  grpc::ServerUnaryReactor* SetQueueRetention(grpc::CallbackServerContext* ctx,
+                                              const v1::SetQueueRetentionRequest* req,
+                                              v1::QueueStats* resp) override;
   grpc::ServerUnaryReactor* DeleteByMergeKey(grpc::CallbackServerContext* ctx,
                                              const v1::DeleteByMergeKeyRequest* req,
                                              v1::Task* resp) override;

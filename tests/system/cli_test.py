@@ -44,6 +44,8 @@ RPC_COMMANDS = {
     "CreateSchedule": "schedule create", "GetSchedule": "schedule get",
     "ListSchedules": "schedule list", "PauseSchedule": "schedule pause",
     "ResumeSchedule": "schedule resume", "DeleteSchedule": "schedule delete",
+    "DeleteTask": "delete", "DeleteTasks": "delete",
+    "SetQueueRetention": "queue retention",
 }
 # One line of `watch`: REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  [reason]
 EVENT_LINE = re.compile(r"^(\d+)  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)  (\S+)  "

@@ -209,17 +209,27 @@ int Client::PrintQueue(const v1::QueueStats& stats) {
   return kExitOk;
 }
 
-int Client::Bulk(bool cancel, v1::BulkTasksRequest req) {
+int Client::Bulk(BulkChange change, v1::BulkTasksRequest req) {
+  const char* verb = change == BulkChange::kCancel  ? "cancelled"
+                     : change == BulkChange::kRetry ? "retried"
+                                                    : "deleted";
   v1::BulkTasksResponse all;
   for (;;) {
     v1::BulkTasksResponse page;
     if (!Call([&](grpc::ClientContext* ctx) {
-          return cancel ? stub_->CancelTasks(ctx, req, &page) : stub_->RetryTasks(ctx, req, &page);
+          switch (change) {
+            case BulkChange::kCancel:
+              return stub_->CancelTasks(ctx, req, &page);
+            case BulkChange::kRetry:
+              return stub_->RetryTasks(ctx, req, &page);
+            case BulkChange::kDelete:
+              break;
+          }
+          return stub_->DeleteTasks(ctx, req, &page);
         })) {
       // What went before is done: say so before giving up.
       if (all.ids_size() > 0) {
-        std::cerr << (cancel ? "cancelled " : "retried ") << all.ids_size()
-                  << " tasks before the error\n";
+        std::cerr << verb << " " << all.ids_size() << " tasks before the error\n";
       }
       return kExitRpcFailed;
     }
@@ -229,8 +239,47 @@ int Client::Bulk(bool cancel, v1::BulkTasksRequest req) {
     if (page.next_page_token().empty()) break;
     req.set_page_token(page.next_page_token());
   }
-  std::cout << (opts_.json ? ToJson(all) : FormatBulk(cancel ? "cancelled" : "retried", all));
+  std::cout << (opts_.json ? ToJson(all) : FormatBulk(verb, all));
   return kExitOk;
+}
+
+int Client::Delete(const std::vector<std::string>& ids) {
+  for (const std::string& id : ids) {
+    v1::DeleteTaskRequest req;
+    req.set_id(id);
+    v1::DeleteTaskResponse resp;
+    if (!Call([&](grpc::ClientContext* ctx) { return stub_->DeleteTask(ctx, req, &resp); })) {
+      return kExitRpcFailed;
+    }
+    if (opts_.json) {
+      std::cout << ToJson(resp);
+      continue;
+    }
+    for (const std::string& deleted : resp.ids()) std::cout << "deleted " << deleted << "\n";
+  }
+  return kExitOk;
+}
+
+int Client::DeleteJob(const std::string& id) {
+  v1::DeleteJobRequest req;
+  req.set_id(id);
+  v1::DeleteJobResponse resp;
+  if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->DeleteJob(ctx, req, &resp); })) {
+    return kExitRpcFailed;
+  }
+  std::cout << (opts_.json
+                    ? ToJson(resp)
+                    : absl::StrCat("deleted job ", resp.id(), " and its ", resp.tasks_deleted(),
+                                   resp.tasks_deleted() == 1 ? " task\n" : " tasks\n"));
+  return kExitOk;
+}
+
+int Client::SetQueueRetention(const v1::SetQueueRetentionRequest& req) {
+  v1::QueueStats stats;
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SetQueueRetention(ctx, req, &stats); })) {
+    return kExitRpcFailed;
+  }
+  return PrintQueue(stats);
 }
 
 int Client::Agents() {

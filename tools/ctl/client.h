@@ -37,6 +37,8 @@ inline constexpr int kExitWaitTimedOut = 4;
 enum class Action { kCancel, kRetry, kReset, kPause, kResume };
 enum class JobAction { kCancel, kRetry };
 enum class ScheduleAction { kPause, kResume, kDelete };
+// A bulk change by filter.
+enum class BulkChange { kCancel, kRetry, kDelete };
 
 struct ClientOptions {
   std::string addr;                            // HOST:PORT of the scheduler
@@ -80,7 +82,12 @@ class Client {
   int SetQueueLimits(const v1::SetQueueLimitsRequest& req);
   // CancelTasks (`cancel`) or RetryTasks, a call per page until the last;
   // prints how many were changed (and skipped).
-  int Bulk(bool cancel, v1::BulkTasksRequest req);
+  int Bulk(BulkChange change, v1::BulkTasksRequest req);
+  // Deletes finished tasks by id, one call each; prints each id deleted
+  // (with its replicas). Stops at the first refusal.
+  int Delete(const std::vector<std::string>& ids);
+  int DeleteJob(const std::string& id);
+  int SetQueueRetention(const v1::SetQueueRetentionRequest& req);
   // Cancels the waiting task of a merge key; prints "ID STATE".
   int DeleteByMergeKey(const std::string& queue, const std::string& merge_key);
   // ClusterService: the table of agents, draining one, the cluster's counts.

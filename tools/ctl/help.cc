@@ -11,9 +11,10 @@ std::string StatesLine() { return absl::StrCat("States: ", core::AllStateNames()
 std::string JobStatesLine() { return absl::StrCat("Job states: ", core::AllJobStateNames()); }
 
 extern const char kJobCommands[] =
-    "Job commands: job submit, job get, job list, job cancel, job retry";
+    "Job commands: job submit, job get, job list, job cancel, job retry, job delete";
 
-extern const char kQueueCommands[] = "Queue commands: queue pause, queue resume, queue limits";
+extern const char kQueueCommands[] =
+    "Queue commands: queue pause, queue resume, queue limits, queue retention";
 
 extern const char kScheduleCommands[] =
     "Schedule commands: schedule create, schedule get, schedule list, schedule pause, "
@@ -345,6 +346,17 @@ and history go on); the tasks cancelled because an upstream task failed wait
 BLOCKED again. Other tasks are left as they are. Refused
 (FAILED_PRECONDITION, exit 1) when the job has no FAILED task. Prints
 "JOB STATE  N tasks: COUNTS"; --json prints the Job.)txt"},
+      {"job delete",
+       "job delete JOB",
+       "Delete a finished job with all its tasks, for good",
+       "taskgridctl job delete etl-1",
+       {},
+       R"txt(Every task of the job must be finished (SUCCEEDED, FAILED, CANCELLED,
+TRASHED): refused (FAILED_PRECONDITION, exit 1) while one is not, or while an
+unfinished task outside the job depends on one of its tasks. Finished jobs
+are also deleted on their own once the retention of their first task's queue
+has passed (see `taskgridctl help queue retention`). Prints "deleted job JOB
+and its N tasks"; --json prints the DeleteJobResponse.)txt"},
       {"queue pause",
        "queue pause QUEUE",
        "Stop handing out a queue's tasks; submits are still taken, running ones go on",
@@ -375,6 +387,23 @@ Each call sets all three: a flag left out is 0 (no limit), so
 `taskgridctl queue limits mail` removes every limit. Stored, and kept
 across restarts. Prints the queue's line of `taskgridctl stats`; --json
 the QueueStats.)"},
+      {"queue retention",
+       "queue retention QUEUE [--retention=DUR] [--failed_retention=DUR]",
+       "Set how long a queue's finished tasks are kept before they are deleted",
+       "taskgridctl queue retention reports --retention=24h --failed_retention=2160h",
+       {"retention", "failed_retention"},
+       R"(--retention=DUR         SUCCEEDED and CANCELLED tasks are deleted this long
+                        after they finished (0s: kept until deleted)
+--failed_retention=DUR  FAILED and TRASHED tasks, the dead letter, likewise
+
+A flag left out goes back to the scheduler's own default (its --retention,
+7 days, and --failed_retention, 30 days), so `taskgridctl queue retention
+reports` undoes every setting. A finished job is deleted whole, by the
+retention of its first task's queue. Deletion runs in the background, a
+bounded batch per tick; a task that an unfinished one still depends on is
+kept. Stored, and kept across restarts. Prints the queue's line of
+`taskgridctl stats`, where CONTROLS shows what was set; --json the
+QueueStats.)"},
       {"board claim",
        "board claim --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",
        "Claim ready tasks of a queue as a pull worker",
@@ -532,14 +561,29 @@ fine. Prints "ID PAUSED  next fire -".)txt"},
        R"txt(Prints "ID deleted (N fires; its tasks stay)"; --json prints the Schedule as
 it was. The ID may be used again.)txt"},
       {"delete",
-       "delete --merge_key=KEY [--queue=Q]",
-       "Cancel the waiting task of a merge key",
-       "taskgridctl delete --merge_key=user-7 --queue=hooks",
-       {"merge_key", "queue"},
-       R"txt(The task that later submits with the key would join (not yet dispatched)
-ends CANCELLED, with every payload it gathered; the next submit with the key
-starts a new one. NOT_FOUND (exit 1) when no task of the key waits. Prints
-"ID STATE".)txt"},
+       "delete ID... | delete --queue=Q [--state=S,...] [--limit=N] | delete --merge_key=KEY "
+       "[--queue=Q]",
+       "Delete finished tasks for good, or cancel the waiting task of a merge key",
+       "taskgridctl delete report-42",
+       {"merge_key", "queue", "job", "state", "limit"},
+       R"txt(By ID: deletes each finished task (SUCCEEDED, FAILED, CANCELLED, TRASHED)
+with its replicas: its row, attempts and output. Refused (FAILED_PRECONDITION,
+exit 1) for a task not finished (cancel it first), a task of a job (`taskgridctl
+job delete`), a replica (delete its task), or one an unfinished task depends
+on. Prints "deleted ID" for each task deleted. Its id can be submitted again.
+
+By filter (no ID): --queue=Q deletes that queue's finished tasks (--state to
+narrow it: SUCCEEDED, FAILED, CANCELLED, TRASHED), in calls of --limit
+(default 1000, at most 10,000) until none is left, and prints "deleted N
+tasks" and how many were skipped and why (tasks of jobs, tasks still needed);
+--job=JOB deletes that job whole, as `job delete` does. Finished tasks are
+also deleted on their own after their queue's retention (`taskgridctl help
+queue retention`).
+
+--merge_key=KEY: the task that later submits with the key would join (not
+yet dispatched) ends CANCELLED, with every payload it gathered; the next
+submit with the key starts a new one. NOT_FOUND (exit 1) when no task of the
+key waits. Prints "ID STATE".)txt"},
       {"help",
        "help [COMMAND]",
        "This text, or the details of one command",

@@ -268,6 +268,14 @@ std::string QueueControlsText(const v1::QueueSettings& s) {
     parts.push_back(s.burst() > 0 ? absl::StrCat(s.rate_per_second(), "/s burst ", s.burst())
                                   : absl::StrCat(s.rate_per_second(), "/s"));
   }
+  auto kept = [](const google::protobuf::Duration& d) {
+    const absl::Duration keep = FromProto(d);
+    return keep == absl::ZeroDuration() ? std::string("forever") : absl::FormatDuration(keep);
+  };
+  if (s.has_retention()) parts.push_back(absl::StrCat("keeps ", kept(s.retention())));
+  if (s.has_failed_retention()) {
+    parts.push_back(absl::StrCat("keeps failed ", kept(s.failed_retention())));
+  }
   return absl::StrJoin(parts, ", ");
 }
 
