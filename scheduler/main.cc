@@ -396,6 +396,8 @@ int main(int argc, char** argv) {
   // The dashboard, its API and the metrics page, before gRPC so a port
   // taken fails before anyone is served.
   taskgrid::http::HttpServer::Options http_opts;
+  // A page loads its files and a few API calls at once.
+  http_opts.threads = 4;
   if (tls) http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca};
   taskgrid::http::HttpServer http(http_opts);
   taskgrid::http::Api api(

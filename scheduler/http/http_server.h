@@ -86,7 +86,11 @@ class HttpServer {
     absl::Duration read_timeout = absl::Seconds(5);
     absl::Duration write_timeout = absl::Seconds(5);
     absl::Duration keep_alive_timeout = absl::Seconds(5);
-    size_t keep_alive_max_requests = 100;  // per connection
+    // Requests per connection. httplib holds a thread for a connection's
+    // whole life, so a browser's idle kept-alive connections (a page
+    // polling every few seconds keeps several) would hold every thread and
+    // starve other clients: by default each connection serves one request.
+    size_t keep_alive_max_requests = 1;
     Tls tls;
   };
 

@@ -242,6 +242,33 @@ TEST(HttpServerBounds, ThreadsAndQueueBoundWhatRunsAtOnce) {
   EXPECT_EQ(started.size(), 4u);
 }
 
+// A browser keeps its connections open between polls; httplib would hold
+// a thread for each. One request per connection keeps them from starving
+// the pool: here a kept-alive client and a long keep-alive timeout would
+// hold the only thread for 30 s.
+TEST(HttpServerBounds, IdleConnectionsDoNotHoldThreads) {
+  HttpServer::Options opts;
+  opts.threads = 1;
+  opts.max_queued = 4;
+  opts.keep_alive_timeout = absl::Seconds(30);
+  HttpServer server(opts);
+  server.Get("/x", [](const Request&) { return Response{200, "text/plain", "x", {}}; });
+  auto port = server.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  httplib::Client idle("127.0.0.1", *port);
+  idle.set_keep_alive(true);
+  auto first = idle.Get("/x");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->get_header_value("Connection"), "close");
+  httplib::Client other("127.0.0.1", *port);
+  other.set_read_timeout(10, 0);
+  const auto begin = std::chrono::steady_clock::now();
+  auto second = other.Get("/x");
+  ASSERT_TRUE(second) << httplib::to_string(second.error());
+  EXPECT_EQ(second->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(5));
+}
+
 // A client that sends half a request is cut off after the timeouts
 // (httplib waits for each line with the keep-alive timeout, then reads it
 // with the read timeout) instead of holding a thread.
