@@ -127,14 +127,20 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
 
-// A flag that has a former name: the one given (both only when they agree).
-absl::StatusOr<std::string> RenamedFlag(const char* name, const std::string& value,
-                                        const char* old_name, const std::string& old_value) {
+// A flag that has a former name, and the name it was given by (the
+// new one when neither was given); both only when they agree.
+struct RenamedFlagValue {
+  std::string name;
+  std::string value;
+};
+absl::StatusOr<RenamedFlagValue> RenamedFlag(const char* name, const std::string& value,
+                                             const char* old_name, const std::string& old_value) {
   if (!old_value.empty() && !value.empty() && old_value != value) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", old_name, " is the former name of --", name, ": give one of them"));
   }
-  return value.empty() ? old_value : value;
+  if (value.empty() && !old_value.empty()) return RenamedFlagValue{old_name, old_value};
+  return RenamedFlagValue{name, value};
 }
 
 absl::Status ParseQueueLimits(const std::string& spec,
@@ -286,9 +292,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::string& http_flag = http_listen->name;  // as given, for messages
   std::pair<std::string, int> http_address;
-  if (!http_listen->empty()) {
-    auto split = taskgrid::http::SplitHostPort("http_listen", *http_listen);
+  if (!http_listen->value.empty()) {
+    auto split = taskgrid::http::SplitHostPort(http_flag, http_listen->value);
     if (!split.ok()) {
       spdlog::error("{}", std::string(split.status().message()));
       return 2;
@@ -297,15 +304,14 @@ int main(int argc, char** argv) {
     // As for --listen: the API can cancel and drain, so a reachable address
     // needs TLS with client certificates or tokens. Without TLS a token
     // would cross the network in plaintext, so tokens never go that way.
-    if (!taskgrid::IsLoopbackAddress(*http_listen) && !protected_port &&
+    if (!taskgrid::IsLoopbackAddress(http_listen->value) && !protected_port &&
         !absl::GetFlag(FLAGS_insecure)) {
       spdlog::error(
-          "--http_listen={} can be reached from other machines, and this scheduler has {}: "
-          "whoever reaches it can cancel tasks and drain agents through the dashboard's API. "
-          "Listen on 127.0.0.1, require client certificates (--tls_cert, --tls_key, --tls_ca) "
-          "or tokens (--tokens_file with TLS), or pass --insecure to serve a network you trust "
-          "anyway",
-          *http_listen,
+          "--{}={} can be reached from other machines, and this scheduler has {}: whoever "
+          "reaches it can cancel tasks and drain agents through the dashboard's API. Listen on "
+          "127.0.0.1, require client certificates (--tls_cert, --tls_key, --tls_ca) or tokens "
+          "(--tokens_file with TLS), or pass --insecure to serve a network you trust anyway",
+          http_flag, http_listen->value,
           tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
       return 2;
     }
@@ -402,7 +408,7 @@ int main(int argc, char** argv) {
   taskgrid::http::HttpServer http(http_opts);
   taskgrid::http::Api api(
       &engine, {server_opts.tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
-  if (!http_listen->empty()) {
+  if (!http_listen->value.empty()) {
     const taskgrid::http::ProcessInfo process{start};
     http.Get("/metrics", [&engine, &api, process](const taskgrid::http::Request& req) {
       // With tokens, what GetQueueStats needs (reader): the page shows
@@ -422,13 +428,13 @@ int main(int argc, char** argv) {
     taskgrid::http::AddDashboard(&http);
     auto port = http.Start(http_address.first, http_address.second);
     if (!port.ok()) {
-      spdlog::error("--http_listen: {}", std::string(port.status().message()));
+      spdlog::error("--{}: {}", http_flag, std::string(port.status().message()));
       return 1;
     }
-    WritePortFile(*http_port_file, *port);
-    const std::string host = http_listen->substr(0, http_listen->rfind(':'));
+    WritePortFile(http_port_file->value, *port);
+    const std::string host = http_listen->value.substr(0, http_listen->value.rfind(':'));
     const std::string url = absl::StrCat(http.tls() ? "https://" : "http://", host, ":", *port);
-    if (taskgrid::IsLoopbackAddress(*http_listen)) {
+    if (taskgrid::IsLoopbackAddress(http_listen->value)) {
       spdlog::info("dashboard on {}/ and metrics on {}/metrics", url, url);
     } else if (protected_port) {
       spdlog::info("dashboard on {}/ and metrics on {}/metrics, reachable from other machines; {}",

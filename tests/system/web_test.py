@@ -21,10 +21,13 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -166,6 +169,16 @@ class DashboardRolesTest(unittest.TestCase):
             port = start_with_http(c)
             c.start_agent("web-tls", extra_flags=[f"--tls_ca={ca}", f"--token_file={agent_file}"])
             harness.wait_until(lambda: "web-tls" in c.agents_info(), what="the agent")
+            # /metrics, over HTTPS too, needs a reader's token.
+            context = ssl.create_default_context(cafile=ca)
+            url = f"https://127.0.0.1:{port}/metrics"
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(url, timeout=10, context=context)
+            self.assertEqual(refused.exception.code, 401)
+            scrape = urllib.request.Request(url, headers={
+                "Authorization": f"Bearer {tokens['reader']}"})
+            with urllib.request.urlopen(scrape, timeout=10, context=context) as res:
+                self.assertIn("taskgrid_agents", res.read().decode())
             c.ctl("submit", "--id=guarded", "--builtin=sleep", "--", "300", check=True)
             c.wait_state("guarded", "RUNNING")
             run_node(c, "roles", f"https://127.0.0.1:{port}/", {
@@ -173,6 +186,39 @@ class DashboardRolesTest(unittest.TestCase):
                 "TASKGRID_READER_TOKEN": tokens["reader"],
                 "TASKGRID_ADMIN_TOKEN": tokens["admin"],
             }.items())
+
+
+class HttpFlagsTest(unittest.TestCase):
+    """Start-up rules of --http_listen (no browser needed)."""
+
+    def run_scheduler(self, *flags, wait=False):
+        cluster = harness.Cluster()
+        self.addCleanup(cluster.close)
+        argv = [harness.binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0",
+                f"--data_dir={cluster.data_dir}", *flags]
+        if not wait:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        cluster.scheduler_flags += list(flags)
+        return cluster
+
+    def test_the_former_name_must_agree(self):
+        res = self.run_scheduler("--http_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:1")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("--metrics_listen is the former name of --http_listen", res.stderr)
+
+    def test_a_reachable_address_needs_protection_or_insecure(self):
+        res = self.run_scheduler("--http_listen=0.0.0.0:0")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("--http_listen=0.0.0.0:0 can be reached from other machines", res.stderr)
+        self.assertIn("cancel tasks and drain agents", res.stderr)
+
+    def test_the_dashboard_is_served_at_the_root(self):
+        cluster = self.run_scheduler(wait=True)
+        port = start_with_http(cluster)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as res:
+            self.assertEqual(res.headers.get("Content-Type"), "text/html; charset=utf-8")
+            self.assertIn("<title>Taskgrid</title>", res.read().decode())
+        self.assertIn(f"dashboard on http://127.0.0.1:{port}/", cluster.scheduler.log())
 
 
 if __name__ == "__main__":

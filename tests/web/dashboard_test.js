@@ -107,6 +107,29 @@ async function plain(page) {
     await shot(page, "queues");
   });
 
+  await step("agents page shows each agent and the cluster; drain one by its button", async () => {
+    await page.getByRole("link", { name: "Agents", exact: true }).click();
+    await page.locator("table#agents").waitFor();
+    const agents = (await api("agents")).agents;
+    assert.equal(await page.locator("table#agents tbody tr").count(), agents.length);
+    for (const a of agents) {
+      const row = page.locator(`tr[data-agent="${a.id}"]`);
+      assert.equal(await row.getAttribute("data-state"), state(a.state));
+      assert.equal((await row.locator('td[data-col="slots"]').textContent()).trim(), `${a.slots_used}/${a.slots}`);
+      const running = (await row.locator('td[data-col="running"]').textContent()).trim();
+      assert.equal(running, (a.running || []).join(", ") || "—", a.id);
+    }
+    assert.ok((await api("agents")).agents.some((a) => (a.running || []).includes("long")));
+    const cluster = await api("cluster");
+    assert.ok((await page.locator("#cluster").textContent()).includes(`${Number(cluster.slots_used)} / ${Number(cluster.slots_total)}`));
+    const row = page.locator('tr[data-agent="web-b"]');
+    await row.getByRole("button", { name: "Drain" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "drain web-b: now DRAINING" }).waitFor();
+    await until("DRAINING on the page", async () => (await row.getAttribute("data-state")) === "DRAINING");
+    assert.equal(state(ctlJson("agents").agents.find((a) => a.id === "web-b").state), "DRAINING");
+    await shot(page, "agents");
+  });
+
   await step("tasks page lists what the API lists, and filters by state in the URL", async () => {
     await page.getByRole("link", { name: "Tasks", exact: true }).click();
     await until("the tasks hash", () => page.url().endsWith("#/tasks"));
@@ -178,6 +201,7 @@ async function plain(page) {
   await step("jobs page and a job's DAG match the API", async () => {
     await page.getByRole("link", { name: "Jobs", exact: true }).click();
     await page.locator('tr[data-job="build-1"]').waitFor();
+    await shot(page, "jobs");
     const job = await api("jobs/build-1");
     assert.equal(await badgeOf(page, 'tr[data-job="build-1"]'), state(job.state));
     await page.locator('tr[data-job="build-1"] a').first().click();
@@ -202,26 +226,6 @@ async function plain(page) {
     await until("b1-lint's second attempt", () => ctlJson("get", "b1-lint").attempt >= 2);
   });
 
-  await step("agents page shows each agent and the cluster; drain one by its button", async () => {
-    await page.getByRole("link", { name: "Agents", exact: true }).click();
-    await page.locator("table#agents").waitFor();
-    const agents = (await api("agents")).agents;
-    assert.equal(await page.locator("table#agents tbody tr").count(), agents.length);
-    for (const a of agents) {
-      const row = page.locator(`tr[data-agent="${a.id}"]`);
-      assert.equal(await row.getAttribute("data-state"), state(a.state));
-      assert.equal((await row.locator('td[data-col="slots"]').textContent()).trim(), `${a.slots_used}/${a.slots}`);
-    }
-    const cluster = await api("cluster");
-    assert.ok((await page.locator("#cluster").textContent()).includes(`${Number(cluster.slots_used)} / ${Number(cluster.slots_total)}`));
-    const row = page.locator('tr[data-agent="web-b"]');
-    await row.getByRole("button", { name: "Drain" }).click();
-    await page.locator("#flash.ok").filter({ hasText: "drain web-b: now DRAINING" }).waitFor();
-    await until("DRAINING on the page", async () => (await row.getAttribute("data-state")) === "DRAINING");
-    assert.equal(state(ctlJson("agents").agents.find((a) => a.id === "web-b").state), "DRAINING");
-    await shot(page, "agents");
-  });
-
   await step("every page is reachable by a link", async () => {
     await page.goto(`${BASE}#/queues`);
     await page.locator('tr[data-queue="emails"] a').first().click();
@@ -239,6 +243,7 @@ async function roles(page) {
   await step("the page asks for a token", async () => {
     await page.goto(`${BASE}#/task/guarded`);
     await page.locator("#signin").waitFor({ state: "visible" });
+    await shot(page, "signin");
     await page.locator("#token").fill(process.env.TASKGRID_READER_TOKEN);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.locator("#facts").waitFor();

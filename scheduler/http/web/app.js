@@ -445,7 +445,7 @@
           h("td", {}, badge(st)),
           h("td", { "data-col": "slots" }, meter, `${a.slots_used}/${a.slots}`),
           h("td", {}, labels.length ? h("div", { class: "chips" }, labels.map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`))) : "—"),
-          h("td", { class: "mono" }, (a.running || []).length ? a.running.map((id, i) => [i ? ", " : "", h("a", { href: taskLink(id) }, id)]) : "—"),
+          h("td", { class: "mono", "data-col": "running" }, (a.running || []).length ? a.running.map((id, i) => [i ? ", " : "", h("a", { href: taskLink(id) }, id)]) : "—"),
           h("td", {}, ago(a.last_heartbeat_time)),
           h("td", {}, when(a.connect_time)),
           h("td", {}, a.version || "—"),
@@ -511,7 +511,11 @@
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") refresh();
   });
-  window.addEventListener("hashchange", () => { window.scrollTo(0, 0); refresh(); });
+  window.addEventListener("hashchange", () => {
+    $("#flash").hidden = true;  // it spoke of the page before
+    window.scrollTo(0, 0);
+    refresh();
+  });
   $("#signin").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
