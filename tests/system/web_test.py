@@ -212,6 +212,28 @@ class HttpFlagsTest(unittest.TestCase):
         self.assertIn("--http_listen=0.0.0.0:0 can be reached from other machines", res.stderr)
         self.assertIn("cancel tasks and drain agents", res.stderr)
 
+    def test_with_client_certificates_https_requires_one(self):
+        if shutil.which("openssl") is None:
+            self.skipTest("openssl is not installed")
+        d = tempfile.mkdtemp(prefix="taskgrid-web-mtls-")
+        self.addCleanup(shutil.rmtree, d, True)
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), d, "localhost"],
+                       check=True, capture_output=True, timeout=60)
+        cluster = self.run_scheduler(f"--tls_cert={d}/head.pem", f"--tls_key={d}/head.key",
+                                     f"--tls_ca={d}/ca.pem", wait=True)
+        port = start_with_http(cluster)
+        url = f"https://127.0.0.1:{port}/api/v1/cluster"
+        anonymous = ssl.create_default_context(cafile=f"{d}/ca.pem")
+        with self.assertRaises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(url, timeout=10, context=anonymous).read()
+        with self.assertRaises((urllib.error.URLError, ConnectionError)):  # no plaintext either
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/cluster", timeout=10).read()
+        client = ssl.create_default_context(cafile=f"{d}/ca.pem")
+        client.load_cert_chain(f"{d}/client.pem", f"{d}/client.key")
+        with urllib.request.urlopen(url, timeout=10, context=client) as res:
+            self.assertIn('"agents_active"', res.read().decode())
+        self.assertIn(f"dashboard on https://127.0.0.1:{port}/", cluster.scheduler.log())
+
     def test_the_dashboard_is_served_at_the_root(self):
         cluster = self.run_scheduler(wait=True)
         port = start_with_http(cluster)
