@@ -400,14 +400,15 @@ int main(int argc, char** argv) {
   spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
 
   // The dashboard, its API and the metrics page, before gRPC so a port
-  // taken fails before anyone is served.
+  // taken fails before anyone is served. The Api is made before the
+  // server, so the server (and its threads) is gone before the Api.
+  taskgrid::http::Api api(
+      &engine, {server_opts.tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
   taskgrid::http::HttpServer::Options http_opts;
   // A page loads its files and a few API calls at once.
   http_opts.threads = 4;
   if (tls) http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca};
   taskgrid::http::HttpServer http(http_opts);
-  taskgrid::http::Api api(
-      &engine, {server_opts.tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
   if (!http_listen->value.empty()) {
     const taskgrid::http::ProcessInfo process{start};
     http.Get("/metrics", [&engine, &api, process](const taskgrid::http::Request& req) {

@@ -262,6 +262,21 @@ TEST_F(WebApiTest, JobsAgentsAndClusterAreTheirMessages) {
   const auto jobs = FromJson<v1::ListJobsResponse>(list->body);
   ASSERT_EQ(jobs.jobs_size(), 1);
   EXPECT_EQ(jobs.jobs(0).task_count(), 2);
+  SubmitJob("j2", {{"j2-a", ""}});
+  SubmitJob("j3", {{"j3-a", ""}});
+  std::vector<std::string> ids;
+  std::string token;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = Get("/api/v1/jobs?page_size=2" + (token.empty() ? "" : "&page_token=" + token));
+    ASSERT_TRUE(page);
+    ASSERT_EQ(page->status, 200) << page->body;
+    const auto p = FromJson<v1::ListJobsResponse>(page->body);
+    EXPECT_LE(p.jobs_size(), 2);
+    for (const v1::Job& j : p.jobs()) ids.push_back(j.id());
+    token = p.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"j1", "j2", "j3"}));
   auto job = Get("/api/v1/jobs/j1");
   ASSERT_TRUE(job);
   EXPECT_EQ(FromJson<v1::Job>(job->body).state(), v1::JOB_STATE_RUNNING);
