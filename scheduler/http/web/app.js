@@ -99,7 +99,13 @@
       for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") q.set(k, v);
       if (q.toString()) url += `?${q}`;
     }
-    const res = await fetch(url, { method, headers, cache: "no-store" });
+    let res;
+    try {
+      res = await fetch(url, { method, headers, cache: "no-store" });
+    } catch (e) {
+      // The scheduler is down or restarting; the timer tries again.
+      throw new ApiError(0, "UNAVAILABLE", `the scheduler did not answer (${e.message})`);
+    }
     let body = null;
     try {
       body = await res.json();
@@ -487,7 +493,7 @@
       if (e.status === 401) {
         content = [h("p", { class: "muted" }, "Sign in to see this page.")];
       } else {
-        content = [h("h1", {}, e.status === 404 ? "Not found" : "Error"),
+        content = [h("h1", {}, { 0: "No answer", 404: "Not found" }[e.status] || "Error"),
           h("p", { class: "error", id: "page-error" }, `${e.code}: ${e.message}`)];
       }
       $("#updated").textContent = lastGood ? `Last updated ${lastGood}` : "";
