@@ -186,7 +186,8 @@ struct HttpServer::Impl {
   static std::string Describe(int status, const Options& opts) {
     switch (status) {
       case 400:
-        return "bad request: not a request this server can read";
+        return "bad request: malformed, or a POST without Content-Length (send an empty "
+               "body: curl -d '')";
       case 413:
         return absl::StrCat("request body too large: at most ", opts.max_request_bytes, " bytes");
       case 414:
