@@ -5,6 +5,9 @@
 #   deploy/install-deps.sh          build + test packages
 #   deploy/install-deps.sh --python also the Python client's packages
 #   deploy/install-deps.sh --fuzz   also clang and its libFuzzer runtime
+#   deploy/install-deps.sh --web    also Chromium (and Node.js with npm when
+#                                   npm is missing) for the dashboard's
+#                                   browser test
 set -euo pipefail
 
 pkgs=(
@@ -17,7 +20,13 @@ for arg in "$@"; do
   case "$arg" in
     --python) pkgs+=(python3-grpcio python3-protobuf) ;;
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
-    *) echo "install-deps: unknown option $arg (--python, --fuzz)" >&2; exit 2 ;;
+    --web)
+      pkgs+=(chromium)
+      # A Node.js from elsewhere brings its own npm; Debian's npm would
+      # conflict with it, so only a machine without npm gets Debian's.
+      if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi
+      ;;
+    *) echo "install-deps: unknown option $arg (--python, --fuzz, --web)" >&2; exit 2 ;;
   esac
 done
 

@@ -6,12 +6,14 @@
 #
 # Environment (all optional):
 #   TASKGRID_ADDR      where the scheduler listens   (default 127.0.0.1:7070)
+#   TASKGRID_HTTP_ADDR where the web dashboard is    (default 127.0.0.1:7080)
 #   TASKGRID_DATA_DIR  its data directory            (default <repo>/.taskgrid/data)
 #   TASKGRID_SLOTS     the local agent's slots       (default 2)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 addr=${TASKGRID_ADDR:-127.0.0.1:7070}
+http_addr=${TASKGRID_HTTP_ADDR:-127.0.0.1:7080}
 data_dir=${TASKGRID_DATA_DIR:-$root/.taskgrid/data}
 slots=${TASKGRID_SLOTS:-2}
 build=$root/build/release
@@ -44,9 +46,11 @@ trap 'stop; exit 0' INT TERM
 trap stop EXIT
 
 port_file=$root/.taskgrid/port
-rm -f "$port_file"
+http_port_file=$root/.taskgrid/http-port
+rm -f "$port_file" "$http_port_file"
 # setsid: Ctrl-C reaches only this script, which stops the agent first.
 setsid "$bin/taskgrid-scheduler" --listen="$addr" --data_dir="$data_dir" --port_file="$port_file" \
+  --http_listen="$http_addr" --http_port_file="$http_port_file" \
   >"$logs/scheduler.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -59,6 +63,8 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [[ -s $port_file ]] || { echo "quickstart: the scheduler did not start in 10 s" >&2; exit 1; }
+# The HTTP server starts before gRPC, so its port file is there by now.
+dashboard="http://${http_addr%:*}:$(cat "$http_port_file")/"
 
 setsid "$bin/taskgrid-agent" --scheduler="$addr" --id=local-agent --slots="$slots" \
   >"$logs/agent.log" 2>&1 &
@@ -69,6 +75,7 @@ cat <<TXT
 Taskgrid is running.
   scheduler  $addr   data: $data_dir   log: $logs/scheduler.log
   agent      local-agent, $slots slots          log: $logs/agent.log
+  dashboard  $dashboard   (open it in a browser on this machine)
 
 In another terminal:
   export PATH="$bin:\$PATH" TASKGRID_ADDR=$addr

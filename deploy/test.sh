@@ -13,10 +13,13 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=$(nproc)
 
-# Also Python's gRPC (the Python client's tests) and buf (the grpcurl
-# stand-in the reflection test drives).
-"$root/deploy/install-deps.sh" --python --fuzz
+# Also Python's gRPC (the Python client's tests), buf (the grpcurl
+# stand-in the reflection test drives), and Chromium with playwright-core
+# (the dashboard's browser test, which must then run rather than skip).
+"$root/deploy/install-deps.sh" --python --fuzz --web
 "$root/deploy/install-buf.sh"
+"$root/deploy/install-web.sh"
+export TASKGRID_REQUIRE_BROWSER=1
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 # Leaks inside Debian's uninstrumented OpenSSL are not ours (tests/lsan.supp).

@@ -7,13 +7,16 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/address.h"
 #include "common/clock.h"
 #include "common/flags_help.h"
@@ -22,6 +25,8 @@
 #include "common/logging.h"
 #include "common/prometheus.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/http/api.h"
+#include "scheduler/http/dashboard.h"
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/metrics_page.h"
 #include "scheduler/service/server.h"
@@ -38,13 +43,22 @@ ABSL_FLAG(std::string, durability, "full",
           "survives a crash of the process, may lose the last changes on power loss");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file once serving (for scripts and tests)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT to serve HTTP on (default: off): the web dashboard at /, its JSON API at "
+          "/api/v1/, and Prometheus metrics at GET /metrics. HTTPS with --tls_cert and "
+          "--tls_key (client certificates with --tls_ca); with --tokens_file the API and "
+          "/metrics need a token. Port 0 picks a free port (see --http_port_file). An address "
+          "other machines can reach needs client certificates or tokens, as --listen does, "
+          "or --insecure");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on, at GET /metrics (default: off); port 0 "
-          "picks a free port (see --metrics_port_file). An address other machines can reach "
-          "needs --insecure, as --listen does: the page has no TLS or tokens (it shows queue "
-          "names and counts, nothing else)");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written to this file once serving");
+          "The former name of --http_listen, still accepted (it now serves the dashboard too)");
+ABSL_FLAG(std::string, http_port_file, "",
+          "If set, the bound HTTP port is written to this file once serving");
+ABSL_FLAG(std::string, metrics_port_file, "", "The former name of --http_port_file");
+ABSL_FLAG(std::vector<std::string>, http_hosts, {},
+          "Names the dashboard may be reached by besides the --http_listen host and localhost "
+          "(e.g. head-node.example.com): the API refuses a Host header naming anything else, so "
+          "a page of another site cannot read it through DNS rebinding");
 ABSL_FLAG(int64_t, max_payload_bytes, 1 << 20, "Largest task payload accepted");
 ABSL_FLAG(bool, check_invariants, false,
           "Check every invariant of the task table after each operation and abort on a broken "
@@ -60,7 +74,7 @@ ABSL_FLAG(int32_t, max_attempt_history, 100,
 ABSL_FLAG(bool, insecure, false,
           "Allow --listen on an address other machines can reach, with no TLS and no tokens: "
           "anyone who reaches the port can then run programs on every agent. Also allows "
-          "--metrics_listen on such an address");
+          "--http_listen on such an address without client certificates or tokens");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this scheduler: serve TLS (with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -121,6 +135,22 @@ ABSL_FLAG(int64_t, max_agent_outbox_bytes, 64 << 20,
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
+
+// A flag that has a former name, and the name it was given by (the
+// new one when neither was given); both only when they agree.
+struct RenamedFlagValue {
+  std::string name;
+  std::string value;
+};
+absl::StatusOr<RenamedFlagValue> RenamedFlag(const char* name, const std::string& value,
+                                             const char* old_name, const std::string& old_value) {
+  if (!old_value.empty() && !value.empty() && old_value != value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", old_name, " is the former name of --", name, ": give one of them"));
+  }
+  if (value.empty() && !old_value.empty()) return RenamedFlagValue{old_name, old_value};
+  return RenamedFlagValue{name, value};
+}
 
 absl::Status ParseQueueLimits(const std::string& spec,
                               absl::flat_hash_map<std::string, int64_t>* out) {
@@ -272,21 +302,37 @@ int main(int argc, char** argv) {
         listen, tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
     return 2;
   }
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  std::pair<std::string, int> metrics_address;
-  if (!metrics_listen.empty()) {
-    auto split = taskgrid::http::SplitHostPort("metrics_listen", metrics_listen);
+  auto http_listen = RenamedFlag("http_listen", absl::GetFlag(FLAGS_http_listen), "metrics_listen",
+                                 absl::GetFlag(FLAGS_metrics_listen));
+  auto http_port_file = RenamedFlag("http_port_file", absl::GetFlag(FLAGS_http_port_file),
+                                    "metrics_port_file", absl::GetFlag(FLAGS_metrics_port_file));
+  for (const auto* flag : {&http_listen, &http_port_file}) {
+    if (!flag->ok()) {
+      spdlog::error("{}", std::string(flag->status().message()));
+      return 2;
+    }
+  }
+  const std::string& http_flag = http_listen->name;  // as given, for messages
+  std::pair<std::string, int> http_address;
+  if (!http_listen->value.empty()) {
+    auto split = taskgrid::http::SplitHostPort(http_flag, http_listen->value);
     if (!split.ok()) {
       spdlog::error("{}", std::string(split.status().message()));
       return 2;
     }
-    metrics_address = *split;
-    if (!taskgrid::IsLoopbackAddress(metrics_listen) && !absl::GetFlag(FLAGS_insecure)) {
+    http_address = *split;
+    // As for --listen: the API can cancel and drain, so a reachable address
+    // needs TLS with client certificates or tokens. Without TLS a token
+    // would cross the network in plaintext, so tokens never go that way.
+    if (!taskgrid::IsLoopbackAddress(http_listen->value) && !protected_port &&
+        !absl::GetFlag(FLAGS_insecure)) {
       spdlog::error(
-          "--metrics_listen={} can be reached from other machines, and the metrics page has no "
-          "TLS or tokens: whoever reaches it reads queue names and counts. Listen on "
-          "127.0.0.1, or pass --insecure to serve a network you trust anyway",
-          metrics_listen);
+          "--{}={} can be reached from other machines, and this scheduler has {}: whoever "
+          "reaches it can cancel tasks and drain agents through the dashboard's API. Listen on "
+          "127.0.0.1, require client certificates (--tls_cert, --tls_key, --tls_ca) or tokens "
+          "(--tokens_file with TLS), or pass --insecure to serve a network you trust anyway",
+          http_flag, http_listen->value,
+          tls ? "TLS but neither client certificates nor tokens" : "no TLS or tokens");
       return 2;
     }
   }
@@ -373,27 +419,54 @@ int main(int argc, char** argv) {
   engine.Inspect([&](const taskgrid::core::Scheduler& s) { tasks = s.task_count(); });
   spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
 
-  // The metrics page, before gRPC so a port taken fails before anyone
-  // is served.
-  taskgrid::http::HttpServer http;
-  if (!metrics_listen.empty()) {
+  // The dashboard, its API and the metrics page, before gRPC so a port
+  // taken fails before anyone is served. The Api is made before the
+  // server, so the server (and its threads) is gone before the Api.
+  taskgrid::http::Api api(
+      &engine, {server_opts.tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
+  taskgrid::http::HttpServer::Options http_opts;
+  // A page loads its files and a few API calls at once.
+  http_opts.threads = 4;
+  if (tls) http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca};
+  taskgrid::http::HttpServer http(http_opts);
+  if (!http_listen->value.empty()) {
     const taskgrid::http::ProcessInfo process{start};
-    http.Get("/metrics", [&engine, process](const taskgrid::http::Request&) {
-      return taskgrid::http::Response{200, taskgrid::prometheus::kContentType,
-                                      taskgrid::http::MetricsPage(engine.Metrics(), process)};
+    http.Get("/metrics", [&engine, &api, process](const taskgrid::http::Request& req) {
+      // With tokens, what GetQueueStats needs (reader): the page shows
+      // queue names and counts.
+      if (absl::Status s = api.Authorize(req, "/taskgrid.v1.TaskService/GetQueueStats"); !s.ok()) {
+        return taskgrid::http::Response{taskgrid::http::Api::HttpStatus(s.code()),
+                                        "text/plain; charset=utf-8",
+                                        std::string(s.message()) + "\n",
+                                        {}};
+      }
+      return taskgrid::http::Response{200,
+                                      taskgrid::prometheus::kContentType,
+                                      taskgrid::http::MetricsPage(engine.Metrics(), process),
+                                      {}};
     });
-    auto port = http.Start(metrics_address.first, metrics_address.second);
+    api.Register(&http);
+    taskgrid::http::AddDashboard(&http);
+    auto port = http.Start(http_address.first, http_address.second);
     if (!port.ok()) {
-      spdlog::error("--metrics_listen: {}", std::string(port.status().message()));
+      spdlog::error("--{}: {}", http_flag, std::string(port.status().message()));
       return 1;
     }
-    WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), *port);
-    const std::string url = "http://" + metrics_listen.substr(0, metrics_listen.rfind(':')) + ":" +
-                            std::to_string(*port) + "/metrics";
-    if (taskgrid::IsLoopbackAddress(metrics_listen)) {
-      spdlog::info("metrics on {}", url);
+    WritePortFile(http_port_file->value, *port);
+    const std::string host = http_listen->value.substr(0, http_listen->value.rfind(':'));
+    const std::string url = absl::StrCat(http.tls() ? "https://" : "http://", host, ":", *port);
+    if (taskgrid::IsLoopbackAddress(http_listen->value)) {
+      spdlog::info("dashboard on {}/ and metrics on {}/metrics", url, url);
+    } else if (protected_port) {
+      spdlog::info("dashboard on {}/ and metrics on {}/metrics, reachable from other machines; {}",
+                   url, url,
+                   server_opts.tokens != nullptr ? "the API and metrics need a token"
+                                                 : "clients need a certificate from --tls_ca");
     } else {
-      spdlog::warn("--insecure: metrics on {}, reachable from other machines", url);
+      spdlog::warn(
+          "--insecure: dashboard on {}/ and metrics on {}/metrics, reachable from other "
+          "machines without {}",
+          url, url, tls ? "client certificates or tokens" : "TLS or tokens");
     }
   }
 

@@ -150,9 +150,10 @@ SchedulerMetrics Scheduler::Metrics() const {
   const absl::Time now = Now();
   m.oldest_pending_seconds.reserve(m.queues.size());
   for (const v1::QueueStats& q : m.queues) {
-    const TaskRecord* oldest = table_.OldestPending(q.queue());
     m.oldest_pending_seconds.push_back(
-        oldest == nullptr ? 0 : std::max(0.0, absl::ToDoubleSeconds(now - oldest->create_time)));
+        q.has_oldest_pending_time()
+            ? std::max(0.0, absl::ToDoubleSeconds(now - FromProto(q.oldest_pending_time())))
+            : 0);
   }
   m.cluster = ClusterStats();
   m.counters = counters_;
@@ -237,6 +238,9 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
     }
     if (const v1::QueueSettings* s = queue_controls_.Find(name)) *qs.mutable_settings() = *s;
     qs.set_held(held_.contains(name));
+    if (const TaskRecord* oldest = table_.OldestPending(name)) {
+      SetTimestamp(oldest->create_time, qs.mutable_oldest_pending_time());
+    }
   };
   if (!queue.empty()) {
     add(queue);

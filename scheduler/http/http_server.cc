@@ -12,8 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace taskgrid::http {
 
@@ -75,16 +78,7 @@ class BoundedPool final : public httplib::TaskQueue {
   std::vector<std::thread> threads_;
 };
 
-// A path as a regex that matches it and nothing else (httplib routes by
-// regex).
-std::string ExactPattern(const std::string& path) {
-  std::string out;
-  for (char c : path) {
-    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
+std::vector<std::string> Segments(absl::string_view path) { return absl::StrSplit(path, '/'); }
 
 std::chrono::microseconds Micros(absl::Duration d) {
   return std::chrono::microseconds(absl::ToInt64Microseconds(d));
@@ -114,16 +108,109 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(absl::string_view flag
   return std::pair<std::string, int>(std::string(host), port);
 }
 
+std::string Request::Header(const std::string& lower_case_name) const {
+  auto it = headers.find(lower_case_name);
+  return it == headers.end() ? "" : it->second;
+}
+
 struct HttpServer::Impl {
+  struct Route {
+    std::string method;  // GET or POST
+    std::vector<std::string> segments;
+    Handler handler;
+  };
+
   Options opts;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;
+  std::vector<Route> routes;  // fixed once Start ran
+  ErrorPage error_page;
   std::thread thread;
   std::atomic<bool> listen_returned{false};
+
+  // Whether `path` is one the route's pattern matches; fills `params`.
+  static bool Matches(const Route& route, const std::vector<std::string>& path,
+                      std::map<std::string, std::string>* params) {
+    if (route.segments.size() != path.size()) return false;
+    std::map<std::string, std::string> found;
+    for (size_t i = 0; i < path.size(); ++i) {
+      const std::string& want = route.segments[i];
+      if (want.size() > 2 && want.front() == '{' && want.back() == '}') {
+        if (path[i].empty()) return false;
+        found[want.substr(1, want.size() - 2)] = path[i];
+      } else if (want != path[i]) {
+        return false;
+      }
+    }
+    *params = std::move(found);
+    return true;
+  }
+
+  void Dispatch(const httplib::Request& req, httplib::Response& res) const {
+    Request r;
+    r.method = req.method;
+    r.path = req.path;
+    for (const auto& [name, value] : req.params) r.query.emplace_back(name, value);
+    for (const auto& [name, value] : req.headers)
+      r.headers.emplace(absl::AsciiStrToLower(name), value);
+    r.body = req.body;
+    const std::string method = r.method == "HEAD" ? "GET" : r.method;
+    const std::vector<std::string> path = Segments(r.path);
+    std::vector<std::string> allowed;
+    for (const Route& route : routes) {
+      std::map<std::string, std::string> params;
+      if (!Matches(route, path, &params)) continue;
+      if (route.method == method) {
+        r.params = std::move(params);
+        Write(route.handler(r), res);
+        return;
+      }
+      allowed.push_back(route.method == "GET" ? "GET, HEAD" : route.method);
+    }
+    if (allowed.empty()) {
+      Write(error_page(r, 404, "not found: " + r.path), res);
+      return;
+    }
+    const std::string allow = absl::StrJoin(allowed, ", ");
+    Response page = error_page(
+        r, 405, absl::StrCat("method not allowed: ", r.path, " takes ", allow, ", not ", r.method));
+    page.headers.emplace_back("Allow", allow);
+    Write(std::move(page), res);
+  }
+
+  static void Write(Response r, httplib::Response& res) {
+    res.status = r.status;
+    for (const auto& [name, value] : r.headers) res.set_header(name, value);
+    res.set_content(std::move(r.body), r.content_type.c_str());
+  }
+
+  static std::string Describe(int status, const Options& opts) {
+    switch (status) {
+      case 400:
+        return "bad request: malformed, or a POST without Content-Length (send an empty "
+               "body: curl -d '')";
+      case 413:
+        return absl::StrCat("request body too large: at most ", opts.max_request_bytes, " bytes");
+      case 414:
+        return "request line too long";
+      default:
+        return absl::StrCat("error ", status);
+    }
+  }
 };
 
 HttpServer::HttpServer(Options opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = opts;
-  httplib::Server& s = impl_->server;
+  impl_->error_page = [](const Request&, int status, const std::string& message) {
+    return Response{status, "text/plain; charset=utf-8", message + "\n", {}};
+  };
+  if (opts.tls.cert.empty()) {
+    impl_->server = std::make_unique<httplib::Server>();
+  } else {
+    impl_->server = std::make_unique<httplib::SSLServer>(
+        opts.tls.cert.c_str(), opts.tls.key.c_str(),
+        opts.tls.client_ca.empty() ? nullptr : opts.tls.client_ca.c_str());
+  }
+  httplib::Server& s = *impl_->server;
   s.new_task_queue = [threads = opts.threads, queued = opts.max_queued] {
     return new BoundedPool(threads, queued);
   };
@@ -140,41 +227,51 @@ HttpServer::HttpServer(Options opts) : impl_(std::make_unique<Impl>()) {
   s.set_keep_alive_timeout(
       static_cast<time_t>(std::max<int64_t>(1, absl::ToInt64Seconds(opts.keep_alive_timeout))));
   s.set_keep_alive_max_count(opts.keep_alive_max_requests);
-  // Only GET and HEAD (which httplib answers from the GET handlers).
-  auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
-    res.status = 405;
-    res.set_header("Allow", "GET, HEAD");
-    res.set_content("method not allowed: use GET\n", "text/plain; charset=utf-8");
+  // Every method goes to the one router, which knows 404 from 405.
+  auto dispatch = [impl = impl_.get()](const httplib::Request& req, httplib::Response& res) {
+    impl->Dispatch(req, res);
   };
-  s.Post(".*", not_allowed);
-  s.Put(".*", not_allowed);
-  s.Patch(".*", not_allowed);
-  s.Delete(".*", not_allowed);
-  s.Options(".*", not_allowed);
-  // A body for errors that have none (404 for an unknown path, 413, ...).
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  s.Get(".*", dispatch);
+  s.Post(".*", dispatch);
+  s.Put(".*", dispatch);
+  s.Patch(".*", dispatch);
+  s.Delete(".*", dispatch);
+  s.Options(".*", dispatch);
+  // A page for the errors httplib answers itself (413, 400, ...).
+  s.set_error_handler(httplib::Server::HandlerWithResponse(
+      [impl = impl_.get()](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        res.set_content(res.status == 404 ? "not found: " + req.path + "\n"
-                                          : absl::StrCat("error ", res.status, "\n"),
-                        "text/plain; charset=utf-8");
+        Request r;
+        r.method = req.method;
+        r.path = req.path;
+        Impl::Write(impl->error_page(r, res.status, Impl::Describe(res.status, impl->opts)), res);
         return httplib::Server::HandlerResponse::Handled;
       }));
 }
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Get(const std::string& path, Handler handler) {
-  impl_->server.Get(ExactPattern(path), [handler = std::move(handler)](const httplib::Request& req,
-                                                                       httplib::Response& res) {
-    Response r = handler(Request{req.path});
-    res.status = r.status;
-    res.set_content(std::move(r.body), r.content_type.c_str());
-  });
+void HttpServer::Get(const std::string& pattern, Handler handler) {
+  impl_->routes.push_back(Impl::Route{"GET", Segments(pattern), std::move(handler)});
 }
 
+void HttpServer::Post(const std::string& pattern, Handler handler) {
+  impl_->routes.push_back(Impl::Route{"POST", Segments(pattern), std::move(handler)});
+}
+
+void HttpServer::SetErrorPage(ErrorPage page) { impl_->error_page = std::move(page); }
+
+bool HttpServer::tls() const { return !impl_->opts.tls.cert.empty(); }
+
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
-  httplib::Server& s = impl_->server;
+  httplib::Server& s = *impl_->server;
+  if (!s.is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot serve HTTPS with certificate ", impl_->opts.tls.cert, " and key ",
+        impl_->opts.tls.key,
+        impl_->opts.tls.client_ca.empty() ? "" : " and client CA " + impl_->opts.tls.client_ca,
+        ": a file is missing, unreadable, not PEM, or the key does not match"));
+  }
   int bound = port;
   if (port == 0) {
     bound = s.bind_to_any_port(host);
@@ -187,7 +284,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
                      " (address in use, or not an address of this machine)"));
   }
   impl_->thread = std::thread([this] {
-    impl_->server.listen_after_bind();
+    impl_->server->listen_after_bind();
     impl_->listen_returned = true;
   });
   // stop() only reaches a server that is running: wait until it is, so a
@@ -200,7 +297,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
 
 void HttpServer::Stop() {
   if (!impl_->thread.joinable()) return;
-  impl_->server.stop();
+  impl_->server->stop();
   impl_->thread.join();
 }
 

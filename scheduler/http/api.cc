@@ -1,0 +1,424 @@
+#include "scheduler/http/api.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <functional>
+#include <initializer_list>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/address.h"
+#include "common/ids.h"
+#include "common/json.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::http {
+
+namespace {
+
+using engine::Engine;
+
+constexpr char kJson[] = "application/json";
+constexpr char kApiPrefix[] = "/api/";
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  std::string out;
+  // Printing a valid message cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+Response JsonResponse(int status, std::string body) {
+  return Response{status, kJson, std::move(body), {{"Cache-Control", "no-store"}}};
+}
+
+// Calls the Engine and waits for its reply, which comes once what the call
+// changed (or the commits queued before a read) is durable.
+template <typename T>
+absl::StatusOr<T> Await(absl::Duration timeout, const std::function<void(Engine::Reply<T>)>& call) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<absl::StatusOr<T>> result;
+  };
+  auto state = std::make_shared<State>();
+  call([state](absl::StatusOr<T> r) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->result = std::move(r);
+    state->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(state->mu);
+  if (!state->cv.wait_for(lock, absl::ToChronoSeconds(timeout),
+                          [&] { return state->result.has_value(); })) {
+    return absl::UnavailableError(absl::StrCat("the scheduler did not answer within ",
+                                               absl::FormatDuration(timeout), "; try again"));
+  }
+  return std::move(*state->result);
+}
+
+template <typename T>
+absl::StatusOr<std::string> Print(absl::StatusOr<T> r) {
+  if (!r.ok()) return r.status();
+  return ToJson(*r);
+}
+
+// A request's query, checked against the names its endpoint takes.
+class Query {
+ public:
+  static absl::StatusOr<Query> Of(const Request& req, std::initializer_list<const char*> known) {
+    for (const auto& [name, value] : req.query) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || name == k;
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unknown query parameter \"", name, "\"",
+            known.size() == 0
+                ? std::string(": this endpoint takes none")
+                : absl::StrCat(" (this endpoint takes ", absl::StrJoin(known, ", "), ")")));
+      }
+    }
+    return Query(req);
+  }
+
+  // The last value given for `name`, or "".
+  std::string Get(const std::string& name) const {
+    std::string out;
+    for (const auto& [n, v] : req_->query) {
+      if (n == name) out = v;
+    }
+    return out;
+  }
+
+  // Every value of `name`, each split at commas (state=a,b&state=c).
+  std::vector<std::string> List(const std::string& name) const {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : req_->query) {
+      if (n != name) continue;
+      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+        out.emplace_back(absl::StripAsciiWhitespace(part));
+      }
+    }
+    return out;
+  }
+
+ private:
+  explicit Query(const Request& req) : req_(&req) {}
+  const Request* req_;
+};
+
+// page_size: absent (the Engine's default) or 1-1000.
+absl::Status ParsePageSize(const Query& q, int32_t* out) {
+  const std::string text = q.Get("page_size");
+  if (text.empty()) return absl::OkStatus();
+  if (!absl::SimpleAtoi(text, out) || *out < 1 || *out > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be a number from 1 to 1000, not \"", text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTaskStates(const Query& q, google::protobuf::RepeatedField<int>* out) {
+  for (const std::string& name : q.List("state")) {
+    v1::TaskState s;
+    if (!core::ParseStateName(name, &s)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state \"", name, "\" is not a task state (", core::AllStateNames(), ")"));
+    }
+    out->Add(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseJobStates(const Query& q, google::protobuf::RepeatedField<int>* out) {
+  for (const std::string& name : q.List("state")) {
+    v1::JobState s;
+    if (!core::ParseJobStateName(name, &s)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state \"", name, "\" is not a job state (", core::AllJobStateNames(), ")"));
+    }
+    out->Add(s);
+  }
+  return absl::OkStatus();
+}
+
+// An optional name in the query: empty, or valid.
+absl::Status CheckOptionalName(const std::string& field, const std::string& value, size_t max_len) {
+  return value.empty() ? absl::OkStatus() : CheckName(field, value, max_len);
+}
+
+std::string Method(absl::string_view service, absl::string_view name) {
+  return absl::StrCat("/taskgrid.v1.", service, "/", name);
+}
+
+}  // namespace
+
+Api::Api(engine::Engine* engine, Options opts) : engine_(engine), opts_(std::move(opts)) {}
+
+int Api::HttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+Response Api::ErrorResponse(const absl::Status& status) {
+  Response r =
+      JsonResponse(HttpStatus(status.code()),
+                   absl::StrCat("{\"code\":", JsonString(absl::StatusCodeToString(status.code())),
+                                ",\"message\":", JsonString(status.message()), "}"));
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"taskgrid\"");
+  }
+  return r;
+}
+
+bool Api::HostAllowed(const std::string& host_header) const {
+  std::string host = absl::AsciiStrToLower(absl::StripAsciiWhitespace(host_header));
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    if (close == std::string::npos) return false;
+    host = host.substr(1, close - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  } else if (host.find(':') != std::string::npos) {
+    return false;  // an IPv6 address goes in brackets
+  }
+  if (host.empty()) return false;
+  if (absl::EqualsIgnoreCase(host, opts_.listen_host)) return true;
+  for (const std::string& h : opts_.hosts) {
+    if (absl::EqualsIgnoreCase(host, h)) return true;
+  }
+  // A loopback name or address (not "unix:", which names no host here).
+  const std::string address =
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:0") : host + ":0";
+  return !absl::StartsWith(host, "unix") && IsLoopbackAddress(address);
+}
+
+absl::Status Api::Admit(const Request& req, const std::string& method, bool action) const {
+  const std::string host = req.Header("host");
+  if (!HostAllowed(host)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("Host \"", host,
+                     "\" is not a name of this scheduler (a page of another site may not read "
+                     "it); use the address it listens on, localhost, or a name given in "
+                     "--http_hosts"));
+  }
+  if (action &&
+      req.Header(absl::AsciiStrToLower(kActionHeader)) != std::string(kActionHeaderValue)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "an action needs the header ", kActionHeader, ": ", kActionHeaderValue,
+        " (a form of another site cannot send it, so it cannot act through this page)"));
+  }
+  return Authorize(req, method);
+}
+
+absl::Status Api::Authorize(const Request& req, const std::string& grpc_method) const {
+  if (opts_.tokens == nullptr) return absl::OkStatus();
+  std::string principal;
+  absl::Status s = opts_.tokens->Check(grpc_method, req.Header("authorization"), &principal);
+  if (!s.ok()) {
+    spdlog::warn("refused HTTP {} {} ({}) from {}: {}", req.method, req.path, grpc_method,
+                 principal.empty() ? "a caller" : principal, std::string(s.message()));
+  }
+  return s;
+}
+
+void Api::Register(HttpServer* server) const {
+  server->SetErrorPage([](const Request& req, int status, const std::string& message) {
+    if (!absl::StartsWith(req.path, kApiPrefix)) {
+      return Response{status, "text/plain; charset=utf-8", message + "\n", {}};
+    }
+    absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+    if (status == 404) code = absl::StatusCode::kNotFound;
+    if (status == 405) code = absl::StatusCode::kUnimplemented;
+    if (status == 413) code = absl::StatusCode::kResourceExhausted;
+    Response r = ErrorResponse(absl::Status(code, message));
+    r.status = status;  // the server's own status (405 is not UNIMPLEMENTED's 501)
+    return r;
+  });
+
+  // Admits the request for `method`, runs `fn`, and answers its JSON.
+  auto route = [this, server](bool post, const std::string& pattern, const std::string& method,
+                              std::function<absl::StatusOr<std::string>(const Request&)> fn) {
+    Handler h = [this, post, method, fn = std::move(fn)](const Request& req) {
+      if (absl::Status s = Admit(req, method, post); !s.ok()) return ErrorResponse(s);
+      absl::StatusOr<std::string> body = fn(req);
+      if (!body.ok()) return ErrorResponse(body.status());
+      return JsonResponse(200, std::move(*body));
+    };
+    if (post) {
+      server->Post(pattern, std::move(h));
+    } else {
+      server->Get(pattern, std::move(h));
+    }
+  };
+  Engine* const e = engine_;
+  const absl::Duration timeout = opts_.answer_timeout;
+
+  // Queues.
+  route(false, "/api/v1/queues", Method("TaskService", "GetQueueStats"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          auto q = Query::Of(req, {"queue"});
+          if (!q.ok()) return q.status();
+          v1::GetQueueStatsRequest r;
+          r.set_queue(q->Get("queue"));
+          if (absl::Status s = CheckOptionalName("queue", r.queue(), kMaxQueueNameLength);
+              !s.ok()) {
+            return s;
+          }
+          return Print(Await<v1::GetQueueStatsResponse>(
+              timeout, [&](auto reply) { e->GetQueueStats(r, std::move(reply)); }));
+        });
+  for (const bool pause : {true, false}) {
+    route(true, absl::StrCat("/api/v1/queues/{queue}/", pause ? "pause" : "resume"),
+          Method("TaskService", pause ? "PauseQueue" : "ResumeQueue"),
+          [e, timeout, pause](const Request& req) -> absl::StatusOr<std::string> {
+            if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+            return Print(Await<v1::QueueStats>(timeout, [&](auto reply) {
+              e->PauseQueue(req.params.at("queue"), pause, std::move(reply));
+            }));
+          });
+  }
+
+  // Tasks.
+  route(
+      false, "/api/v1/tasks", Method("TaskService", "ListTasks"),
+      [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+        auto q = Query::Of(req, {"queue", "state", "job", "page_size", "page_token"});
+        if (!q.ok()) return q.status();
+        v1::ListTasksRequest r;
+        r.set_queue(q->Get("queue"));
+        r.set_job_id(q->Get("job"));
+        r.set_page_token(q->Get("page_token"));
+        int32_t size = 0;
+        for (absl::Status s : {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
+                               CheckOptionalName("job", r.job_id(), kMaxIdLength),
+                               ParsePageSize(*q, &size), ParseTaskStates(*q, r.mutable_states())}) {
+          if (!s.ok()) return s;
+        }
+        r.set_page_size(size);
+        return Print(Await<v1::ListTasksResponse>(
+            timeout, [&](auto reply) { e->ListTasks(r, std::move(reply)); }));
+      });
+  route(false, "/api/v1/tasks/{id}", Method("TaskService", "GetTask"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+          v1::GetTaskRequest r;
+          r.set_id(req.params.at("id"));
+          return Print(
+              Await<v1::Task>(timeout, [&](auto reply) { e->GetTask(r, std::move(reply)); }));
+        });
+  using TaskOp = void (Engine::*)(const std::string&, Engine::Reply<v1::Task>);
+  const std::vector<std::tuple<const char*, const char*, TaskOp>> task_ops = {
+      {"cancel", "CancelTask", &Engine::CancelTask},
+      {"retry", "RetryTask", &Engine::RetryTask},
+      {"reset", "ResetTask", &Engine::ResetTask},
+      {"pause", "PauseTask", &Engine::PauseTask},
+      {"resume", "ResumeTask", &Engine::ResumeTask}};
+  for (const auto& [verb, name, op] : task_ops) {
+    route(true, absl::StrCat("/api/v1/tasks/{id}/", verb), Method("TaskService", name),
+          [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
+            if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+            return Print(Await<v1::Task>(
+                timeout, [&](auto reply) { (e->*op)(req.params.at("id"), std::move(reply)); }));
+          });
+  }
+
+  // Jobs.
+  route(
+      false, "/api/v1/jobs", Method("JobService", "ListJobs"),
+      [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+        auto q = Query::Of(req, {"state", "page_size", "page_token"});
+        if (!q.ok()) return q.status();
+        v1::ListJobsRequest r;
+        r.set_page_token(q->Get("page_token"));
+        int32_t size = 0;
+        for (absl::Status s : {ParsePageSize(*q, &size), ParseJobStates(*q, r.mutable_states())}) {
+          if (!s.ok()) return s;
+        }
+        r.set_page_size(size);
+        return Print(Await<v1::ListJobsResponse>(
+            timeout, [&](auto reply) { e->ListJobs(r, std::move(reply)); }));
+      });
+  route(false, "/api/v1/jobs/{id}", Method("JobService", "GetJob"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+          return Print(Await<v1::Job>(
+              timeout, [&](auto reply) { e->GetJob(req.params.at("id"), std::move(reply)); }));
+        });
+  using JobOp = void (Engine::*)(const std::string&, Engine::Reply<v1::Job>);
+  const std::vector<std::tuple<const char*, const char*, JobOp>> job_ops = {
+      {"cancel", "CancelJob", &Engine::CancelJob}, {"retry", "RetryJob", &Engine::RetryJob}};
+  for (const auto& [verb, name, op] : job_ops) {
+    route(true, absl::StrCat("/api/v1/jobs/{id}/", verb), Method("JobService", name),
+          [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
+            if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+            return Print(Await<v1::Job>(
+                timeout, [&](auto reply) { (e->*op)(req.params.at("id"), std::move(reply)); }));
+          });
+  }
+
+  // Agents and the cluster.
+  route(false, "/api/v1/agents", Method("ClusterService", "ListAgents"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+          return Print(Await<v1::ListAgentsResponse>(
+              timeout, [&](auto reply) { e->ListAgents(std::move(reply)); }));
+        });
+  using AgentOp = void (Engine::*)(const std::string&, Engine::Reply<v1::Agent>);
+  const std::vector<std::tuple<const char*, const char*, AgentOp>> agent_ops = {
+      {"drain", "DrainAgent", &Engine::DrainAgent},
+      {"undrain", "UndrainAgent", &Engine::UndrainAgent}};
+  for (const auto& [verb, name, op] : agent_ops) {
+    route(true, absl::StrCat("/api/v1/agents/{id}/", verb), Method("ClusterService", name),
+          [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
+            if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+            return Print(Await<v1::Agent>(
+                timeout, [&](auto reply) { (e->*op)(req.params.at("id"), std::move(reply)); }));
+          });
+  }
+  route(false, "/api/v1/cluster", Method("ClusterService", "GetClusterStats"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+          return Print(Await<v1::ClusterStats>(
+              timeout, [&](auto reply) { e->GetClusterStats(std::move(reply)); }));
+        });
+}
+
+}  // namespace taskgrid::http

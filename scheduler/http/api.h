@@ -1,0 +1,100 @@
+// Api: the dashboard's JSON API under /api/v1/, served by the HttpServer
+// from the Engine. Each endpoint stands for one gRPC method: it calls the
+// Engine method the gRPC service calls and answers the same response
+// message, printed by protobuf's JSON printer with the proto field names,
+// so the fields match the gRPC API (and `taskgridctl --json`).
+//
+//   GET  /api/v1/queues[?queue=Q]                 TaskService/GetQueueStats
+//   POST /api/v1/queues/{queue}/pause|resume      TaskService/PauseQueue|ResumeQueue
+//   GET  /api/v1/tasks?queue=&state=&job=&page_size=&page_token=
+//                                                 TaskService/ListTasks
+//   GET  /api/v1/tasks/{id}                       TaskService/GetTask
+//   POST /api/v1/tasks/{id}/cancel|retry|reset|pause|resume
+//                                                 TaskService/CancelTask, ...
+//   GET  /api/v1/jobs?state=&page_size=&page_token=   JobService/ListJobs
+//   GET  /api/v1/jobs/{id}                        JobService/GetJob
+//   POST /api/v1/jobs/{id}/cancel|retry           JobService/CancelJob|RetryJob
+//   GET  /api/v1/agents                           ClusterService/ListAgents
+//   POST /api/v1/agents/{id}/drain|undrain        ClusterService/DrainAgent|UndrainAgent
+//   GET  /api/v1/cluster                          ClusterService/GetClusterStats
+//
+// Every request, in this order: the Host header must name this scheduler
+// (a loopback name, the listening host, or one of Options::hosts), which
+// keeps a DNS-rebinding page from reading the API; a POST must carry
+// "X-Taskgrid-Request: 1", a header no cross-site form can send, so no
+// other web site can make a browser act; with tokens, "Authorization:
+// Bearer <token>" must name a principal holding the role the gRPC method
+// needs in service::MethodRoles() (401 without a known token, 403 without
+// the role); then the query is checked (unknown parameters, a bad state
+// name, a page size outside 1-1000, a malformed name) before the Engine
+// hears of it. Every error is JSON {"code": "NOT_FOUND", "message": "..."}
+// with the HTTP status of its gRPC code (HttpStatus), and changes nothing.
+//
+// Thread-safe: handlers run on the HttpServer's threads, each waiting for
+// its Engine reply (at most Options::answer_timeout). The Engine and the
+// TokenAuth are borrowed and must outlive the server the Api is
+// registered on.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/http/http_server.h"
+#include "scheduler/service/auth.h"
+
+namespace taskgrid::http {
+
+// The header every action (POST) must carry, and its value.
+inline constexpr char kActionHeader[] = "X-Taskgrid-Request";
+inline constexpr char kActionHeaderValue[] = "1";
+
+class Api {
+ public:
+  struct Options {
+    // Null: no tokens (every call is allowed, as on the gRPC port).
+    const service::TokenAuth* tokens = nullptr;
+    // The host the server listens on; with the loopback names (localhost,
+    // 127.0.0.1, ::1) and `hosts`, what the Host header may name.
+    std::string listen_host;
+    std::vector<std::string> hosts;
+    // How long a request waits for the Engine before it is answered 503.
+    absl::Duration answer_timeout = absl::Seconds(10);
+  };
+
+  Api(engine::Engine* engine, Options opts);
+
+  // Registers every endpoint on `server`, and an error page that answers
+  // JSON under /api/ and plain text elsewhere. Call before server->Start.
+  void Register(HttpServer* server) const;
+
+  // The HTTP status of a gRPC (absl) status code: INVALID_ARGUMENT and
+  // OUT_OF_RANGE 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+  // NOT_FOUND 404, ALREADY_EXISTS, FAILED_PRECONDITION and ABORTED 409,
+  // RESOURCE_EXHAUSTED 429, UNAVAILABLE and CANCELLED 503,
+  // DEADLINE_EXCEEDED 504, UNIMPLEMENTED 501, others 500.
+  static int HttpStatus(absl::StatusCode code);
+
+  // {"code": "...", "message": "..."} with that status.
+  static Response ErrorResponse(const absl::Status& status);
+
+  // With tokens: OK when the request's bearer token names a principal
+  // holding the role `grpc_method` needs (MethodRoles()), else
+  // UNAUTHENTICATED or PERMISSION_DENIED naming the principal and the
+  // role. Without tokens: OK. (For /metrics, which is not in the API.)
+  absl::Status Authorize(const Request& req, const std::string& grpc_method) const;
+
+ private:
+  struct Endpoint;
+  // Host, action header and role checks; OK or the error to answer.
+  absl::Status Admit(const Request& req, const std::string& method, bool action) const;
+  bool HostAllowed(const std::string& host_header) const;
+
+  engine::Engine* const engine_;
+  const Options opts_;
+};
+
+}  // namespace taskgrid::http

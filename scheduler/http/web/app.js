@@ -1,0 +1,533 @@
+// The Taskgrid dashboard: one page, hash routes, the JSON API under
+// /api/v1/ (the gRPC messages with their proto field names). Plain modern
+// JavaScript, no framework. Every text from the API goes into the page as
+// text (never as HTML). The page refreshes on a timer while it is visible.
+"use strict";
+
+(() => {
+  const REFRESH_MS = 3000;
+  const TOKEN_KEY = "taskgrid.token";
+  const TASK_STATES = ["SCHEDULED", "BLOCKED", "PENDING", "DISPATCHED", "RUNNING", "CANCELLING",
+    "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TRASHED"];
+  const JOB_STATES = ["RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TRASHED"]);
+
+  // ---- DOM helpers ----
+  function h(tag, attrs, ...children) {
+    const n = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+      else if (k === "class") n.className = v;
+      else if (v === true) n.setAttribute(k, "");
+      else n.setAttribute(k, v);
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c === undefined || c === null || c === false) continue;
+      n.append(c instanceof Node ? c : String(c));
+    }
+    return n;
+  }
+  const $ = (sel) => document.querySelector(sel);
+
+  // ---- names and values as the API gives them ----
+  const taskState = (s) => (s || "").replace(/^TASK_STATE_/, "");
+  const jobState = (s) => (s || "").replace(/^JOB_STATE_/, "");
+  const agentState = (s) => (s || "").replace(/^AGENT_STATE_/, "");
+  const outcome = (s) => (s || "").replace(/^OUTCOME_/, "");
+  const num = (v) => Number(v || 0);
+
+  function badge(state, href) {
+    const attrs = { class: `badge s-${state}`, "data-state": state };
+    return href ? h("a", { ...attrs, href }, state) : h("span", attrs, state);
+  }
+
+  function when(ts) {
+    if (!ts) return "—";
+    const d = new Date(ts);
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+
+  function age(seconds) {
+    if (seconds < 0) seconds = 0;
+    if (seconds < 60) return `${Math.floor(seconds)} s`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.floor(seconds % 60)} s`;
+    if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+    return `${Math.floor(seconds / 86400)} d ${Math.floor((seconds % 86400) / 3600)} h`;
+  }
+  const since = (ts) => (ts ? age((Date.now() - new Date(ts).getTime()) / 1000) : "—");
+  const ago = (ts) => (ts ? `${since(ts)} ago` : "—");
+
+  // bytes (base64 in proto3 JSON) as text
+  function text64(b64) {
+    if (!b64) return "";
+    const bin = atob(b64);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    return new TextDecoder().decode(bytes);
+  }
+
+  function link(route, params) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params || {})) if (v) q.set(k, v);
+    const s = q.toString();
+    return `#/${route}${s ? "?" + s : ""}`;
+  }
+  const taskLink = (id) => `#/task/${encodeURIComponent(id)}`;
+  const jobLink = (id) => `#/job/${encodeURIComponent(id)}`;
+
+  // ---- the API ----
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  async function api(path, { method = "GET", query } = {}) {
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    // An action carries the header a form of another site cannot send.
+    if (method === "POST") headers["X-Taskgrid-Request"] = "1";
+    let url = `api/v1/${path}`;
+    if (query) {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") q.set(k, v);
+      if (q.toString()) url += `?${q}`;
+    }
+    let res;
+    try {
+      res = await fetch(url, { method, headers, cache: "no-store" });
+    } catch (e) {
+      // The scheduler is down or restarting; the timer tries again.
+      throw new ApiError(0, "UNAVAILABLE", `the scheduler did not answer (${e.message})`);
+    }
+    let body = null;
+    try {
+      body = await res.json();
+    } catch (e) {
+      body = null;
+    }
+    if (!res.ok) {
+      const err = new ApiError(res.status, body && body.code ? body.code : `HTTP ${res.status}`,
+        body && body.message ? body.message : res.statusText);
+      if (res.status === 401) showSignIn(err.message);
+      throw err;
+    }
+    return body;
+  }
+
+  // ---- session: the token, kept in this tab only ----
+  function showSignIn(message) {
+    const form = $("#signin");
+    form.hidden = false;
+    $("#signin-error").textContent = sessionStorage.getItem(TOKEN_KEY) ? message : "";
+    if (document.activeElement !== $("#token")) $("#token").focus();
+  }
+
+  function renderSession() {
+    const s = $("#session");
+    s.replaceChildren();
+    if (sessionStorage.getItem(TOKEN_KEY)) {
+      s.append("signed in with a token",
+        h("button", { type: "button", onclick: () => {
+          sessionStorage.removeItem(TOKEN_KEY);
+          renderSession();
+          refresh();
+        } }, "Sign out"));
+    }
+  }
+
+  // ---- messages after an action ----
+  let flashTimer = null;
+  function flash(message, ok) {
+    const f = $("#flash");
+    f.textContent = message;
+    f.className = ok ? "ok" : "err";
+    f.hidden = false;
+    clearTimeout(flashTimer);
+    flashTimer = setTimeout(() => { f.hidden = true; }, ok ? 6000 : 15000);
+  }
+
+  // Runs an action (a POST), says how it went, and refreshes the page.
+  async function act(what, path, describe) {
+    try {
+      const result = await api(path, { method: "POST" });
+      flash(`${what}: ${describe(result)}`, true);
+    } catch (e) {
+      flash(`${what} refused: ${e.code}: ${e.message}`, false);
+    }
+    await refresh();
+  }
+
+  function actionButton(label, enabled, what, path, describe, danger) {
+    return h("button", { type: "button", class: danger ? "danger" : undefined, disabled: !enabled,
+      "data-action": label.toLowerCase(), onclick: (ev) => {
+        ev.target.disabled = true;
+        act(what, path, describe);
+      } }, label);
+  }
+
+  // ---- routing: the whole state of a page is in the hash ----
+  function route() {
+    const hash = location.hash.replace(/^#\/?/, "");
+    const [path, query] = hash.split("?");
+    const parts = path.split("/").map(decodeURIComponent);
+    return { name: parts[0] || "queues", arg: parts[1] || "", params: new URLSearchParams(query || "") };
+  }
+
+  function stateChips(counts, order, hrefOf) {
+    const entries = order.filter((s) => num(counts && counts[s]) > 0);
+    if (!entries.length) return h("span", { class: "muted" }, "none");
+    return h("div", { class: "chips" }, entries.map((s) => h("a", {
+      class: `chip s-${s} s-any`, href: hrefOf ? hrefOf(s) : undefined, "data-state": s,
+    }, s, " ", h("b", {}, num(counts[s])))));
+  }
+
+  // ---- pages ----
+  async function queuesPage() {
+    const [stats, cluster] = await Promise.all([api("queues"), api("cluster")]);
+    const queues = stats.queues || [];
+    const tasks = cluster.tasks || {};
+    const cards = h("div", { class: "cards" },
+      card("Queues", queues.length),
+      card("Pending", num(tasks.PENDING), "ready, waiting for a slot"),
+      card("Running", num(tasks.RUNNING) + num(tasks.DISPATCHED)),
+      card("Failed", num(tasks.FAILED)),
+      card("Agents", cluster.agents_active, `${num(cluster.slots_used)} of ${num(cluster.slots_total)} slots used`));
+    if (!queues.length) {
+      return [h("h1", {}, "Queues"), cards, h("div", { class: "empty" }, "No queue holds tasks yet.")];
+    }
+    const rows = queues.map((q) => {
+      const s = q.settings || {};
+      const controls = [];
+      if (s.paused) controls.push(h("span", { class: "badge s-PAUSED" }, "PAUSED"));
+      if (s.max_concurrency) controls.push(h("span", { class: "chip" }, `${s.max_concurrency} at once`));
+      if (s.rate_per_second) controls.push(h("span", { class: "chip" }, `${s.rate_per_second}/s burst ${s.burst || Math.max(1, s.rate_per_second)}`));
+      if (q.held) controls.push(h("span", { class: "chip" }, "holding"));
+      const pending = num(q.counts && q.counts.PENDING);
+      return h("tr", { "data-queue": q.queue },
+        h("td", {}, h("a", { href: link("tasks", { queue: q.queue }) }, q.queue)),
+        h("td", { class: "num" }, num(q.length)),
+        h("td", { class: "num" }, num(q.max_length) || "—"),
+        h("td", {}, stateChips(q.counts, TASK_STATES, (st) => link("tasks", { queue: q.queue, state: st }))),
+        h("td", { class: "num", "data-col": "backlog" }, pending),
+        h("td", { "data-col": "oldest" }, q.oldest_pending_time ? since(q.oldest_pending_time) : "—"),
+        h("td", {}, controls.length ? h("div", { class: "chips" }, controls) : h("span", { class: "muted" }, "running")),
+        h("td", {}, h("div", { class: "actions" },
+          s.paused
+            ? actionButton("Resume", true, `queue ${q.queue}`, `queues/${encodeURIComponent(q.queue)}/resume`,
+              (r) => (r.settings && r.settings.paused ? "paused" : "resumed"))
+            : actionButton("Pause", true, `queue ${q.queue}`, `queues/${encodeURIComponent(q.queue)}/pause`,
+              (r) => (r.settings && r.settings.paused ? "paused" : "running")))));
+    });
+    return [h("h1", {}, "Queues"), cards,
+      h("table", { class: "list", id: "queues" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", { class: "num" }, "Length"),
+          h("th", { class: "num" }, "Max"), h("th", {}, "Tasks by state"), h("th", { class: "num" }, "Backlog"),
+          h("th", {}, "Oldest pending"), h("th", {}, "Controls"), h("th", {}, ""))),
+        h("tbody", {}, rows))];
+  }
+
+  function card(label, value, sub) {
+    return h("div", { class: "card" }, h("div", { class: "label" }, label),
+      h("div", { class: "value" }, value ?? 0), sub ? h("div", { class: "sub" }, sub) : null);
+  }
+
+  async function tasksPage(params) {
+    const filter = { queue: params.get("queue") || "", state: params.get("state") || "",
+      job: params.get("job") || "", page_token: params.get("page_token") || "" };
+    const [page, stats] = await Promise.all([
+      api("tasks", { query: { ...filter, page_size: 50 } }),
+      api("queues").catch(() => ({ queues: [] })),
+    ]);
+    const form = h("form", { class: "filters", id: "task-filters", onsubmit: (ev) => {
+      ev.preventDefault();
+      const f = new FormData(ev.target);
+      location.hash = link("tasks", { queue: f.get("queue").trim(), state: f.get("state"), job: f.get("job").trim() });
+    } },
+    h("label", {}, "Queue", h("input", { name: "queue", value: filter.queue, list: "queue-names", placeholder: "any" }),
+      h("datalist", { id: "queue-names" }, (stats.queues || []).map((q) => h("option", { value: q.queue })))),
+    h("label", {}, "State", h("select", { name: "state" }, h("option", { value: "" }, "any"),
+      TASK_STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)))),
+    h("label", {}, "Job", h("input", { name: "job", value: filter.job, placeholder: "any" })),
+    h("button", { type: "submit", class: "primary" }, "Filter"),
+    h("a", { href: "#/tasks" }, "Clear"));
+    const tasks = page.tasks || [];
+    const body = tasks.length ? h("table", { class: "list", id: "tasks" },
+      h("thead", {}, h("tr", {}, ["ID", "Queue", "Job", "State", "Attempts", "Agent", "Updated", "Reason"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, tasks.map((t) => {
+        const st = taskState(t.state);
+        return h("tr", { "data-task": t.spec.id, "data-state": st },
+          h("td", { class: "mono" }, h("a", { href: taskLink(t.spec.id) }, t.spec.id)),
+          h("td", {}, h("a", { href: link("tasks", { queue: t.spec.queue }) }, t.spec.queue)),
+          h("td", {}, t.spec.job_id ? h("a", { href: jobLink(t.spec.job_id) }, t.spec.job_id) : "—"),
+          h("td", {}, badge(st)),
+          h("td", { class: "num" }, `${t.attempts_used}/${t.max_attempts}`),
+          h("td", {}, t.agent_id || "—"),
+          h("td", {}, ago(t.update_time)),
+          h("td", { class: "reason", title: t.reason }, t.reason || ""));
+      }))) : h("div", { class: "empty" }, "No task matches.");
+    const pager = h("div", { class: "pager" },
+      `${tasks.length} task${tasks.length === 1 ? "" : "s"} on this page`,
+      filter.page_token ? h("a", { href: link("tasks", { ...filter, page_token: "" }) }, "First page") : null,
+      page.next_page_token ? h("a", { id: "next-page", href: link("tasks", { ...filter, page_token: page.next_page_token }) }, "Next page →") : null);
+    return [h("h1", {}, "Tasks"), form, body, pager];
+  }
+
+  function steps(spec) {
+    return h("ol", { class: "steps", start: 0 }, (spec.steps || []).map((s) => {
+      let what;
+      if (s.exec) what = ["exec ", h("code", {}, (s.exec.argv || []).join(" "))];
+      else if (s.builtin) what = ["builtin ", h("code", {}, [s.builtin.name, ...(s.builtin.args || [])].join(" "))];
+      else if (s.http) what = ["http ", h("code", {}, `${s.http.method || "POST"} ${s.http.url}`)];
+      else what = ["(unknown step)"];
+      return h("li", {}, what, s.timeout ? h("span", { class: "muted" }, ` (timeout ${s.timeout})`) : null);
+    }));
+  }
+
+  function tail(label, b64, cut) {
+    const text = text64(b64);
+    return [h("h2", {}, label, cut && num(cut) ? h("span", { class: "muted" }, ` (${num(cut)} earlier bytes cut)`) : null),
+      text ? h("pre", { class: "out", "data-tail": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(empty)")];
+  }
+
+  async function taskPage(id) {
+    const t = await api(`tasks/${encodeURIComponent(id)}`);
+    const st = taskState(t.state);
+    const spec = t.spec || {};
+    const path = `tasks/${encodeURIComponent(id)}`;
+    const describe = (r) => `now ${taskState(r.state)}`;
+    const actions = h("div", { class: "actions" },
+      actionButton("Cancel", !TERMINAL.has(st) && st !== "CANCELLING", `cancel ${id}`, `${path}/cancel`, describe, true),
+      actionButton("Retry", st === "FAILED" || st === "CANCELLED", `retry ${id}`, `${path}/retry`, describe),
+      actionButton("Reset", TERMINAL.has(st), `reset ${id}`, `${path}/reset`, describe),
+      actionButton("Pause", ["PENDING", "SCHEDULED", "BLOCKED", "DISPATCHED", "RUNNING"].includes(st) && !t.pause_requested,
+        `pause ${id}`, `${path}/pause`, describe),
+      actionButton("Resume", st === "PAUSED", `resume ${id}`, `${path}/resume`, describe));
+    const facts = [
+      ["State", badge(st)],
+      ["Reason", t.reason || "—"],
+      ["Queue", h("a", { href: link("tasks", { queue: spec.queue }) }, spec.queue)],
+      ["Job", spec.job_id ? h("a", { href: jobLink(spec.job_id) }, spec.job_id) : "—"],
+      ["Depends on", (spec.depends_on || []).length ? h("span", {}, spec.depends_on.map((d, i) => [i ? ", " : "", h("a", { href: taskLink(d) }, d)])) : "—"],
+      ["Agent", t.agent_id || "—"],
+      ["Attempt", `${t.attempt} (${t.attempts_used} of ${t.max_attempts} used${t.attempts_dropped ? `, ${t.attempts_dropped} older dropped` : ""})`],
+      ["Priority", spec.priority || 0],
+      ["Created", when(t.create_time)],
+      ["Updated", `${when(t.update_time)} (${ago(t.update_time)})`],
+    ];
+    if (t.next_run_time) facts.push(["Next run", when(t.next_run_time)]);
+    if (t.claim_expire_time) facts.push(["Claim expires", when(t.claim_expire_time)]);
+    if (t.pause_requested) facts.push(["Pause", "requested: the agent is stopping it"]);
+    const r = t.result || {};
+    const hasResult = r.outcome && r.outcome !== "OUTCOME_UNSPECIFIED";
+    const result = hasResult ? [
+      h("dl", { class: "facts", id: "result" },
+        h("dt", {}, "Outcome"), h("dd", {}, outcome(r.outcome)),
+        h("dt", {}, "Exit code"), h("dd", { "data-field": "exit_code" }, r.exit_code),
+        h("dt", {}, "Step"), h("dd", {}, r.step),
+        h("dt", {}, "Error"), h("dd", { class: r.error ? "error" : "", "data-field": "error" }, r.error || "—")),
+      tail("Stdout", r.stdout_tail, r.stdout_cut_bytes),
+      tail("Stderr", r.stderr_tail, r.stderr_cut_bytes),
+    ] : h("div", { class: "muted" }, "No attempt has finished yet.");
+    const attempts = (t.attempts || []).slice().reverse();
+    const history = attempts.length ? h("table", { class: "list", id: "attempts" },
+      h("thead", {}, h("tr", {}, ["#", "Agent", "Dispatched", "Started", "Finished", "Outcome", "Exit", "Error"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, attempts.map((a) => h("tr", { "data-attempt": a.attempt },
+        h("td", {}, a.attempt, a.interrupted ? h("span", { class: "muted" }, " (interrupted)") : null),
+        h("td", {}, a.agent_id || "—"), h("td", {}, when(a.dispatch_time)), h("td", {}, when(a.start_time)),
+        h("td", {}, when(a.finish_time)), h("td", {}, outcome(a.result && a.result.outcome)),
+        h("td", { class: "num" }, a.result ? a.result.exit_code : ""),
+        h("td", { class: "reason", title: a.result && a.result.error }, (a.result && a.result.error) || "")))))
+      : h("div", { class: "muted" }, "No finished attempt.");
+    return [
+      h("h1", {}, "Task ", h("span", { class: "id" }, id), badge(st)),
+      actions,
+      h("div", { class: "grid2" },
+        h("div", {}, h("h2", {}, "Status"), h("div", { class: "panel" }, h("dl", { class: "facts", id: "facts" },
+          facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])))),
+        h("div", {}, h("h2", {}, "Last result"), h("div", { class: "panel" }, result))),
+      h("h2", {}, "Attempts"), history,
+      h("h2", {}, "Steps"), h("div", { class: "panel" }, steps(spec)),
+      h("h2", {}, "Spec"), h("pre", { class: "json" }, JSON.stringify(spec, null, 2)),
+    ];
+  }
+
+  async function jobsPage(params) {
+    const filter = { state: params.get("state") || "", page_token: params.get("page_token") || "" };
+    const page = await api("jobs", { query: { ...filter, page_size: 50 } });
+    const form = h("form", { class: "filters", onsubmit: (ev) => {
+      ev.preventDefault();
+      location.hash = link("jobs", { state: new FormData(ev.target).get("state") });
+    } },
+    h("label", {}, "State", h("select", { name: "state" }, h("option", { value: "" }, "any"),
+      JOB_STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)))),
+    h("button", { type: "submit", class: "primary" }, "Filter"));
+    const jobs = page.jobs || [];
+    const body = jobs.length ? h("table", { class: "list", id: "jobs" },
+      h("thead", {}, h("tr", {}, ["ID", "State", "Tasks", "By state", "Created", "Updated"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, jobs.map((j) => h("tr", { "data-job": j.id },
+        h("td", { class: "mono" }, h("a", { href: jobLink(j.id) }, j.id)),
+        h("td", {}, badge(jobState(j.state))),
+        h("td", { class: "num" }, j.task_count),
+        h("td", {}, stateChips(j.counts, TASK_STATES, (s) => link("tasks", { job: j.id, state: s }))),
+        h("td", {}, when(j.create_time)), h("td", {}, ago(j.update_time))))))
+      : h("div", { class: "empty" }, "No job yet.");
+    const pager = h("div", { class: "pager" },
+      filter.page_token ? h("a", { href: link("jobs", { state: filter.state }) }, "First page") : null,
+      page.next_page_token ? h("a", { href: link("jobs", { ...filter, page_token: page.next_page_token }) }, "Next page →") : null);
+    return [h("h1", {}, "Jobs"), form, body, pager];
+  }
+
+  const MAX_DRAWN = 400;
+
+  async function jobPage(id) {
+    const job = await api(`jobs/${encodeURIComponent(id)}`);
+    const tasks = [];
+    let token = "";
+    // The job's tasks, a page at a time, up to what is worth drawing.
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await api("tasks", { query: { job: id, page_size: 1000, page_token: token } });
+      tasks.push(...(page.tasks || []));
+      token = page.next_page_token;
+      if (!token || tasks.length > MAX_DRAWN) break;
+    }
+    const st = jobState(job.state);
+    const path = `jobs/${encodeURIComponent(id)}`;
+    const describe = (r) => `now ${jobState(r.state)}`;
+    const anyFailed = num(job.counts && job.counts.FAILED) + num(job.counts && job.counts.CANCELLED) > 0;
+    const nodes = tasks.map((t) => ({ id: t.spec.id, state: taskState(t.state), deps: t.spec.depends_on || [] }));
+    const drawn = tasks.length <= MAX_DRAWN
+      ? h("div", { class: "dag", id: "dag" }, TaskgridDag.render(nodes, taskLink))
+      : h("div", { class: "empty" }, `${job.task_count} tasks: too many to draw; the table lists them.`);
+    const present = new Set(nodes.map((n) => n.state));
+    return [
+      h("h1", {}, "Job ", h("span", { class: "id" }, id), badge(st)),
+      h("div", { class: "actions" },
+        actionButton("Cancel", st === "RUNNING", `cancel job ${id}`, `${path}/cancel`, describe, true),
+        actionButton("Retry", anyFailed, `retry job ${id}`, `${path}/retry`, describe)),
+      h("h2", {}, `${job.task_count} tasks`),
+      stateChips(job.counts, TASK_STATES, (s) => link("tasks", { job: id, state: s })),
+      h("h2", {}, "Graph"),
+      h("div", { class: "legend" }, TASK_STATES.filter((s) => present.has(s)).map((s) => badge(s))),
+      drawn,
+      h("h2", {}, "Tasks"),
+      h("table", { class: "list", id: "job-tasks" },
+        h("thead", {}, h("tr", {}, ["ID", "State", "Depends on", "Reason"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, tasks.map((t) => h("tr", { "data-task": t.spec.id },
+          h("td", { class: "mono" }, h("a", { href: taskLink(t.spec.id) }, t.spec.id)),
+          h("td", {}, badge(taskState(t.state))),
+          h("td", { class: "mono" }, (t.spec.depends_on || []).join(", ") || "—"),
+          h("td", { class: "reason", title: t.reason }, t.reason || ""))))),
+      h("div", { class: "pager" }, "Created ", when(job.create_time), " · updated ", ago(job.update_time)),
+    ];
+  }
+
+  async function agentsPage() {
+    const [list, c] = await Promise.all([api("agents"), api("cluster")]);
+    const agents = list.agents || [];
+    const used = num(c.slots_used), total = num(c.slots_total);
+    const cards = h("div", { class: "cards", id: "cluster" },
+      card("Active agents", c.agents_active || 0, `${c.agents_draining || 0} draining, ${c.agents_lost || 0} lost`),
+      card("Slots used", `${used} / ${total}`, total ? `${Math.round((100 * used) / total)} %` : "no slots"),
+      card("Heartbeat", c.heartbeat_interval || "—", "interval told to agents"),
+      card("Stale messages", num(c.stale_messages), "late results refused by fencing"));
+    const byState = h("div", {}, h("h2", {}, "Tasks by state, every queue"),
+      stateChips(c.tasks, TASK_STATES, (s) => link("tasks", { state: s })));
+    const table = agents.length ? h("table", { class: "list", id: "agents" },
+      h("thead", {}, h("tr", {}, ["Agent", "State", "Slots", "Labels", "Running", "Last heartbeat", "Connected", "Version", ""].map((x) => h("th", {}, x)))),
+      h("tbody", {}, agents.map((a) => {
+        const st = agentState(a.state);
+        const meter = h("span", { class: "meter" }, h("span", {}));
+        meter.firstChild.style.width = `${a.slots ? Math.round((100 * a.slots_used) / a.slots) : 0}%`;
+        const labels = Object.entries(a.labels || {});
+        return h("tr", { "data-agent": a.id, "data-state": st },
+          h("td", { class: "mono" }, a.id),
+          h("td", {}, badge(st)),
+          h("td", { "data-col": "slots" }, meter, `${a.slots_used}/${a.slots}`),
+          h("td", {}, labels.length ? h("div", { class: "chips" }, labels.map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`))) : "—"),
+          h("td", { class: "mono", "data-col": "running" }, (a.running || []).length ? a.running.map((id, i) => [i ? ", " : "", h("a", { href: taskLink(id) }, id)]) : "—"),
+          h("td", {}, ago(a.last_heartbeat_time)),
+          h("td", {}, when(a.connect_time)),
+          h("td", {}, a.version || "—"),
+          h("td", {}, h("div", { class: "actions" }, st === "DRAINING"
+            ? actionButton("Undrain", true, `undrain ${a.id}`, `agents/${encodeURIComponent(a.id)}/undrain`, (r) => `now ${agentState(r.state)}`)
+            : actionButton("Drain", st === "ACTIVE", `drain ${a.id}`, `agents/${encodeURIComponent(a.id)}/drain`, (r) => `now ${agentState(r.state)}`, true))));
+      }))) : h("div", { class: "empty" }, "No agent is connected.");
+    return [h("h1", {}, "Agents"), cards, table, byState];
+  }
+
+  // ---- rendering and refresh ----
+  let rendering = 0;
+  let lastGood = "";
+
+  async function refresh() {
+    const r = route();
+    const seq = ++rendering;
+    document.querySelectorAll("header nav a").forEach((a) => {
+      const target = { task: "tasks", job: "jobs" }[r.name] || r.name;
+      a.classList.toggle("active", a.dataset.nav === target);
+    });
+    let content;
+    try {
+      switch (r.name) {
+        case "queues": content = await queuesPage(); break;
+        case "tasks": content = await tasksPage(r.params); break;
+        case "task": content = await taskPage(r.arg); break;
+        case "jobs": content = await jobsPage(r.params); break;
+        case "job": content = await jobPage(r.arg); break;
+        case "agents": content = await agentsPage(); break;
+        default: content = [h("h1", {}, "Not found"), h("p", {}, "No page ", h("code", {}, location.hash), ". ",
+          h("a", { href: "#/queues" }, "Queues"), ".")];
+      }
+      $("#signin").hidden = true;
+      lastGood = new Date().toLocaleTimeString();
+      $("#updated").textContent = `Updated ${lastGood} · refreshing every ${REFRESH_MS / 1000} s while visible`;
+    } catch (e) {
+      if (!(e instanceof ApiError)) throw e;
+      if (e.status === 401) {
+        content = [h("p", { class: "muted" }, "Sign in to see this page.")];
+      } else {
+        content = [h("h1", {}, { 0: "No answer", 404: "Not found" }[e.status] || "Error"),
+          h("p", { class: "error", id: "page-error" }, `${e.code}: ${e.message}`)];
+      }
+      $("#updated").textContent = lastGood ? `Last updated ${lastGood}` : "";
+    }
+    if (seq !== rendering) return;  // a newer render started meanwhile
+    $("#main").replaceChildren(...[content].flat());
+    renderSession();
+  }
+
+  // Not while the user types in a filter or selects text to copy.
+  function busy() {
+    const a = document.activeElement;
+    if (a && (a.tagName === "INPUT" || a.tagName === "SELECT")) return true;
+    const sel = window.getSelection();
+    return sel && !sel.isCollapsed;
+  }
+
+  setInterval(() => {
+    if (document.visibilityState === "visible" && $("#signin").hidden && !busy()) refresh();
+  }, REFRESH_MS);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") refresh();
+  });
+  window.addEventListener("hashchange", () => {
+    $("#flash").hidden = true;  // it spoke of the page before
+    window.scrollTo(0, 0);
+    refresh();
+  });
+  $("#signin").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
+    $("#token").value = "";
+    refresh();
+  });
+  if (!location.hash) history.replaceState(null, "", "#/queues");
+  refresh();
+})();

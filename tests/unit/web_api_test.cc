@@ -1,0 +1,612 @@
+// The dashboard's JSON API against an Engine on a MemoryStore with a fake
+// clock and a fake agent, through a real HttpServer on a loopback socket:
+// the JSON of each endpoint (parsed back into its gRPC message and
+// compared with what the Engine answers), paging and filters, every bad
+// input (400, 404, 409, and nothing changed), the action header, the Host
+// check, roles from MethodRoles() (401, 403, OK), 404 and 405, the static
+// files, and 503 from a stopped Engine. No sleeping: each request waits
+// for its answer.
+#include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/engine/engine.h"
+#include "scheduler/http/api.h"
+#include "scheduler/http/dashboard.h"
+#include "scheduler/service/auth.h"
+#include "scheduler/store/memory_store.h"
+#include "tests/testing/fake_agent_channel.h"
+
+namespace taskgrid::http {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kReader[] = "reader-token-0123456789";
+constexpr char kSubmitter[] = "submitter-token-0123456789";
+constexpr char kAdmin[] = "admin-token-0123456789";
+
+template <typename T>
+T FromJson(const std::string& json) {
+  T m;
+  auto s = google::protobuf::util::JsonStringToMessage(json, &m);
+  EXPECT_TRUE(s.ok()) << s << " in " << json;
+  return m;
+}
+
+// {"code", "message"} of an error body.
+struct Error {
+  std::string code;
+  std::string message;
+};
+Error ErrorOf(const std::string& json) {
+  // The error body is a flat object of two strings: read it as a Struct.
+  google::protobuf::Struct st;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &st).ok()) << json;
+  EXPECT_EQ(st.fields().size(), 2u) << json;
+  return {st.fields().at("code").string_value(), st.fields().at("message").string_value()};
+}
+
+class WebApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(nullptr); }
+
+  void Start(const service::TokenAuth* tokens) {
+    engine::EngineOptions opts;
+    opts.tick_interval = absl::Hours(1);  // time moves only with the fake clock
+    engine_ = std::make_unique<engine::Engine>(&store_, &clock_, opts);
+    ASSERT_TRUE(engine_->Start().ok());
+    conn_ = engine_->AttachAgent(channel_);
+    v1::Hello h;
+    h.set_agent_id("a1");
+    h.set_slots(1);
+    h.set_undrain(true);
+    (*h.mutable_labels())["zone"] = "eu";
+    ASSERT_TRUE(engine_->AgentHello(conn_, h).ok());
+    engine_->Sync();
+    server_ = std::make_unique<HttpServer>();
+    api_ =
+        std::make_unique<Api>(engine_.get(), Api::Options{tokens, "127.0.0.1", {"head.example"}});
+    api_->Register(server_.get());
+    AddDashboard(server_.get());
+    auto port = server_->Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
+    client_->set_read_timeout(30, 0);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  void Submit(const std::string& queue, const std::vector<std::string>& ids,
+              int32_t max_attempts = 1) {
+    v1::SubmitTasksRequest req;
+    for (const std::string& id : ids) {
+      v1::TaskSpec* s = req.add_tasks();
+      s->set_id(id);
+      s->set_queue(queue);
+      s->set_max_attempts(max_attempts);
+      s->add_steps()->mutable_builtin()->set_name("noop");
+    }
+    std::promise<absl::Status> done;
+    engine_->SubmitTasks(
+        req, [&](absl::StatusOr<v1::SubmitTasksResponse> r) { done.set_value(r.status()); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+
+  void SubmitJob(const std::string& job, const std::vector<std::pair<std::string, std::string>>&
+                                             tasks /* id, the one it depends on or "" */) {
+    v1::SubmitJobRequest req;
+    req.set_job_id(job);
+    for (const auto& [id, dep] : tasks) {
+      v1::TaskSpec* s = req.add_tasks();
+      s->set_id(id);
+      s->set_queue("jobs");
+      s->set_max_attempts(1);
+      s->add_steps()->mutable_builtin()->set_name("noop");
+      if (!dep.empty()) s->add_depends_on(dep);
+    }
+    std::promise<absl::Status> done;
+    engine_->SubmitJob(req, [&](absl::StatusOr<v1::Job> r) { done.set_value(r.status()); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+
+  // The agent runs the attempt and reports how it ended.
+  void Finish(const std::string& id, int32_t attempt, v1::Outcome outcome) {
+    v1::AgentMessage accept;
+    accept.mutable_accept()->set_task_id(id);
+    accept.mutable_accept()->set_attempt(attempt);
+    engine_->AgentMessage(conn_, accept);
+    v1::AgentMessage m;
+    m.mutable_result()->set_task_id(id);
+    m.mutable_result()->set_attempt(attempt);
+    m.mutable_result()->mutable_result()->set_outcome(outcome);
+    m.mutable_result()->mutable_result()->set_exit_code(outcome == v1::OUTCOME_SUCCEEDED ? 0 : 1);
+    engine_->AgentMessage(conn_, m);
+    engine_->Sync();
+  }
+
+  template <typename T, typename Call>
+  T Direct(Call call) {
+    std::promise<absl::StatusOr<T>> p;
+    call([&](absl::StatusOr<T> r) { p.set_value(std::move(r)); });
+    absl::StatusOr<T> r = p.get_future().get();
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : T();
+  }
+
+  v1::Task Task(const std::string& id) {
+    v1::GetTaskRequest req;
+    req.set_id(id);
+    return Direct<v1::Task>([&](auto reply) { engine_->GetTask(req, std::move(reply)); });
+  }
+
+  httplib::Headers Headers(const std::string& token = "", bool action = false) {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    if (action) h.emplace(kActionHeader, kActionHeaderValue);
+    return h;
+  }
+
+  httplib::Result Get(const std::string& path, const std::string& token = "") {
+    return client_->Get(path, Headers(token));
+  }
+  // An action as the page sends it: POST, the action header, an empty body.
+  httplib::Result Act(const std::string& path, const std::string& token = "") {
+    return client_->Post(path, Headers(token, /*action=*/true), "", "text/plain");
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1'800'000'000)};
+  store::MemoryStore store_;
+  std::shared_ptr<testing::FakeAgentChannel> channel_ =
+      std::make_shared<testing::FakeAgentChannel>();
+  std::unique_ptr<engine::Engine> engine_;
+  uint64_t conn_ = 0;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(WebApiTest, QueuesAreTheGetQueueStatsMessage) {
+  Submit("mail", {"m1", "m2", "m3"});  // one slot: m1 dispatched, m2 and m3 wait
+  clock_.Advance(absl::Seconds(42));
+  auto res = Get("/api/v1/queues");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(res->get_header_value("Cache-Control"), "no-store");
+  // The proto field names, every scalar printed.
+  for (const char* field : {"\"queue\":\"mail\"", "\"max_length\"", "\"oldest_pending_time\"",
+                            "\"held\":false", "\"PENDING\":\"2\""}) {
+    EXPECT_THAT(res->body, HasSubstr(field));
+  }
+  const auto got = FromJson<v1::GetQueueStatsResponse>(res->body);
+  const auto want = Direct<v1::GetQueueStatsResponse>(
+      [&](auto reply) { engine_->GetQueueStats({}, std::move(reply)); });
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got, want))
+      << got.DebugString() << "\nvs\n"
+      << want.DebugString();
+  ASSERT_EQ(got.queues_size(), 1);
+  EXPECT_EQ(got.queues(0).length(), 3);
+  // The backlog's age: m2 was submitted at the fake clock's start.
+  EXPECT_EQ(got.queues(0).oldest_pending_time().seconds(), 1'800'000'000);
+
+  auto one = Get("/api/v1/queues?queue=mail");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(FromJson<v1::GetQueueStatsResponse>(one->body).queues_size(), 1);
+}
+
+TEST_F(WebApiTest, TasksArePagedAndFiltered) {
+  Submit("q1", {"t1", "t2", "t3", "t4", "t5"});
+  Submit("q2", {"u1", "u2"});
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    auto res =
+        Get("/api/v1/tasks?queue=q1&page_size=2" + (token.empty() ? "" : "&page_token=" + token));
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const auto page = FromJson<v1::ListTasksResponse>(res->body);
+    EXPECT_LE(page.tasks_size(), 2);
+    for (const v1::Task& t : page.tasks()) seen.push_back(t.spec().id());
+    token = page.next_page_token();
+    ASSERT_LT(++pages, 10);
+  } while (!token.empty());
+  EXPECT_EQ(seen, (std::vector<std::string>{"t1", "t2", "t3", "t4", "t5"}));
+
+  // t1 holds the agent's one slot: the rest are PENDING.
+  auto pending = Get("/api/v1/tasks?state=pending,SCHEDULED&state=TASK_STATE_PAUSED");
+  ASSERT_TRUE(pending);
+  const auto p = FromJson<v1::ListTasksResponse>(pending->body);
+  ASSERT_EQ(p.tasks_size(), 6);
+  for (const v1::Task& t : p.tasks()) EXPECT_EQ(t.state(), v1::TASK_STATE_PENDING);
+  EXPECT_THAT(pending->body, HasSubstr("\"state\":\"TASK_STATE_PENDING\""));
+
+  SubmitJob("j1", {{"j1-a", ""}, {"j1-b", "j1-a"}});
+  auto job = Get("/api/v1/tasks?job=j1");
+  ASSERT_TRUE(job);
+  const auto j = FromJson<v1::ListTasksResponse>(job->body);
+  ASSERT_EQ(j.tasks_size(), 2);
+  EXPECT_EQ(j.tasks(1).spec().id(), "j1-b");
+  EXPECT_EQ(j.tasks(1).spec().depends_on(0), "j1-a");
+  EXPECT_EQ(j.tasks(1).state(), v1::TASK_STATE_BLOCKED);
+}
+
+TEST_F(WebApiTest, ATaskIsTheGetTaskMessage) {
+  Submit("q", {"t1"});
+  auto res = Get("/api/v1/tasks/t1");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(FromJson<v1::Task>(res->body),
+                                                                 Task("t1")));
+  EXPECT_THAT(res->body, HasSubstr("\"attempts_used\":1"));
+  EXPECT_THAT(res->body, HasSubstr("\"agent_id\":\"a1\""));
+}
+
+TEST_F(WebApiTest, JobsAgentsAndClusterAreTheirMessages) {
+  SubmitJob("j1", {{"j1-a", ""}, {"j1-b", "j1-a"}});
+  auto list = Get("/api/v1/jobs?state=running&page_size=10");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->status, 200) << list->body;
+  const auto jobs = FromJson<v1::ListJobsResponse>(list->body);
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  EXPECT_EQ(jobs.jobs(0).task_count(), 2);
+  SubmitJob("j2", {{"j2-a", ""}});
+  SubmitJob("j3", {{"j3-a", ""}});
+  std::vector<std::string> ids;
+  std::string token;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = Get("/api/v1/jobs?page_size=2" + (token.empty() ? "" : "&page_token=" + token));
+    ASSERT_TRUE(page);
+    ASSERT_EQ(page->status, 200) << page->body;
+    const auto p = FromJson<v1::ListJobsResponse>(page->body);
+    EXPECT_LE(p.jobs_size(), 2);
+    for (const v1::Job& j : p.jobs()) ids.push_back(j.id());
+    token = p.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"j1", "j2", "j3"}));
+  auto job = Get("/api/v1/jobs/j1");
+  ASSERT_TRUE(job);
+  EXPECT_EQ(FromJson<v1::Job>(job->body).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(job->body, HasSubstr("\"task_count\":2"));
+
+  auto agents = Get("/api/v1/agents");
+  ASSERT_TRUE(agents);
+  const auto a = FromJson<v1::ListAgentsResponse>(agents->body);
+  ASSERT_EQ(a.agents_size(), 1);
+  EXPECT_EQ(a.agents(0).id(), "a1");
+  EXPECT_EQ(a.agents(0).slots(), 1);
+  EXPECT_EQ(a.agents(0).slots_used(), 1);  // j1-a
+  EXPECT_EQ(a.agents(0).labels().at("zone"), "eu");
+  EXPECT_THAT(agents->body, HasSubstr("\"slots_used\":1"));
+
+  auto cluster = Get("/api/v1/cluster");
+  ASSERT_TRUE(cluster);
+  const auto c = FromJson<v1::ClusterStats>(cluster->body);
+  EXPECT_EQ(c.agents_active(), 1);
+  EXPECT_EQ(c.slots_total(), 1);
+  EXPECT_EQ(c.tasks().at("BLOCKED"), 1);
+}
+
+TEST_F(WebApiTest, ActionsChangeStateThroughTheEngine) {
+  SubmitJob("j1", {{"j1-a", ""}, {"j1-b", "j1-a"}});
+  Finish("j1-a", 1, v1::OUTCOME_FAILED);  // j1-b is cancelled with it
+  ASSERT_EQ(Task("j1-b").state(), v1::TASK_STATE_CANCELLED);
+  auto job_retry = Act("/api/v1/jobs/j1/retry");
+  ASSERT_TRUE(job_retry);
+  ASSERT_EQ(job_retry->status, 200) << job_retry->body;
+  EXPECT_EQ(FromJson<v1::Job>(job_retry->body).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Task("j1-b").state(), v1::TASK_STATE_BLOCKED);
+  auto job_cancel = Act("/api/v1/jobs/j1/cancel");
+  ASSERT_EQ(job_cancel->status, 200) << job_cancel->body;
+  EXPECT_EQ(Task("j1-b").state(), v1::TASK_STATE_CANCELLED);
+
+  Submit("q", {"t1"});  // the slot is j1-a's until its agent confirms the cancel
+  auto cancel = Act("/api/v1/tasks/t1/cancel");
+  ASSERT_TRUE(cancel);
+  ASSERT_EQ(cancel->status, 200) << cancel->body;
+  EXPECT_EQ(FromJson<v1::Task>(cancel->body).state(), v1::TASK_STATE_CANCELLED);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_CANCELLED);
+  auto retry = Act("/api/v1/tasks/t1/retry");
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->status, 200);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  ASSERT_EQ(Act("/api/v1/tasks/t1/pause")->status, 200);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PAUSED);
+  ASSERT_EQ(Act("/api/v1/tasks/t1/resume")->status, 200);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  ASSERT_EQ(Act("/api/v1/tasks/t1/cancel")->status, 200);
+  ASSERT_EQ(Act("/api/v1/tasks/t1/reset")->status, 200);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+
+  auto pause = Act("/api/v1/queues/q/pause");
+  ASSERT_TRUE(pause);
+  ASSERT_EQ(pause->status, 200) << pause->body;
+  EXPECT_TRUE(FromJson<v1::QueueStats>(pause->body).settings().paused());
+  auto resume = Act("/api/v1/queues/q/resume");
+  ASSERT_EQ(resume->status, 200) << resume->body;
+  EXPECT_FALSE(FromJson<v1::QueueStats>(resume->body).settings().paused());
+
+  auto drain = Act("/api/v1/agents/a1/drain");
+  ASSERT_EQ(drain->status, 200) << drain->body;
+  EXPECT_EQ(FromJson<v1::Agent>(drain->body).state(), v1::AGENT_STATE_DRAINING);
+  auto undrain = Act("/api/v1/agents/a1/undrain");
+  ASSERT_EQ(undrain->status, 200) << undrain->body;
+  EXPECT_EQ(FromJson<v1::Agent>(undrain->body).state(), v1::AGENT_STATE_ACTIVE);
+}
+
+// Each bad request: its status, the code, what the message names, and
+// that no task changed.
+TEST_F(WebApiTest, BadInputIsAClearErrorAndChangesNothing) {
+  Submit("q", {"busy", "t1"});
+  struct Case {
+    const char* method;
+    std::string path;
+    int status;
+    const char* code;
+    const char* names;
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/api/v1/tasks?state=bogus", 400, "INVALID_ARGUMENT", "state \"bogus\""},
+      {"GET", "/api/v1/tasks?page_size=0", 400, "INVALID_ARGUMENT", "page_size"},
+      {"GET", "/api/v1/tasks?page_size=1001", 400, "INVALID_ARGUMENT", "page_size"},
+      {"GET", "/api/v1/tasks?page_size=ten", 400, "INVALID_ARGUMENT", "page_size"},
+      {"GET", "/api/v1/tasks?page_token=xyz", 400, "INVALID_ARGUMENT", "page_token"},
+      {"GET", "/api/v1/tasks?queue=no%20spaces", 400, "INVALID_ARGUMENT", "queue"},
+      {"GET", "/api/v1/tasks?job=a/b", 400, "INVALID_ARGUMENT", "job"},
+      {"GET", "/api/v1/tasks?sate=PENDING", 400, "INVALID_ARGUMENT", "\"sate\""},
+      {"GET", "/api/v1/queues?queue=x%2Fy", 400, "INVALID_ARGUMENT", "queue"},
+      {"GET", "/api/v1/jobs?state=PENDING", 400, "INVALID_ARGUMENT", "not a job state"},
+      {"GET", "/api/v1/jobs?page_size=-1", 400, "INVALID_ARGUMENT", "page_size"},
+      {"GET", "/api/v1/tasks/nope", 404, "NOT_FOUND", "nope"},
+      {"GET", "/api/v1/jobs/nope", 404, "NOT_FOUND", "nope"},
+      {"GET", "/api/v1/agents?x=1", 400, "INVALID_ARGUMENT", "\"x\""},
+      {"POST", "/api/v1/tasks/nope/cancel", 404, "NOT_FOUND", "nope"},
+      {"POST", "/api/v1/tasks/t1/retry", 409, "FAILED_PRECONDITION", "t1"},
+      {"POST", "/api/v1/tasks/t1/resume", 409, "FAILED_PRECONDITION", "t1"},
+      {"POST", "/api/v1/tasks/t1/cancel?now=1", 400, "INVALID_ARGUMENT", "takes none"},
+      {"POST", "/api/v1/jobs/nope/retry", 404, "NOT_FOUND", "nope"},
+      {"POST", "/api/v1/agents/nope/drain", 404, "NOT_FOUND", "nope"},
+      {"POST", "/api/v1/queues/no%20space/pause", 400, "INVALID_ARGUMENT", "queue"},
+  };
+  const v1::Task before = Task("t1");
+  for (const Case& c : cases) {
+    auto res = std::string(c.method) == "GET" ? Get(c.path) : Act(c.path);
+    ASSERT_TRUE(res) << c.path;
+    EXPECT_EQ(res->status, c.status) << c.method << " " << c.path << ": " << res->body;
+    const Error e = ErrorOf(res->body);
+    EXPECT_EQ(e.code, c.code) << c.path;
+    EXPECT_THAT(e.message, HasSubstr(c.names)) << c.path;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json") << c.path;
+  }
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, Task("t1")));
+  auto queues = Get("/api/v1/queues");
+  EXPECT_FALSE(FromJson<v1::GetQueueStatsResponse>(queues->body).queues(0).settings().paused());
+}
+
+TEST_F(WebApiTest, AnActionNeedsItsHeader) {
+  Submit("q", {"busy", "t1"});
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{kActionHeader, "0"}}}) {
+    auto res = client_->Post("/api/v1/tasks/t1/cancel", h, "", "application/x-www-form-urlencoded");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 403);
+    const Error e = ErrorOf(res->body);
+    EXPECT_EQ(e.code, "PERMISSION_DENIED");
+    EXPECT_THAT(e.message, HasSubstr("X-Taskgrid-Request: 1"));
+  }
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  // A GET of an action's path is no way around it.
+  auto get = Get("/api/v1/tasks/t1/cancel");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+}
+
+TEST_F(WebApiTest, TheHostMustNameThisScheduler) {
+  Submit("q", {"busy", "t1"});
+  for (const char* host : {"evil.example", "evil.example:8080", "127.0.0.1.evil.example",
+                           "localhost.evil.example", "unix:80", "::1", "[::1", ""}) {
+    httplib::Headers h = Headers("", true);
+    h.emplace("Host", host);
+    auto get = client_->Get("/api/v1/queues", h);
+    ASSERT_TRUE(get) << host;
+    EXPECT_EQ(get->status, 403) << host;
+    EXPECT_THAT(ErrorOf(get->body).message, HasSubstr("is not a name of this scheduler")) << host;
+    auto post = client_->Post("/api/v1/tasks/t1/cancel", h, "", "text/plain");
+    ASSERT_TRUE(post) << host;
+    EXPECT_EQ(post->status, 403) << host;
+  }
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  for (const char* host : {"127.0.0.1", "127.0.0.1:9", "localhost:9", "LOCALHOST", "[::1]:9",
+                           "127.1.2.3:9", "head.example", "Head.Example:443"}) {
+    httplib::Headers h;
+    h.emplace("Host", host);
+    auto res = client_->Get("/api/v1/queues", h);
+    ASSERT_TRUE(res) << host;
+    EXPECT_EQ(res->status, 200) << host << ": " << res->body;
+  }
+}
+
+TEST_F(WebApiTest, UnknownPathsAndMethodsAreJsonErrors) {
+  auto missing = Get("/api/v1/nope");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(ErrorOf(missing->body).code, "NOT_FOUND");
+  auto post_list = Act("/api/v1/tasks");
+  ASSERT_TRUE(post_list);
+  EXPECT_EQ(post_list->status, 405);
+  EXPECT_EQ(post_list->get_header_value("Allow"), "GET, HEAD");
+  EXPECT_THAT(ErrorOf(post_list->body).message, HasSubstr("takes GET, HEAD, not POST"));
+  auto del = client_->Delete("/api/v1/tasks/t1");
+  ASSERT_TRUE(del);
+  EXPECT_EQ(del->status, 405);
+  auto page = Get("/nope.js");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 404);
+  EXPECT_THAT(page->body, StartsWith("not found"));
+}
+
+TEST_F(WebApiTest, ServesThePagesFromTheBinary) {
+  auto index = Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_THAT(index->body, HasSubstr("<script src=\"app.js\""));
+  EXPECT_THAT(index->get_header_value("Content-Security-Policy"),
+              HasSubstr("frame-ancestors 'none'"));
+  EXPECT_EQ(index->get_header_value("X-Frame-Options"), "DENY");
+  EXPECT_EQ(Get("/index.html")->body, index->body);
+  for (const auto& [path, type, text] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"/app.js", "text/javascript; charset=utf-8", "X-Taskgrid-Request"},
+           {"/dag.js", "text/javascript; charset=utf-8", "TaskgridDag"},
+           {"/style.css", "text/css; charset=utf-8", ".badge"}}) {
+    auto res = Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(res->get_header_value("Content-Type"), type) << path;
+    EXPECT_THAT(res->body, HasSubstr(text)) << path;
+  }
+}
+
+TEST_F(WebApiTest, AStoppedEngineIsUnavailable) {
+  engine_->Stop();
+  auto res = Get("/api/v1/queues");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(ErrorOf(res->body).code, "UNAVAILABLE");
+}
+
+TEST(WebApiStatus, GrpcCodesMapToHttp) {
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kOutOfRange), 400);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kPermissionDenied), 403);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kFailedPrecondition), 409);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kAborted), 409);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(Api::HttpStatus(absl::StatusCode::kInternal), 500);
+  const Response r = Api::ErrorResponse(absl::UnauthenticatedError("who \"are\" you"));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body, R"({"code":"UNAUTHENTICATED","message":"who \"are\" you"})");
+}
+
+class WebApiRolesTest : public WebApiTest {
+ protected:
+  void SetUp() override {
+    auto tokens =
+        service::TokenAuth::Parse(std::string("ann reader ") + kReader + "\nsam submitter " +
+                                      kSubmitter + "\nroot admin " + kAdmin + "\n",
+                                  "tokens");
+    ASSERT_TRUE(tokens.ok()) << tokens.status();
+    tokens_ = std::move(*tokens);
+    Start(tokens_.get());
+  }
+  std::unique_ptr<service::TokenAuth> tokens_;
+};
+
+TEST_F(WebApiRolesTest, EveryCallNeedsAKnownToken) {
+  for (const std::string& token : {std::string(), std::string("not-a-token-0123456789")}) {
+    auto res = Get("/api/v1/queues", token);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+    EXPECT_EQ(ErrorOf(res->body).code, "UNAUTHENTICATED");
+    EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer realm=\"taskgrid\"");
+  }
+  auto basic = client_->Get("/api/v1/queues", {{"Authorization", "Basic YWxhZGRpbjpvcGVu"}});
+  ASSERT_TRUE(basic);
+  EXPECT_EQ(basic->status, 401);
+  // The pages themselves hold no data, and load without a token.
+  EXPECT_EQ(Get("/")->status, 200);
+}
+
+// Every endpoint needs the role of its gRPC method in MethodRoles(): the
+// reader may call exactly those that need reader, the submitter those
+// that need reader or submitter, the admin all of them.
+TEST_F(WebApiRolesTest, EachEndpointNeedsTheRoleOfItsMethod) {
+  Submit("q", {"busy", "t1"});
+  SubmitJob("j1", {{"j1-a", ""}});
+  struct Endpoint {
+    bool post;
+    std::string path;
+    std::string method;
+  };
+  const std::vector<Endpoint> endpoints = {
+      {false, "/api/v1/queues", "TaskService/GetQueueStats"},
+      {false, "/api/v1/tasks", "TaskService/ListTasks"},
+      {false, "/api/v1/tasks/t1", "TaskService/GetTask"},
+      {false, "/api/v1/jobs", "JobService/ListJobs"},
+      {false, "/api/v1/jobs/j1", "JobService/GetJob"},
+      {false, "/api/v1/agents", "ClusterService/ListAgents"},
+      {false, "/api/v1/cluster", "ClusterService/GetClusterStats"},
+      {true, "/api/v1/tasks/t1/pause", "TaskService/PauseTask"},
+      {true, "/api/v1/tasks/t1/resume", "TaskService/ResumeTask"},
+      {true, "/api/v1/tasks/t1/cancel", "TaskService/CancelTask"},
+      {true, "/api/v1/tasks/t1/retry", "TaskService/RetryTask"},
+      {true, "/api/v1/tasks/t1/reset", "TaskService/ResetTask"},
+      {true, "/api/v1/jobs/j1/cancel", "JobService/CancelJob"},
+      {true, "/api/v1/jobs/j1/retry", "JobService/RetryJob"},
+      {true, "/api/v1/queues/q/pause", "TaskService/PauseQueue"},
+      {true, "/api/v1/queues/q/resume", "TaskService/ResumeQueue"},
+      {true, "/api/v1/agents/a1/drain", "ClusterService/DrainAgent"},
+      {true, "/api/v1/agents/a1/undrain", "ClusterService/UndrainAgent"},
+  };
+  const std::vector<std::tuple<std::string, std::string, service::Role>> principals = {
+      {"ann", kReader, service::Role::kReader},
+      {"sam", kSubmitter, service::Role::kSubmitter},
+      {"root", kAdmin, service::Role::kAdmin}};
+  for (const auto& [name, token, role] : principals) {
+    for (const Endpoint& e : endpoints) {
+      const std::string full = "/taskgrid.v1." + e.method;
+      ASSERT_TRUE(service::MethodRoles().count(full)) << full;
+      const service::Role needed = service::MethodRoles().at(full);
+      auto res = e.post ? Act(e.path, token) : Get(e.path, token);
+      ASSERT_TRUE(res);
+      if (service::Grants(role, needed)) {
+        // Allowed: whatever the state makes of it, never a refusal for the role.
+        EXPECT_NE(res->status, 403) << name << " " << e.path << ": " << res->body;
+        EXPECT_NE(res->status, 401) << name << " " << e.path;
+      } else {
+        EXPECT_EQ(res->status, 403) << name << " " << e.path << ": " << res->body;
+        const Error err = ErrorOf(res->body);
+        EXPECT_EQ(err.code, "PERMISSION_DENIED");
+        EXPECT_THAT(err.message, HasSubstr(name)) << e.path;
+        EXPECT_THAT(err.message, HasSubstr("needs role " + service::RoleName(needed))) << e.path;
+      }
+    }
+  }
+}
+
+TEST_F(WebApiRolesTest, AReaderCannotActAndNothingChanges) {
+  Submit("q", {"busy", "t1"});
+  auto res = Act("/api/v1/tasks/t1/cancel", kReader);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_THAT(ErrorOf(res->body).message, HasSubstr("ann (reader) may not call "
+                                                    "/taskgrid.v1.TaskService/CancelTask"));
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  auto ok = Act("/api/v1/tasks/t1/cancel", kSubmitter);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_CANCELLED);
+}
+
+}  // namespace
+}  // namespace taskgrid::http

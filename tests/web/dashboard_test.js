@@ -1,0 +1,308 @@
+// The dashboard in headless Chromium (Debian's /usr/bin/chromium, driven by
+// playwright-core; no browser is downloaded). tests/system/web_test.py
+// starts a real scheduler and agents, submits the work, and runs this with:
+//
+//   node dashboard_test.js plain|roles
+//
+//   TASKGRID_WEB_URL       the dashboard, e.g. http://127.0.0.1:PORT/
+//   TASKGRID_WEB_MODULES   the node_modules holding playwright-core
+//   TASKGRID_CTL           taskgridctl, with TASKGRID_CTL_ARGS (JSON list:
+//                          --addr and TLS flags) for every call
+//   TASKGRID_SCREENSHOTS   if set: a directory to write each page's PNG to
+//   TASKGRID_READER_TOKEN, TASKGRID_ADMIN_TOKEN   (roles)
+//
+// plain: every page is loaded and checked against the API, and the page
+// acts by clicks (pause a queue, retry a failed task, cancel a running one,
+// retry a job, drain an agent), each change seen on the page and through
+// taskgridctl; a task submitted meanwhile shows up by the timer's refresh.
+// roles: the page asks for a token, a reader is refused an action (and
+// nothing changes), an admin's same click goes through.
+//
+// Every wait is bounded; the browser is closed whatever happens. Prints
+// "ok - STEP" per step; exits 1 on the first failure.
+"use strict";
+
+const assert = require("node:assert/strict");
+const { execFileSync } = require("node:child_process");
+const fs = require("node:fs");
+const path = require("node:path");
+const os = require("node:os");
+
+const { chromium } = require(path.join(process.env.TASKGRID_WEB_MODULES, "playwright-core"));
+
+const MODE = process.argv[2];
+const BASE = process.env.TASKGRID_WEB_URL;
+const CTL = process.env.TASKGRID_CTL;
+const CTL_ARGS = JSON.parse(process.env.TASKGRID_CTL_ARGS || "[]");
+const SHOTS = process.env.TASKGRID_SCREENSHOTS || "";
+const WAIT_MS = 20000;
+
+function ctl(...args) {
+  return execFileSync(CTL, [...CTL_ARGS, ...args], { encoding: "utf8", timeout: 30000 });
+}
+const ctlJson = (...args) => JSON.parse(ctl("--json", ...args));
+const state = (s) => (s || "").replace(/^(TASK|JOB|AGENT)_STATE_/, "");
+
+async function api(p, token) {
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const res = await fetch(new URL(`api/v1/${p}`, BASE), { headers, signal: AbortSignal.timeout(WAIT_MS) });
+  assert.equal(res.status, 200, `GET ${p}: ${res.status}`);
+  return res.json();
+}
+
+// Polls f() until it returns a truthy value.
+async function until(what, f, ms = WAIT_MS) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await f();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what} (last: ${last})`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+async function shot(page, name) {
+  if (!SHOTS) return;
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
+}
+
+async function step(name, f) {
+  await f();
+  console.log(`ok - ${name}`);
+}
+
+const badgeOf = (page, scope) => page.locator(`${scope} .badge`).first().getAttribute("data-state");
+
+async function plain(page) {
+  await step("queues page shows each queue as the API does", async () => {
+    await page.goto(`${BASE}#/queues`);
+    await page.locator("table#queues").waitFor();
+    const stats = await api("queues");
+    assert.ok(stats.queues.length >= 3);
+    for (const q of stats.queues) {
+      const row = page.locator(`tr[data-queue="${q.queue}"]`);
+      await row.waitFor();
+      assert.equal((await row.locator("td").nth(1).textContent()).trim(), String(Number(q.length)), q.queue);
+      const pending = Number((q.counts || {}).PENDING || 0);
+      assert.equal((await row.locator('td[data-col="backlog"]').textContent()).trim(), String(pending), q.queue);
+      const oldest = (await row.locator('td[data-col="oldest"]').textContent()).trim();
+      assert.ok(pending ? /\d+ (s|min|h|d)/.test(oldest) : oldest === "—", `${q.queue} oldest: ${oldest}`);
+    }
+  });
+
+  await step("pause a queue by its button: PAUSED on the page and in taskgridctl", async () => {
+    const row = page.locator('tr[data-queue="emails"]');
+    await row.getByRole("button", { name: "Pause" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "queue emails: paused" }).waitFor();
+    await row.locator(".badge.s-PAUSED").waitFor();
+    const emails = ctlJson("stats").queues.find((q) => q.queue === "emails");
+    assert.equal(emails.settings.paused, true);
+    await row.getByRole("button", { name: "Resume" }).waitFor();
+    await shot(page, "queues");
+  });
+
+  await step("agents page shows each agent and the cluster; drain one by its button", async () => {
+    await page.getByRole("link", { name: "Agents", exact: true }).click();
+    await page.locator("table#agents").waitFor();
+    const agents = (await api("agents")).agents;
+    assert.equal(await page.locator("table#agents tbody tr").count(), agents.length);
+    for (const a of agents) {
+      const row = page.locator(`tr[data-agent="${a.id}"]`);
+      assert.equal(await row.getAttribute("data-state"), state(a.state));
+      assert.equal((await row.locator('td[data-col="slots"]').textContent()).trim(), `${a.slots_used}/${a.slots}`);
+      const running = (await row.locator('td[data-col="running"]').textContent()).trim();
+      assert.equal(running, (a.running || []).join(", ") || "—", a.id);
+    }
+    assert.ok((await api("agents")).agents.some((a) => (a.running || []).includes("long")));
+    const cluster = await api("cluster");
+    assert.ok((await page.locator("#cluster").textContent()).includes(`${Number(cluster.slots_used)} / ${Number(cluster.slots_total)}`));
+    const row = page.locator('tr[data-agent="web-b"]');
+    await row.getByRole("button", { name: "Drain" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "drain web-b: now DRAINING" }).waitFor();
+    await until("DRAINING on the page", async () => (await row.getAttribute("data-state")) === "DRAINING");
+    assert.equal(state(ctlJson("agents").agents.find((a) => a.id === "web-b").state), "DRAINING");
+    await shot(page, "agents");
+  });
+
+  await step("tasks page lists what the API lists, and filters by state in the URL", async () => {
+    await page.getByRole("link", { name: "Tasks", exact: true }).click();
+    await until("the tasks hash", () => page.url().endsWith("#/tasks"));
+    await page.locator("table#tasks").waitFor();
+    const list = await api("tasks?page_size=50");
+    const ids = await page.locator("table#tasks tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.task));
+    assert.deepEqual(ids, list.tasks.map((t) => t.spec.id));
+    await page.locator('select[name="state"]').selectOption("FAILED");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await until("the filter in the URL", () => page.url().includes("state=FAILED"));
+    const failed = ctlJson("list", "--state=failed").tasks.map((t) => t.spec.id);
+    await until("only FAILED rows", async () => {
+      const rows = await page.locator("table#tasks tbody tr").evaluateAll((rs) => rs.map((r) => [r.dataset.task, r.dataset.state]));
+      return rows.length === failed.length && rows.every(([id, s]) => s === "FAILED" && failed.includes(id));
+    });
+    // The state of the page is in its URL: a reload (a shared link) shows the same.
+    await page.reload();
+    await page.locator("table#tasks").waitFor();
+    assert.equal(await page.locator('select[name="state"]').inputValue(), "FAILED");
+    await page.goto(`${BASE}#/tasks`);
+    await page.locator("table#tasks").waitFor();
+    await shot(page, "tasks");
+  });
+
+  await step("a task page shows its spec, state, reason, attempts and result", async () => {
+    await page.locator('tr[data-task="flaky"] a').first().click();
+    await until("the task's hash", () => page.url().endsWith("#/task/flaky"));
+    await page.locator("#facts").waitFor();
+    const t = ctlJson("get", "flaky");
+    assert.equal(await badgeOf(page, "h1"), state(t.state));
+    assert.equal(state(t.state), "FAILED");
+    assert.ok((await page.locator("#facts").textContent()).includes(t.reason));
+    assert.equal((await page.locator('[data-field="exit_code"]').textContent()).trim(), "3");
+    assert.ok((await page.locator('pre[data-tail="stderr"]').textContent()).includes("no input yet"));
+    assert.ok((await page.locator('pre[data-tail="stdout"]').textContent()).includes("trying flaky"));
+    assert.equal(await page.locator("#attempts tbody tr").count(), t.attempts.length);
+    assert.ok((await page.locator("pre.json").textContent()).includes('"non_retryable_exit_codes"'));
+  });
+
+  await step("retry a failed task by its button: a new attempt, on the page and in taskgridctl", async () => {
+    const before = ctlJson("get", "flaky").attempt;
+    await page.getByRole("button", { name: "Retry" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "retry flaky" }).waitFor();
+    const after = await until("attempt 2 to end", () => {
+      const t = ctlJson("get", "flaky");
+      return t.attempt > before && state(t.state) === "FAILED" && t;
+    });
+    await until("two attempts on the page", async () => (await page.locator("#attempts tbody tr").count()) === after.attempts.length);
+    assert.equal(after.attempts.length, 2);
+    await shot(page, "task");
+  });
+
+  await step("cancel a running task by its button", async () => {
+    await page.goto(`${BASE}#/task/long`);
+    await until("long to run", async () => (await badgeOf(page, "h1")) === "RUNNING");
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "cancel long" }).waitFor();
+    await until("CANCELLED on the page", async () => (await badgeOf(page, "h1")) === "CANCELLED");
+    assert.equal(state(ctlJson("get", "long").state), "CANCELLED");
+  });
+
+  await step("a task submitted meanwhile appears by the timer's refresh", async () => {
+    await page.goto(`${BASE}#/tasks?queue=late`);
+    await page.locator(".empty").waitFor();
+    ctl("submit", "--id=late-1", "--queue=late", "--builtin=echo", "--", "late");
+    await page.locator('tr[data-task="late-1"]').waitFor({ timeout: 10000 });
+  });
+
+  await step("jobs page and a job's DAG match the API", async () => {
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
+    await page.locator('tr[data-job="build-1"]').waitFor();
+    await shot(page, "jobs");
+    const job = await api("jobs/build-1");
+    assert.equal(await badgeOf(page, 'tr[data-job="build-1"]'), state(job.state));
+    await page.locator('tr[data-job="build-1"] a').first().click();
+    await until("the job's hash", () => page.url().endsWith("#/job/build-1"));
+    await page.locator("#dag svg").waitFor();
+    const tasks = (await api("tasks?job=build-1&page_size=1000")).tasks;
+    assert.equal(await page.locator("#dag .node").count(), tasks.length);
+    for (const t of tasks) {
+      assert.equal(await page.locator(`#dag .node[data-task="${t.spec.id}"]`).getAttribute("data-state"), state(t.state), t.spec.id);
+    }
+    const deps = tasks.reduce((n, t) => n + (t.spec.depends_on || []).length, 0);
+    assert.equal(await page.locator("#dag path.edge").count(), deps);
+    assert.equal(await page.locator('#dag path.edge[data-from="b1-fetch"][data-to="b1-compile"]').count(), 1);
+    await shot(page, "job");
+  });
+
+  await step("retry a failed job by its button", async () => {
+    assert.equal(state((await api("jobs/build-1")).state), "FAILED");
+    await page.getByRole("button", { name: "Retry" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "retry job build-1" }).waitFor();
+    // b1-lint runs again (and fails again): its attempt number grows.
+    await until("b1-lint's second attempt", () => ctlJson("get", "b1-lint").attempt >= 2);
+  });
+
+  await step("every page is reachable by a link", async () => {
+    await page.goto(`${BASE}#/queues`);
+    await page.locator('tr[data-queue="emails"] a').first().click();
+    await until("the queue's tasks", () => page.url().includes("#/tasks?queue=emails"));
+    await page.locator('tr[data-task] a').first().waitFor();
+    for (const [name, hash] of [["Queues", "#/queues"], ["Jobs", "#/jobs"], ["Agents", "#/agents"], ["Tasks", "#/tasks"]]) {
+      await page.getByRole("link", { name, exact: true }).click();
+      await until(`${name} in the URL`, () => page.url().endsWith(hash));
+      await page.locator("main h1").filter({ hasText: name }).waitFor();
+    }
+  });
+}
+
+async function roles(page) {
+  await step("the page asks for a token", async () => {
+    await page.goto(`${BASE}#/task/guarded`);
+    await page.locator("#signin").waitFor({ state: "visible" });
+    await shot(page, "signin");
+    await page.locator("#token").fill(process.env.TASKGRID_READER_TOKEN);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.locator("#facts").waitFor();
+    assert.ok(await page.locator("#signin").isHidden());
+  });
+
+  await step("a reader is refused an action, and nothing changes", async () => {
+    const before = state(ctlJson("get", "guarded").state);
+    await page.getByRole("button", { name: "Cancel" }).click();
+    const refused = page.locator("#flash.err");
+    await refused.waitFor();
+    const text = await refused.textContent();
+    assert.ok(text.includes("PERMISSION_DENIED") && text.includes("needs role submitter"), text);
+    await shot(page, "refused");
+    assert.equal(state(ctlJson("get", "guarded").state), before);
+    assert.notEqual(before, "CANCELLED");
+  });
+
+  await step("an admin's same click goes through", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.locator("#signin").waitFor({ state: "visible" });
+    await page.locator("#token").fill(process.env.TASKGRID_ADMIN_TOKEN);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.locator("#facts").waitFor();
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "cancel guarded" }).waitFor();
+    await until("guarded to end CANCELLED", () => state(ctlJson("get", "guarded").state) === "CANCELLED");
+  });
+}
+
+async function main() {
+  // A fresh profile each run. Without the flags below Chromium's own
+  // background connections fail on a closed network (and slow every start).
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "taskgrid-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    timeout: 30000,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    viewport: { width: 1280, height: 820 },
+    ignoreHTTPSErrors: true,
+  });
+  let failed = false;
+  try {
+    const page = context.pages()[0] || (await context.newPage());
+    page.setDefaultTimeout(WAIT_MS);
+    page.on("pageerror", (e) => { console.log(`page error: ${e.message}`); failed = true; });
+    if (MODE === "plain") await plain(page);
+    else if (MODE === "roles") await roles(page);
+    else throw new Error(`unknown mode ${MODE}: plain or roles`);
+    assert.ok(!failed, "the page threw an error (above)");
+  } finally {
+    await context.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+main().then(() => console.log(`${MODE}: all steps passed`), (e) => {
+  console.log(`not ok - ${e.stack || e}`);
+  process.exitCode = 1;
+});
