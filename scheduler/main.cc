@@ -415,9 +415,13 @@ int main(int argc, char** argv) {
     spdlog::error("recovery failed: {}", s.ToString());
     return 1;
   }
-  size_t tasks = 0;
-  engine.Inspect([&](const taskgrid::core::Scheduler& s) { tasks = s.task_count(); });
-  spdlog::info("recovered {} tasks in {}", tasks, absl::FormatDuration(absl::Now() - start));
+  size_t in_memory = 0, on_disk = 0;
+  engine.Inspect([&](const taskgrid::core::Scheduler& s) {
+    in_memory = s.task_count();
+    on_disk = s.cold_task_count();
+  });
+  spdlog::info("recovered {} tasks in {} ({} in memory, {} finished ones on disk only)",
+               in_memory + on_disk, absl::FormatDuration(absl::Now() - start), in_memory, on_disk);
 
   // The dashboard, its API and the metrics page, before gRPC so a port
   // taken fails before anyone is served. The Api is made before the
