@@ -2,11 +2,13 @@
 // submits (tasks and small jobs), cancels, retries, resets, pauses and
 // resumes, agents that connect, accept, finish, reject, release, send
 // stale or foreign results, crash and come back inside or after the grace,
-// clock jumps, and restarts that read everything back from SQLite. After
-// every step:
+// clock jumps, finished tasks leaving memory for disk (and read back before
+// an operation on them, as the Engine does), deletes, and restarts that
+// read the table back from SQLite (finished rows light). After every step:
 //   - every invariant of the scheduler holds;
-//   - every task whose submit was acknowledged is there (after a restart:
-//     read back from the store);
+//   - every task whose submit was acknowledged, and not deleted, is there:
+//     in memory, or on disk with its stored row in the state the index
+//     says (after a restart: read back from the store);
 //   - a result for an attempt other than the live one changes nothing;
 //   - event revisions go up by exactly one, across restarts too.
 // At the end the agents go away, one well-behaved agent finishes what is
@@ -52,6 +54,11 @@ SchedulerOptions Options() {
   o.reconnect_grace = absl::Seconds(5);
   o.random = [] { return 0.0; };
   o.max_attempt_history = 2;  // small, so histories are trimmed all the time
+  // Finished tasks leave memory within a few steps; retention is left to
+  // the walk's own deletes.
+  o.finished_in_memory = absl::Seconds(3);
+  o.retention = absl::ZeroDuration();
+  o.failed_retention = absl::ZeroDuration();
   return o;
 }
 
@@ -79,6 +86,8 @@ class Walk {
       OnTask([&](const std::string& id) { (void)sched_->Pause(id); });
     } else if (op < 40) {
       OnTask([&](const std::string& id) { (void)sched_->Resume(id); });
+    } else if (op < 42) {
+      DeleteTask();
     } else if (op < 47) {
       ConnectAgent();
     } else if (op < 77) {
@@ -96,6 +105,9 @@ class Walk {
       Restart(/*reopen_store=*/true);
     }
     Persist();
+    // What the last step finished goes to disk when old enough: all of it
+    // is committed (Persist applied it).
+    sched_->Evict(last_revision_);
     CheckAll();
   }
 
@@ -137,15 +149,20 @@ class Walk {
       CheckAll();
     }
     ListFilter all;
-    all.page_size = static_cast<int>(sched_->task_count()) + 1;
+    all.page_size = static_cast<int>(sched_->task_count() + sched_->cold_task_count()) + 1;
     std::map<std::string, int> by_state;
-    for (const TaskRecord* t : sched_->List(all).tasks) ++by_state[StateName(t->state)];
+    for (const TaskRecord* t : sched_->List(all).tasks) {
+      ++by_state[t == nullptr ? "on disk" : StateName(t->state)];
+    }
     std::string summary;
     for (const auto& [state, n] : by_state) absl::StrAppend(&summary, " ", state, " ", n);
-    std::printf("walk: %zu tasks (%s), %d restarts, %d stale results refused, revision %lld\n",
-                sched_->task_count(), summary.c_str(), restarts_, stale_,
-                static_cast<long long>(last_revision_));
+    std::printf(
+        "walk: %zu tasks (%s), %d restarts, %d stale results refused, %d read back from disk, "
+        "%d deleted, revision %lld\n",
+        sched_->task_count() + sched_->cold_task_count(), summary.c_str(), restarts_, stale_,
+        warmed_, deleted_, static_cast<long long>(last_revision_));
     for (const TaskRecord* t : sched_->List(all).tasks) {
+      if (t == nullptr) continue;
       EXPECT_TRUE(IsTerminal(t->state))
           << t->id() << " is stuck " << StateName(t->state) << ": " << t->reason;
     }
@@ -154,16 +171,28 @@ class Walk {
   void CheckAll() {
     absl::Status s = sched_->CheckInvariants();
     ASSERT_TRUE(s.ok()) << s;
+    std::vector<int64_t> on_disk;
+    std::vector<v1::TaskState> states;
     for (const std::string& id : acked_) {
-      ASSERT_NE(sched_->Find(id), nullptr) << "acknowledged task " << id << " is lost";
+      if (sched_->Find(id) != nullptr) continue;
+      const ColdTask* c = sched_->FindCold(id);
+      ASSERT_NE(c, nullptr) << "acknowledged task " << id << " is lost";
+      on_disk.push_back(c->seq);
+      states.push_back(c->state);
+    }
+    auto stored = store_->ReadTasks(on_disk);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    ASSERT_EQ(stored->size(), on_disk.size()) << "a task on disk is not stored";
+    for (size_t i = 0; i < on_disk.size(); ++i) {
+      ASSERT_EQ((*stored)[i].row.state, states[i]) << (*stored)[i].row.id;
     }
   }
 
   bool AllTerminal() const {
     ListFilter all;
-    all.page_size = static_cast<int>(sched_->task_count()) + 1;
+    all.page_size = static_cast<int>(sched_->task_count() + sched_->cold_task_count()) + 1;
     for (const TaskRecord* t : sched_->List(all).tasks) {
-      if (!IsTerminal(t->state)) return false;
+      if (t != nullptr && !IsTerminal(t->state)) return false;  // on disk: finished
     }
     return true;
   }
@@ -198,12 +227,52 @@ class Walk {
     }
   }
 
+  // An operation on a random acknowledged task, which is read back from
+  // disk first if it went there (as the Engine's WithWarm does).
   template <typename F>
   void OnTask(F f) {
     if (acked_.empty()) return;
     auto it = acked_.begin();
     std::advance(it, Pick(static_cast<int>(acked_.size())));
+    WarmBack(sched_->ColdSeqsOfIds({*it}));
     f(*it);
+  }
+
+  // Reads `seqs` back from the store into memory, with what they need.
+  void WarmBack(std::vector<int64_t> seqs) {
+    std::map<int64_t, std::unique_ptr<TaskRecord>> loaded;
+    for (int round = 0; round < 10 && !seqs.empty(); ++round) {
+      auto stored = store_->ReadTasks(seqs);
+      ASSERT_TRUE(stored.ok()) << stored.status();
+      for (StoredTask& st : *stored) {
+        const int64_t seq = st.row.seq;
+        auto rec = FromStored(std::move(st.row), st.attempts, st.merged);
+        ASSERT_TRUE(rec.ok()) << rec.status();
+        loaded[seq] = std::move(*rec);
+      }
+      std::vector<std::unique_ptr<TaskRecord>> records;
+      for (auto& [seq, rec] : loaded) records.push_back(std::move(rec));
+      loaded.clear();
+      seqs = sched_->Warm(&records);
+      for (auto& rec : records) loaded[rec->seq] = std::move(rec);
+      if (seqs.empty()) ++warmed_;
+    }
+    ASSERT_TRUE(seqs.empty()) << "tasks on disk were not read back";
+  }
+
+  // A finished task deleted for good (refused for others): gone from the
+  // scheduler and the store.
+  void DeleteTask() {
+    if (acked_.empty()) return;
+    auto it = acked_.begin();
+    std::advance(it, Pick(static_cast<int>(acked_.size())));
+    const std::string id = *it;
+    absl::StatusOr<std::vector<std::string>> ids = sched_->DeleteTask(id);
+    if (!ids.ok()) return;
+    for (const std::string& gone : *ids) acked_.erase(gone);
+    ++deleted_;
+    ASSERT_EQ(sched_->Find(id), nullptr);
+    ASSERT_EQ(sched_->FindCold(id), nullptr);
   }
 
   void ConnectAgent() {
@@ -389,9 +458,9 @@ class Walk {
     held_.clear();
     if (reopen_store) OpenStore();
     sched_ = std::make_unique<Scheduler>(&clock_, Options());
-    auto count = store_->CountTasks();
-    ASSERT_TRUE(count.ok()) << count.status();
-    auto attempts = store_->LoadAttempts();
+    // As Engine::Restore: finished rows light, the others whole, then what
+    // the others need read back whole.
+    auto attempts = store_->LoadAttempts(/*unfinished_only=*/true);
     ASSERT_TRUE(attempts.ok()) << attempts.status();
     std::map<std::string, std::vector<AttemptRow>> by_task;
     for (AttemptRow& a : *attempts) by_task[a.task_id].push_back(std::move(a));
@@ -399,23 +468,46 @@ class Walk {
     ASSERT_TRUE(span.ok()) << span.status();
     ASSERT_EQ(span->newest, last_revision_) << "the store lost events";
     const int64_t oldest = span->oldest > 0 ? span->oldest : span->newest + 1;
-    ASSERT_TRUE(sched_->BeginRestore(static_cast<size_t>(*count), span->newest, oldest).ok());
-    absl::Status s = store_->ScanTasks([&](std::vector<TaskRow>* rows) -> absl::Status {
+    ASSERT_TRUE(sched_->BeginRestore(0, span->newest, oldest).ok());
+    absl::Status s = store_->ScanTasks(
+        [&](std::vector<TaskRow>* rows) -> absl::Status {
+          std::vector<std::unique_ptr<TaskRecord>> records;
+          std::vector<TaskRow> light;
+          for (TaskRow& row : *rows) {
+            if (row.light) {
+              light.push_back(std::move(row));
+              continue;
+            }
+            const std::vector<AttemptRow>& of = by_task[row.id];
+            auto rec = FromStored(std::move(row), of);
+            if (!rec.ok()) return rec.status();
+            records.push_back(std::move(*rec));
+          }
+          if (absl::Status c = sched_->RestoreCold(light); !c.ok()) return c;
+          return sched_->RestoreTasks(&records);
+        },
+        /*light_finished=*/true);
+    ASSERT_TRUE(s.ok()) << s;
+    for (std::vector<int64_t> need = sched_->RestoreNeeds(); !need.empty();
+         need = sched_->RestoreNeeds()) {
+      auto stored = store_->ReadTasks(need);
+      ASSERT_TRUE(stored.ok()) << stored.status();
       std::vector<std::unique_ptr<TaskRecord>> records;
-      for (TaskRow& row : *rows) {
-        const std::vector<AttemptRow>& of = by_task[row.id];
-        auto rec = FromStored(std::move(row), of);
-        if (!rec.ok()) return rec.status();
+      for (StoredTask& st : *stored) {
+        auto rec = FromStored(std::move(st.row), st.attempts, st.merged);
+        ASSERT_TRUE(rec.ok()) << rec.status();
         records.push_back(std::move(*rec));
       }
-      return sched_->RestoreTasks(&records);
-    });
-    ASSERT_TRUE(s.ok()) << s;
+      ASSERT_TRUE(sched_->RestoreTasks(&records).ok());
+    }
     ASSERT_TRUE(sched_->FinishRestore().ok());
     ASSERT_EQ(sched_->last_revision(), last_revision_);
     for (const auto& [id, before] : history) {
       const TaskRecord* rec = sched_->Find(id);
-      ASSERT_NE(rec, nullptr) << id;
+      if (rec == nullptr) {
+        ASSERT_NE(sched_->FindCold(id), nullptr) << id;  // finished: stays on disk
+        continue;
+      }
       std::vector<int32_t> numbers;
       for (const v1::Attempt& a : rec->attempts) numbers.push_back(a.attempt());
       EXPECT_EQ(std::make_tuple(numbers, rec->attempts_dropped, rec->interrupted_dropped), before)
@@ -437,6 +529,8 @@ class Walk {
   int64_t last_revision_ = 0;
   int restarts_ = 0;
   int stale_ = 0;
+  int warmed_ = 0;
+  int deleted_ = 0;
 };
 
 TEST(RandomWalk, NothingLostNothingCommittedTwiceNothingStuck) {
