@@ -77,6 +77,9 @@ ABSL_FLAG(int64_t, w3_samples, 0, "W3: latency samples after the warm-up (defaul
 ABSL_FLAG(int64_t, w4_tasks, 0, "W4: tasks on the killed agent (default 50)");
 ABSL_FLAG(int64_t, w5_table, 0, "W5: tasks in the large table (default 1000000)");
 ABSL_FLAG(int64_t, w5_drain, 0, "W5: tasks drained after the restart (default 10000)");
+ABSL_FLAG(double, w5_succeeded, -1,
+          "W5: the share of the large table run to SUCCEEDED before the restart, 0-1 (default "
+          "0.02); 0.9 of 1,100,000 makes the 1,000,000 finished + 100,000 unfinished table");
 ABSL_FLAG(std::string, w6_agents, "",
           "W6: agent counts to try in turn, e.g. 2000,10000 (the default); stops at the first "
           "that does not hold");
@@ -258,6 +261,13 @@ int main(int argc, char** argv) {
   override_size(absl::GetFlag(FLAGS_w4_tasks), &z.w4_tasks);
   override_size(absl::GetFlag(FLAGS_w5_table), &z.w5_table);
   override_size(absl::GetFlag(FLAGS_w5_drain), &z.w5_drain);
+  if (const double f = absl::GetFlag(FLAGS_w5_succeeded); f >= 0) {
+    if (f > 1 - z.w5_cancelled_fraction) {
+      spdlog::error("--w5_succeeded must be in [0, {}]", 1 - z.w5_cancelled_fraction);
+      return 2;
+    }
+    z.w5_succeeded_fraction = f;
+  }
   if (const std::string w6 = absl::GetFlag(FLAGS_w6_agents); !w6.empty()) {
     z.w6_agents.clear();
     for (absl::string_view part : absl::StrSplit(w6, ',', absl::SkipWhitespace())) {
