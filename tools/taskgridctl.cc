@@ -6,22 +6,16 @@
 // Abseil's exit 1), checks that each flag applies to the command, and builds
 // the request. tools/ctl/client.cc sends it and prints the answer.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -37,6 +31,7 @@
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
 #include "tools/ctl/client.h"
+#include "tools/ctl/command_line.h"
 #include "tools/ctl/help.h"
 #include "tools/ctl/parse.h"
 
@@ -135,7 +130,12 @@ ABSL_FLAG(std::string, job, "", "list, watch: only the tasks of this job");
 ABSL_FLAG(int64_t, after, 0,
           "watch: first replay the kept changes after this revision (0: all of them)");
 ABSL_FLAG(int64_t, count, 0, "watch: exit after this many events (0: no limit)");
-ABSL_FLAG(bool, follow, false, "watch: reconnect by itself when the stream ends");
+ABSL_FLAG(bool, follow, false,
+          "watch: reconnect by itself when the stream ends; logs (also -f): follow the output "
+          "until the task is finished");
+
+// logs.
+ABSL_FLAG(std::string, stream, "", "logs: only stdout or stderr (also --stdout, --stderr)");
 
 // board (pull mode).
 ABSL_FLAG(std::string, owner, "", "board: who claims (the worker's name)");
@@ -162,6 +162,7 @@ using taskgrid::ctl::kJobCommands;
 using taskgrid::ctl::kQueueCommands;
 using taskgrid::ctl::kScheduleCommands;
 using taskgrid::ctl::QueueUsageText;
+using taskgrid::ctl::ReadInput;
 using taskgrid::ctl::ScheduleUsageText;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
@@ -173,74 +174,6 @@ int UsageError(const std::string& msg, const std::string& hint) {
 
 int UsageError(const std::string& msg) {
   return UsageError(msg, "Run 'taskgridctl help' for usage.");
-}
-
-// Flags Abseil itself defines (--helpfull, --flagfile, ...): left to it.
-bool IsAbseilFlag(const absl::CommandLineFlag& f) {
-  return absl::StrContains(f.Filename(), "absl/flags/");
-}
-
-// Sets every flag in `args` the way absl::ParseCommandLine would, but reports
-// an unknown flag or bad value as a usage error. Fills `set` with the names of
-// the flags given.
-bool CheckFlags(const std::vector<std::string>& args, std::set<std::string>* set,
-                std::string* error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg.size() < 2 || arg[0] != '-') continue;  // positional
-    arg.remove_prefix(absl::StartsWith(arg, "--") ? 2 : 1);
-    const size_t eq = arg.find('=');
-    const std::string name(arg.substr(0, eq));
-    bool has_value = eq != absl::string_view::npos;
-    std::string value = has_value ? std::string(arg.substr(eq + 1)) : "";
-    // Abseil's usage flags are not in the registry; ParseCommandLine serves them.
-    if (name == "helpfull" || name == "helpshort" || name == "helppackage" || name == "helpon" ||
-        name == "helpmatch" || name == "version" || name == "only_check_args") {
-      continue;
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no") && !has_value) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
-      has_value = true;
-      value = "false";
-    }
-    if (flag == nullptr) {
-      *error = absl::StrCat("unknown flag --", name);
-      return false;
-    }
-    if (!has_value && !flag->IsOfType<bool>()) {
-      if (i + 1 == args.size()) {
-        *error = absl::StrCat("--", name, " needs a value: --", name, "=VALUE");
-        return false;
-      }
-      value = args[++i];
-      has_value = true;
-    }
-    if (IsAbseilFlag(*flag)) continue;
-    if (!has_value) value = "true";
-    std::string why;
-    if (!flag->ParseFrom(value, &why)) {
-      *error = absl::StrCat("--", name, "=", value, ": ", why);
-      return false;
-    }
-    set->insert(std::string(flag->Name()));
-  }
-  return true;
-}
-
-absl::StatusOr<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, ": ", strerror(errno)));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  return s.str();
 }
 
 std::string ResolveAddr() {
@@ -675,17 +608,19 @@ int Run(int argc, char** argv) {
   std::vector<std::string> before;
   std::vector<std::string> after;
   bool has_dashdash = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  const std::vector<std::string> raw =
+      taskgrid::ctl::LogsShorthands(std::vector<std::string>(argv + 1, argv + argc));
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const std::string& arg = raw[i];
     if (has_dashdash) {
       after.push_back(arg);
     } else if (arg == "--") {
       has_dashdash = true;
     } else if (arg == "-f") {
-      if (i + 1 == argc || std::string(argv[i + 1]) == "--") {
+      if (i + 1 == raw.size() || raw[i + 1] == "--") {
         return UsageError("-f needs a FILE", "Usage: taskgridctl submit -f FILE");
       }
-      before.push_back(absl::StrCat("--file=", argv[++i]));
+      before.push_back(absl::StrCat("--file=", raw[++i]));
     } else if (absl::StartsWith(arg, "-f=")) {
       before.push_back(absl::StrCat("--file=", arg.substr(3)));
     } else if (arg == "-h" || arg == "-help" || arg == "--help") {
@@ -735,7 +670,7 @@ int Run(int argc, char** argv) {
   // 3. Flags: checked, then parsed by Abseil (which also serves --helpfull).
   std::set<std::string> set;
   std::string error;
-  if (!CheckFlags(before, &set, &error)) return UsageError(error);
+  if (!taskgrid::ctl::CheckFlags(before, &set, &error)) return UsageError(error);
   std::vector<char*> flag_argv = {argv[0]};
   for (std::string& a : before) flag_argv.push_back(a.data());
   std::vector<char*> positional =
@@ -787,8 +722,7 @@ int Run(int argc, char** argv) {
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
 
   // 4. The command.
-  if ((name == "submit" || name == "wait" || name == "job submit" || name == "board wait") &&
-      !ValidWaitTimeout()) {
+  if (set.count("wait_timeout") && !ValidWaitTimeout()) {
     return UsageError("--wait_timeout must be a positive duration like 10m", command_hint);
   }
   if (name == "submit") {
@@ -935,6 +869,18 @@ int Run(int argc, char** argv) {
                       command_hint);
   }
   if (name == "get") return client.Get(args[0]);
+  if (name == "logs") {
+    v1::StreamTaskOutputRequest req;
+    req.set_id(args[0]);
+    req.set_follow(absl::GetFlag(FLAGS_follow));
+    auto stream = taskgrid::ctl::ParseOutputStream(absl::GetFlag(FLAGS_stream));
+    if (!stream.ok()) return UsageError(std::string(stream.status().message()), command_hint);
+    req.set_stream(*stream);
+    if (set.count("wait_timeout") && !req.follow()) {
+      return UsageError("--wait_timeout needs --follow (-f)", command_hint);
+    }
+    return client.Logs(req, WaitTimeout());
+  }
   using taskgrid::ctl::Action;
   const Action action = name == "cancel"  ? Action::kCancel
                         : name == "retry" ? Action::kRetry
