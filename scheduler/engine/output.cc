@@ -79,16 +79,21 @@ void OutputRelay::Emit(OutputFollower& f, int stream, int64_t offset,
   f.sent_[stream] = end;
 }
 
-void OutputRelay::Started(OutputFollower& f, const OutputTaskState& s, Wakes* wakes) const {
+void OutputRelay::Started(OutputFollower& f, int32_t attempt, const std::string& holder,
+                          const std::string& note, Wakes* wakes) const {
   f.phase_ = OutputFollower::Phase::kOn;
-  f.attempt_ = s.attempt;
+  f.attempt_ = attempt;
   f.sent_[0] = f.sent_[1] = 0;
   Response r;
   r.set_kind(Response::KIND_ATTEMPT_STARTED);
-  r.set_attempt(s.attempt);
-  r.set_agent_id(s.holder);
-  if (s.conn == 0) r.set_note(s.no_live);
+  r.set_attempt(attempt);
+  r.set_agent_id(holder);
+  r.set_note(note);
   Queue(f, std::move(r), wakes);
+}
+
+void OutputRelay::Started(OutputFollower& f, const OutputTaskState& s, Wakes* wakes) const {
+  Started(f, s.attempt, s.holder, s.conn == 0 ? s.no_live : "", wakes);
 }
 
 void OutputRelay::TakeBacklog(OutputFollower& f, const Feed& feed) const {
@@ -124,11 +129,7 @@ void OutputRelay::CatchUp(OutputFollower& f, const OutputTaskState& s, Wakes* wa
     if (a.attempt() <= f.attempt_ || !a.has_start_time()) continue;
     // Started and ended between two looks (its Accept and Result came
     // together): its stored tails are all there is of it.
-    OutputTaskState started;
-    started.attempt = a.attempt();
-    started.holder = a.agent_id();
-    started.conn = 1;  // no note: it did not run live unseen, it ran fast
-    Started(f, started, wakes);
+    Started(f, a.attempt(), a.agent_id(), "", wakes);
     Emit(f, 0, a.result().stdout_cut_bytes(), a.result().stdout_tail());
     Emit(f, 1, a.result().stderr_cut_bytes(), a.result().stderr_tail());
     Response ended;
@@ -159,10 +160,7 @@ void OutputRelay::FailLocked(OutputFollower& f, const absl::Status& why, Wakes* 
   auto it = feeds_.find(f.task_id_);
   if (it != feeds_.end()) it->second.followers.erase(&f);
   // An idle stream learns it at once; a busy one at its next Next().
-  if (f.idle_) {
-    f.idle_ = false;
-    wakes->push_back(f.wake_);
-  }
+  Wake(f, wakes);
 }
 
 void OutputRelay::SyncFeed(Feed& feed, const OutputTaskState& s, std::vector<core::Outgoing>* out) {
@@ -428,7 +426,10 @@ std::vector<core::Outgoing> OutputRelay::Remove(const std::shared_ptr<OutputFoll
   if (f.removed_) return out;
   f.removed_ = true;
   auto it = feeds_.find(f.task_id_);
-  if (it != feeds_.end() && it->second.followers.erase(&f) > 0) {
+  if (it != feeds_.end()) {
+    // It may have left the feed already (it ended): the feed goes with the
+    // last one either way.
+    it->second.followers.erase(&f);
     DropIfUnfollowed(f.task_id_, &out);
   }
   all_.erase(&f);  // the caller still holds it

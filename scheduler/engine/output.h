@@ -180,6 +180,9 @@ class OutputRelay {
   void TakeBacklog(OutputFollower& f, const Feed& feed) const;
   // f's attempt ended: its unread chunks, its stored tails, ATTEMPT_ENDED.
   void EndAttempt(OutputFollower& f, Feed& feed, const OutputTaskState& s, Wakes* wakes) const;
+  // f follows `attempt` from now on: ATTEMPT_STARTED.
+  void Started(OutputFollower& f, int32_t attempt, const std::string& holder,
+               const std::string& note, Wakes* wakes) const;
   void Started(OutputFollower& f, const OutputTaskState& s, Wakes* wakes) const;
   // A waiting f is told of the attempts in s.ended it never saw, which
   // started and ended between two states: each one's tails.

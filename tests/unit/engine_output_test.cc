@@ -402,6 +402,9 @@ TEST_F(EngineOutputTest, WithoutFollowTheStreamEndsWithWhatThereIsNow) {
   EXPECT_EQ(r.Text(), "so far\n");
   EXPECT_EQ(r.Kinds(), (std::vector<std::string>{"started/1", "out", "end/RUNNING"}));
   EXPECT_TRUE(r.done);
+  e->StopOutput(r.follower);
+  EXPECT_EQ(a.Watches(), (std::vector<std::string>{"t/1:on", "t/1:off"}))
+      << "its agent is told to stop once the last follower went";
 
   // The agent's stream ends before it answered: the follower is not left
   // waiting, and what came before the end still comes first.
