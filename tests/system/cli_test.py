@@ -707,7 +707,7 @@ class NoAgentTest(CliTestCase):
             out = self.ok("help", command)
             for word in words:
                 self.assertIn(word, out, f"help {command}")
-        self.assertRegex(self.ok("help"), r"3 a task\s+FAILED\s+or\s+was\s+CANCELLED,\s+4\s+--wait_timeout")
+        self.assertRegex(self.ok("help"), r"3 a task FAILED or was\s+CANCELLED, 4 --wait_timeout")
         self.fails(2, "help", "frobnicate")
         # No command at all: the usage, as an error.
         res = self.ctl()

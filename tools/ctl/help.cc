@@ -612,9 +612,10 @@ std::string UsageText() {
       "                    (default: $TASKGRID_TLS_CERT, $TASKGRID_TLS_KEY)\n"
       "  --token_file=F    send the bearer token in F (default: $TASKGRID_TOKEN_FILE)\n\n"
       "Exit status: 0 ok; 1 the scheduler refused the call or could not be reached;\n"
-      "2 usage error (nothing was sent); wait, submit --wait and logs -f: 3 a task FAILED\n"
-      "or was CANCELLED, 4 --wait_timeout passed first; job submit --wait: 3 the job\n"
-      "FAILED or was CANCELLED, 4 --wait_timeout passed first.\n"
+      "2 usage error (nothing was sent); wait, submit --wait and logs -f:\n"
+      "3 a task FAILED or was CANCELLED, 4 --wait_timeout passed first;\n"
+      "job submit --wait: 3 the job FAILED or was CANCELLED, 4 --wait_timeout passed\n"
+      "first.\n"
       "`taskgridctl help COMMAND` shows the details of a command (e.g. help job submit,\n"
       "help schedule create).\n");
   return out;
