@@ -65,6 +65,13 @@ absl::Duration AgentCore::heartbeat_interval() const {
   return heartbeat_interval_;
 }
 
+std::shared_ptr<LiveOutput> AgentCore::live_output(const std::string& task_id,
+                                                   int32_t attempt) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<TaskRun> run = slots_.RunOf(task_id, attempt);
+  return run == nullptr ? nullptr : run->live_output();
+}
+
 std::shared_ptr<TaskRun> AgentCore::MakeRun(v1::Assignment a) const {
   ExecutorOptions exec = opts_.exec;
   // The smaller of our own cap and the scheduler's.
@@ -183,6 +190,7 @@ v1::AgentMessage AgentCore::StreamStarted() {
   h->set_chains(true);
   h->set_batches(true);
   h->set_adaptive_heartbeat(true);
+  h->set_live_output(true);
   for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
   slots_.ListHeld(h->mutable_running());
   // Finished but unacknowledged attempts (Result or Release) are still
@@ -205,6 +213,8 @@ bool AgentCore::StreamEnded() {
   // The scheduler may have seen the stream end too, and then moves the
   // tasks after its grace, however long the lease.
   lease_.StreamEnded(Now(), welcomed);
+  // Whoever followed output here asks again on the next stream.
+  watches_.Clear();
   stream_open_ = false;
   welcomed_ = false;
   WakeTimerLocked();
@@ -244,6 +254,9 @@ void AgentCore::Handle(const v1::SchedulerMessage& msg) {
     case v1::SchedulerMessage::kHeartbeatAck:
       OnHeartbeatAck(msg.heartbeat_ack());
       break;
+    case v1::SchedulerMessage::kWatchOutput:
+      OnWatchOutput(msg.watch_output());
+      break;
     default:  // contact, noted above
       break;
   }
@@ -279,6 +292,22 @@ void AgentCore::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
     heartbeat_interval_ = interval;
     WakeTimerLocked();  // the next one may be due sooner
   }
+}
+
+void AgentCore::OnWatchOutput(const v1::WatchOutput& w) {
+  std::vector<v1::AgentMessage> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!w.watch()) {
+      watches_.Stop(w.task_id(), w.attempt());
+      return;
+    }
+    std::shared_ptr<TaskRun> run = slots_.RunOf(w.task_id(), w.attempt());
+    out = watches_.Start(w.task_id(), w.attempt(), run == nullptr ? nullptr : run->live_output(),
+                         Now());
+    WakeTimerLocked();  // its next output is due sooner than anything else
+  }
+  outbox_.WriteAll(std::move(out));
 }
 
 void AgentCore::OnResultAck(const v1::ResultAck& ack) {
@@ -330,8 +359,11 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
     v1::TaskResult result = run->Run();
     const v1::Assignment& a = run->assignment();
     Slots::Ended ended;
+    // A watched attempt's last output goes before its Result.
+    std::vector<v1::AgentMessage> out;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      out = watches_.Finish(a.task_id(), a.attempt());
       ended = slots_.Finish(run, std::move(result), drain_.draining());
       unacked_[{a.task_id(), a.attempt()}] = ended.report;
       if (ended.link.has_release()) {
@@ -356,7 +388,6 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
     }
     // If the stream is down, ResendUnacked() sends it after Welcome. A link's
     // Accept follows its predecessor's Result.
-    std::vector<v1::AgentMessage> out;
     out.push_back(std::move(ended.report));
     if (ended.link.msg_case() != v1::AgentMessage::MSG_NOT_SET) {
       out.push_back(std::move(ended.link));
@@ -398,6 +429,7 @@ void AgentCore::ResendUnacked() {
 absl::Duration AgentCore::Tick() {
   // What the pass decided to write, done after the lock is released.
   std::optional<v1::AgentMessage> out;
+  std::vector<v1::AgentMessage> output;  // of watched attempts
   bool end_stream = false;
   std::optional<absl::Duration> heartbeat_at;
   absl::Duration due;
@@ -446,11 +478,14 @@ absl::Duration AgentCore::Tick() {
         lease_.HeartbeatSent(now);
         heartbeat_at = now;
       }
-      due = std::min(last_heartbeat_ + heartbeat_interval_, drain_.NextDeadline());
+      output = watches_.Due(now);
+      due = std::min(
+          {last_heartbeat_ + heartbeat_interval_, drain_.NextDeadline(), watches_.NextDue()});
       if (slots_.AnyUnstopped()) due = std::min(due, lease_.FenceAt());
     }
     timer_due_ = due;
   }
+  if (!output.empty()) outbox_.WriteAll(std::move(output));
   if (out.has_value()) {
     const bool sent = outbox_.Write(std::move(*out));
     if (!sent && heartbeat_at.has_value()) {

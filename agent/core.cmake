@@ -4,12 +4,14 @@
 #     builtins and HTTP requests (libcurl) and makes its TaskResult
 #     (agent/executor.h);
 #   taskgrid_agent_core: what the agent decides (agent/core.h): slots and
-#     chains, the lease, the drain, the outbox, with time from a Clock.
+#     chains, the lease, the drain, the outbox, the live output watched,
+#     with time from a Clock.
 # agent/CMakeLists.txt adds the gRPC transport and the binary.
 add_library(taskgrid_agent_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/builtins.cc
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
   ${CMAKE_CURRENT_LIST_DIR}/http_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/live_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/process.cc)
 add_library(taskgrid::agent_exec ALIAS taskgrid_agent_exec)
 target_include_directories(taskgrid_agent_exec PUBLIC ${PROJECT_SOURCE_DIR})
@@ -22,6 +24,7 @@ add_library(taskgrid_agent_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/drain.cc
   ${CMAKE_CURRENT_LIST_DIR}/lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/outbox.cc
+  ${CMAKE_CURRENT_LIST_DIR}/output_watches.cc
   ${CMAKE_CURRENT_LIST_DIR}/slots.cc)
 add_library(taskgrid::agent_core ALIAS taskgrid_agent_core)
 target_link_libraries(taskgrid_agent_core

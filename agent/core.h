@@ -22,7 +22,11 @@
 //     predecessor. Tasks that never wait (noop, echo, fail) run inline and
 //     their Results go out with the Accepts, as one batch.
 //   - Cancel, ResultAck, Drain, HeartbeatAck.
-//   - Tick: a Heartbeat each interval, self-fencing at the lease's end
+//   - WatchOutput: starts or stops sending an attempt's output as its
+//     steps write it (OutputWatches decides when; its last output goes
+//     before its Result). Watches end with the stream.
+//   - Tick: a Heartbeat each interval, the output of watched attempts
+//     that is due, self-fencing at the lease's end
 //     (running tasks cancelled and reported OUTCOME_CANCELLED, waiting
 //     links dropped), the drain's release deadline (running tasks
 //     cancelled and sent as Release), and the Goodbye at the end.
@@ -45,6 +49,7 @@
 #include "agent/executor.h"
 #include "agent/lease.h"
 #include "agent/outbox.h"
+#include "agent/output_watches.h"
 #include "agent/slots.h"
 #include "common/clock.h"
 #include "common/worker_pool.h"
@@ -124,6 +129,9 @@ class AgentCore {
   bool exiting() const;  // Drain() was called
   // The heartbeat interval in use, from the Welcome or the last ack.
   absl::Duration heartbeat_interval() const;
+  // For tests: the live output of (task_id, attempt) while it runs here,
+  // else null.
+  std::shared_ptr<LiveOutput> live_output(const std::string& task_id, int32_t attempt) const;
 
  private:
   using Key = std::pair<std::string, int32_t>;  // (task_id, attempt)
@@ -134,6 +142,7 @@ class AgentCore {
   void OnCancel(const v1::Cancel& c);
   void OnResultAck(const v1::ResultAck& ack);
   void OnHeartbeatAck(const v1::HeartbeatAck& ack);
+  void OnWatchOutput(const v1::WatchOutput& w);
   // Runs `run`, reports it, then each chain link that follows it. With a
   // `sink` (a run inline on the stream's reader, for instant tasks) its
   // messages are appended there for the caller to write, and a link that
@@ -169,6 +178,7 @@ class AgentCore {
   Slots slots_;                                           // guarded by mu_
   Lease lease_;                                           // guarded by mu_
   DrainPlan drain_;                                       // guarded by mu_
+  OutputWatches watches_;                                 // guarded by mu_
   std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release
   int threads_ = 0;                                       // guarded by mu_; live task threads
   absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_

@@ -141,7 +141,10 @@ bool AllInstant(const v1::Assignment& a) {
 TaskRun::TaskRun(v1::Assignment assignment, ExecutorOptions opts)
     : assignment_(std::move(assignment)),
       opts_(std::move(opts)),
-      instant_(AllInstant(assignment_)) {}
+      instant_(AllInstant(assignment_)),
+      live_(instant_ || opts_.live_output_bytes <= 0
+                ? nullptr
+                : std::make_shared<LiveOutput>(static_cast<size_t>(opts_.live_output_bytes))) {}
 
 TaskRun::~TaskRun() = default;
 
@@ -186,8 +189,8 @@ v1::TaskResult TaskRun::Run() {
     if (wake_fd_ < 0) spdlog::warn("eventfd() failed; Cancel() will be noticed late");
   }
 
-  OutputTail out(opts_.max_output_bytes);
-  OutputTail err(opts_.max_output_bytes);
+  OutputTail out(opts_.max_output_bytes, live_.get(), LiveOutput::kStdout);
+  OutputTail err(opts_.max_output_bytes, live_.get(), LiveOutput::kStderr);
   const int n = assignment_.steps_size();
   StepEnd end = StepEnd::Failed(-1, "the assignment has no steps");
   int index = 0;

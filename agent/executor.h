@@ -32,10 +32,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/time/time.h"
+#include "agent/live_output.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
@@ -59,6 +61,9 @@ struct ExecutorOptions {
   // Base of the per-attempt directories; created (0700) when missing, and it
   // must belong to this process's user. Empty: DefaultWorkDir("").
   std::string work_dir;
+  // The newest bytes of each stream kept for live output (LiveOutput),
+  // whatever max_output_bytes says; 0: none kept.
+  int64_t live_output_bytes = 64 << 10;
 };
 
 // The most TaskResult.output may hold: a larger $TASKGRID_OUTPUT file fails
@@ -110,6 +115,9 @@ class TaskRun {
   // Every step is a builtin that never waits (internal::IsInstantBuiltin):
   // Run() returns at once, with no process, directory or file.
   bool instant() const { return instant_; }
+  // What the steps write, as they write it; null for an instant run or
+  // without ExecutorOptions::live_output_bytes.
+  const std::shared_ptr<LiveOutput>& live_output() const { return live_; }
 
  private:
   struct StepEnd;  // defined in executor.cc
@@ -136,6 +144,7 @@ class TaskRun {
   const taskgrid::v1::Assignment assignment_;
   const ExecutorOptions opts_;
   const bool instant_;
+  const std::shared_ptr<LiveOutput> live_;
   absl::Duration run_start_;  // monotonic; Run()'s thread only
   std::string attempt_dir_;   // Run()'s thread only; empty when not made
   std::atomic<bool> ran_{false};

@@ -261,9 +261,11 @@ void StopControl::ClearWake() const {
   if (wake_fd >= 0) (void)!read(wake_fd, &count, sizeof(count));
 }
 
-OutputTail::OutputTail(int64_t cap) : cap_(cap > 0 ? static_cast<size_t>(cap) : 0) {}
+OutputTail::OutputTail(int64_t cap, LiveOutput* live, LiveOutput::Stream stream)
+    : cap_(cap > 0 ? static_cast<size_t>(cap) : 0), live_(live), stream_(stream) {}
 
 void OutputTail::Append(const char* data, size_t n) {
+  if (live_ != nullptr) live_->Append(stream_, data, n);
   appended_ += n;
   if (cap_ == 0 || n == 0) return;
   if (n >= cap_) {

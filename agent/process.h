@@ -16,14 +16,17 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "agent/live_output.h"
 
 namespace taskgrid::agent::internal {
 
 // Keeps the last `cap` bytes of everything appended, in at most 2 * cap
-// bytes of memory (trims in place, so a long stream does not reallocate).
+// bytes of memory (trims in place, so a long stream does not reallocate),
+// and hands every byte to a LiveOutput too when given one.
 class OutputTail {
  public:
-  explicit OutputTail(int64_t cap);
+  explicit OutputTail(int64_t cap, LiveOutput* live = nullptr,
+                      LiveOutput::Stream stream = LiveOutput::kStdout);
   void Append(const char* data, size_t n);
   void Append(absl::string_view s) { Append(s.data(), s.size()); }
   // The last `cap` bytes; leaves the tail empty.
@@ -33,6 +36,8 @@ class OutputTail {
 
  private:
   size_t cap_;
+  LiveOutput* const live_;  // borrowed; may be null
+  const LiveOutput::Stream stream_;
   uint64_t appended_ = 0;
   std::string buf_;
 };

@@ -254,4 +254,10 @@ std::map<std::string, v1::Assignment>::const_iterator Slots::FindWaiting(
                       [&](const auto& e) { return e.second.task_id() == task_id; });
 }
 
+std::shared_ptr<TaskRun> Slots::RunOf(const std::string& task_id, int32_t attempt) const {
+  auto it = running_.find(task_id);
+  if (it == running_.end() || it->second.run->assignment().attempt() != attempt) return nullptr;
+  return it->second.run;
+}
+
 }  // namespace taskgrid::agent

@@ -72,6 +72,8 @@ class Slots {
   // `dropped`). Returns how many runs it stopped.
   int StopAll(StopCause cause, const std::string& note, std::vector<std::string>* dropped);
 
+  // The run of (task_id, attempt) while it runs here, else null.
+  std::shared_ptr<TaskRun> RunOf(const std::string& task_id, int32_t attempt) const;
   // Running and waiting attempts, as listed in Hello and Heartbeat.
   void ListHeld(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const;
   // Some run is still going that the agent did not stop itself.

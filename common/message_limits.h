@@ -14,4 +14,9 @@ inline constexpr int kMaxRequestBytes = 64 << 20;
 inline constexpr int kReplyHeadroomBytes = 16 << 20;
 inline constexpr int kMaxReplyBytes = kMaxRequestBytes + kReplyHeadroomBytes;
 
+// Live output (TaskOutput, StreamTaskOutputResponse): the most data one
+// message carries. An agent sends no more; the scheduler cuts what a
+// message holds past it.
+inline constexpr int kMaxOutputChunkBytes = 64 << 10;
+
 }  // namespace taskgrid

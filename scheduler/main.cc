@@ -120,6 +120,9 @@ ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
           "Most WaitTask calls waiting at once; past it a new one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_output_follows, 1'000,
+          "Most StreamTaskOutput streams (taskgridctl logs) open at once; past it a new one is "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_merged_payloads, 10'000,
           "Delivery by merge key: most payloads one task gathers; past it a submit is "
           "RESOURCE_EXHAUSTED");
@@ -247,12 +250,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (absl::GetFlag(FLAGS_max_watches) < 1 || absl::GetFlag(FLAGS_max_waits) < 1) {
-    spdlog::error("--max_watches and --max_waits must be at least 1");
+  if (absl::GetFlag(FLAGS_max_watches) < 1 || absl::GetFlag(FLAGS_max_waits) < 1 ||
+      absl::GetFlag(FLAGS_max_output_follows) < 1) {
+    spdlog::error("--max_watches, --max_waits and --max_output_follows must be at least 1");
     return 2;
   }
   opts.max_watches = static_cast<size_t>(absl::GetFlag(FLAGS_max_watches));
   opts.max_waits = static_cast<size_t>(absl::GetFlag(FLAGS_max_waits));
+  opts.output.max_followers = static_cast<size_t>(absl::GetFlag(FLAGS_max_output_follows));
   if (absl::Status s =
           ParseQueueLimits(absl::GetFlag(FLAGS_queue_max_length), &so.queue_max_length);
       !s.ok()) {

@@ -6,22 +6,16 @@
 // Abseil's exit 1), checks that each flag applies to the command, and builds
 // the request. tools/ctl/client.cc sends it and prints the answer.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -37,120 +31,10 @@
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
 #include "tools/ctl/client.h"
+#include "tools/ctl/command_line.h"
+#include "tools/ctl/flags.h"
 #include "tools/ctl/help.h"
 #include "tools/ctl/parse.h"
-
-// Global.
-ABSL_FLAG(std::string, addr, "",
-          "HOST:PORT of taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
-ABSL_FLAG(bool, json, false,
-          "Print the API's answer as proto3 JSON (snake_case names, every field)");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
-          "Deadline of each call to the scheduler; wait and watch --follow keep trying a "
-          "scheduler they lost for this long");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate that signed the scheduler's certificate: connect with TLS "
-          "(default: $TASKGRID_TLS_CA)");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate, for a scheduler that requires one (with --tls_key; "
-          "default: $TASKGRID_TLS_CERT)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (default: $TASKGRID_TLS_KEY)");
-ABSL_FLAG(std::string, token_file, "",
-          "File holding a bearer token, for a scheduler with --tokens_file; needs --tls_ca "
-          "(default: $TASKGRID_TOKEN_FILE)");
-
-// submit.
-ABSL_FLAG(std::string, file, "", "submit: JSON file of tasks ('-' = stdin); also -f FILE");
-ABSL_FLAG(std::string, builtin, "", "submit: run this builtin (noop, sleep, fail, echo)");
-ABSL_FLAG(std::string, id, "",
-          "submit: task id (default: generated); job submit: job id (overrides the file's); "
-          "watch: only these task ids, a,b");
-ABSL_FLAG(std::string, queue, "", "submit, list, stats, watch: queue name");
-ABSL_FLAG(int32_t, priority, 0, "submit: higher runs first");
-ABSL_FLAG(int32_t, max_attempts, 0, "submit: attempts before FAILED (0: scheduler default)");
-ABSL_FLAG(std::string, not_before, "", "submit: RFC 3339 time, or +DURATION from now");
-ABSL_FLAG(std::string, payload, "", "submit: standard input of the task");
-ABSL_FLAG(std::string, payload_file, "", "submit: read the payload from this file ('-' = stdin)");
-ABSL_FLAG(std::string, env, "", "submit: K=V,K2=V2 added to the program's environment");
-ABSL_FLAG(std::string, cwd, "", "submit: working directory of the program");
-ABSL_FLAG(absl::Duration, step_timeout, absl::ZeroDuration(), "submit: kill the step after this");
-ABSL_FLAG(absl::Duration, attempt_timeout, absl::ZeroDuration(), "submit: limit of one attempt");
-ABSL_FLAG(absl::Duration, ack_timeout, absl::ZeroDuration(),
-          "submit: dispatch -> agent accepts (0: scheduler default)");
-ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
-          "submit: FAILED if no agent started it within this of the submit (0: no limit)");
-ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
-ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
-ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
-ABSL_FLAG(std::string, merge_key, "",
-          "submit: join the waiting task of this key (its payload appended); delete: the key");
-ABSL_FLAG(std::string, merge_update, "",
-          "submit --merge_key: always (default: each submit moves the fire time) or once");
-ABSL_FLAG(int32_t, replicas, 0,
-          "submit: run the task on N agents at once, one replica task each (0: no replicas)");
-ABSL_FLAG(std::string, replica_agents, "",
-          "submit: a1,a2,...: one replica on each of these agents (replica i on the i-th)");
-ABSL_FLAG(std::string, success, "",
-          "submit --replicas: when the task succeeded: all (default), any or quorum:K");
-ABSL_FLAG(std::string, unique_key, "",
-          "submit: unique by this key in its queue for --unique_ttl: a second submit with it "
-          "returns the first task");
-ABSL_FLAG(absl::Duration, unique_ttl, absl::ZeroDuration(),
-          "submit --unique_key: how long the key is held, from the submit (1s to 720h)");
-ABSL_FLAG(int32_t, max_concurrency, 0,
-          "queue limits: most tasks of the queue dispatched or running at once (0: no limit)");
-ABSL_FLAG(double, rate, 0, "queue limits: most task starts per second (0: no limit)");
-ABSL_FLAG(int32_t, burst, 0, "queue limits --rate: starts allowed at once (0: max(1, rate))");
-ABSL_FLAG(int32_t, limit, 0,
-          "cancel, retry, delete --queue/--job: tasks per call, 1-10000 (0: 1000)");
-ABSL_FLAG(absl::Duration, retention, absl::ZeroDuration(),
-          "queue retention: keep SUCCEEDED and CANCELLED tasks this long (0s: until deleted)");
-ABSL_FLAG(absl::Duration, failed_retention, absl::ZeroDuration(),
-          "queue retention: keep FAILED and TRASHED tasks this long (0s: until deleted)");
-ABSL_FLAG(bool, wait, false,
-          "submit: then wait until every task finished (exit code as wait); job submit: until "
-          "the job finished");
-
-// schedule create.
-ABSL_FLAG(std::string, cron, "",
-          "schedule create: fire on this cron expression (5 fields, or @hourly, @daily, ...)");
-ABSL_FLAG(absl::Duration, every, absl::ZeroDuration(),
-          "schedule create: fire every DURATION (whole seconds, at least 1s)");
-ABSL_FLAG(std::string, tz, "", "schedule create: IANA time zone of --cron (default UTC)");
-ABSL_FLAG(std::string, misfire, "",
-          "schedule create: skip (default) or run_once: what fires missed while the scheduler "
-          "was down do");
-ABSL_FLAG(bool, paused, false, "schedule create: create it paused");
-
-// wait, submit --wait.
-ABSL_FLAG(absl::Duration, wait_timeout, absl::InfiniteDuration(),
-          "wait, submit --wait, job submit --wait: give up after this long, exit 4 (default: no "
-          "limit)");
-
-// list.
-ABSL_FLAG(std::string, state, "",
-          "list, watch: only these states, e.g. pending,failed; job list: only jobs in these "
-          "states, e.g. running,failed");
-ABSL_FLAG(int32_t, page_size, 0, "list, job list: tasks (jobs) per page, 1-1000 (0: 100)");
-ABSL_FLAG(std::string, page_token, "", "list, job list: continue from a previous 'more:' token");
-ABSL_FLAG(bool, all, false, "list, job list: follow every page");
-ABSL_FLAG(std::string, job, "", "list, watch: only the tasks of this job");
-
-// watch.
-ABSL_FLAG(int64_t, after, 0,
-          "watch: first replay the kept changes after this revision (0: all of them)");
-ABSL_FLAG(int64_t, count, 0, "watch: exit after this many events (0: no limit)");
-ABSL_FLAG(bool, follow, false, "watch: reconnect by itself when the stream ends");
-
-// board (pull mode).
-ABSL_FLAG(std::string, owner, "", "board: who claims (the worker's name)");
-ABSL_FLAG(absl::Duration, lease, absl::ZeroDuration(),
-          "board claim, extend: how long the claim holds (0: the scheduler's default, 60s)");
-ABSL_FLAG(int32_t, max, 1, "board claim: at most this many tasks");
-ABSL_FLAG(int32_t, exit_code, 0, "board complete: the exit code (0: SUCCEEDED, else FAILED)");
-ABSL_FLAG(std::string, stdout, "", "board complete: the output to keep as stdout");
-ABSL_FLAG(std::string, error, "", "board complete: why it failed");
-ABSL_FLAG(std::string, reason, "", "board abandon, trash: why");
 
 namespace {
 
@@ -167,6 +51,7 @@ using taskgrid::ctl::kJobCommands;
 using taskgrid::ctl::kQueueCommands;
 using taskgrid::ctl::kScheduleCommands;
 using taskgrid::ctl::QueueUsageText;
+using taskgrid::ctl::ReadInput;
 using taskgrid::ctl::ScheduleUsageText;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
@@ -178,74 +63,6 @@ int UsageError(const std::string& msg, const std::string& hint) {
 
 int UsageError(const std::string& msg) {
   return UsageError(msg, "Run 'taskgridctl help' for usage.");
-}
-
-// Flags Abseil itself defines (--helpfull, --flagfile, ...): left to it.
-bool IsAbseilFlag(const absl::CommandLineFlag& f) {
-  return absl::StrContains(f.Filename(), "absl/flags/");
-}
-
-// Sets every flag in `args` the way absl::ParseCommandLine would, but reports
-// an unknown flag or bad value as a usage error. Fills `set` with the names of
-// the flags given.
-bool CheckFlags(const std::vector<std::string>& args, std::set<std::string>* set,
-                std::string* error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg.size() < 2 || arg[0] != '-') continue;  // positional
-    arg.remove_prefix(absl::StartsWith(arg, "--") ? 2 : 1);
-    const size_t eq = arg.find('=');
-    const std::string name(arg.substr(0, eq));
-    bool has_value = eq != absl::string_view::npos;
-    std::string value = has_value ? std::string(arg.substr(eq + 1)) : "";
-    // Abseil's usage flags are not in the registry; ParseCommandLine serves them.
-    if (name == "helpfull" || name == "helpshort" || name == "helppackage" || name == "helpon" ||
-        name == "helpmatch" || name == "version" || name == "only_check_args") {
-      continue;
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no") && !has_value) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
-      has_value = true;
-      value = "false";
-    }
-    if (flag == nullptr) {
-      *error = absl::StrCat("unknown flag --", name);
-      return false;
-    }
-    if (!has_value && !flag->IsOfType<bool>()) {
-      if (i + 1 == args.size()) {
-        *error = absl::StrCat("--", name, " needs a value: --", name, "=VALUE");
-        return false;
-      }
-      value = args[++i];
-      has_value = true;
-    }
-    if (IsAbseilFlag(*flag)) continue;
-    if (!has_value) value = "true";
-    std::string why;
-    if (!flag->ParseFrom(value, &why)) {
-      *error = absl::StrCat("--", name, "=", value, ": ", why);
-      return false;
-    }
-    set->insert(std::string(flag->Name()));
-  }
-  return true;
-}
-
-absl::StatusOr<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, ": ", strerror(errno)));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  return s.str();
 }
 
 std::string ResolveAddr() {
@@ -680,17 +497,19 @@ int Run(int argc, char** argv) {
   std::vector<std::string> before;
   std::vector<std::string> after;
   bool has_dashdash = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+  const std::vector<std::string> raw =
+      taskgrid::ctl::LogsShorthands(std::vector<std::string>(argv + 1, argv + argc));
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const std::string& arg = raw[i];
     if (has_dashdash) {
       after.push_back(arg);
     } else if (arg == "--") {
       has_dashdash = true;
     } else if (arg == "-f") {
-      if (i + 1 == argc || std::string(argv[i + 1]) == "--") {
+      if (i + 1 == raw.size() || raw[i + 1] == "--") {
         return UsageError("-f needs a FILE", "Usage: taskgridctl submit -f FILE");
       }
-      before.push_back(absl::StrCat("--file=", argv[++i]));
+      before.push_back(absl::StrCat("--file=", raw[++i]));
     } else if (absl::StartsWith(arg, "-f=")) {
       before.push_back(absl::StrCat("--file=", arg.substr(3)));
     } else if (arg == "-h" || arg == "-help" || arg == "--help") {
@@ -740,7 +559,7 @@ int Run(int argc, char** argv) {
   // 3. Flags: checked, then parsed by Abseil (which also serves --helpfull).
   std::set<std::string> set;
   std::string error;
-  if (!CheckFlags(before, &set, &error)) return UsageError(error);
+  if (!taskgrid::ctl::CheckFlags(before, &set, &error)) return UsageError(error);
   std::vector<char*> flag_argv = {argv[0]};
   for (std::string& a : before) flag_argv.push_back(a.data());
   std::vector<char*> positional =
@@ -792,8 +611,7 @@ int Run(int argc, char** argv) {
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
 
   // 4. The command.
-  if ((name == "submit" || name == "wait" || name == "job submit" || name == "board wait") &&
-      !ValidWaitTimeout()) {
+  if (set.count("wait_timeout") && !ValidWaitTimeout()) {
     return UsageError("--wait_timeout must be a positive duration like 10m", command_hint);
   }
   if (name == "submit") {
@@ -965,6 +783,18 @@ int Run(int argc, char** argv) {
                       command_hint);
   }
   if (name == "get") return client.Get(args[0]);
+  if (name == "logs") {
+    v1::StreamTaskOutputRequest req;
+    req.set_id(args[0]);
+    req.set_follow(absl::GetFlag(FLAGS_follow));
+    auto stream = taskgrid::ctl::ParseOutputStream(absl::GetFlag(FLAGS_stream));
+    if (!stream.ok()) return UsageError(std::string(stream.status().message()), command_hint);
+    req.set_stream(*stream);
+    if (set.count("wait_timeout") && !req.follow()) {
+      return UsageError("--wait_timeout needs --follow (-f)", command_hint);
+    }
+    return client.Logs(req, WaitTimeout());
+  }
   using taskgrid::ctl::Action;
   const Action action = name == "cancel"  ? Action::kCancel
                         : name == "retry" ? Action::kRetry

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/message_limits.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "scheduler/core/retry_policy.h"
@@ -103,6 +104,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.draining = hello.draining();
   a.exiting = hello.exiting();
   a.undrains = hello.undrain();
+  a.live_output = hello.live_output();
   a.version = hello.version();
   a.chains = hello.chains();
   a.labels = {hello.labels().begin(), hello.labels().end()};
@@ -207,7 +209,8 @@ TaskRecord* Scheduler::LiveAttempt(const AgentRecord& a, const std::string& task
   return t;
 }
 
-void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
+void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg,
+                               std::vector<v1::TaskOutput>* output) {
   AgentRecord* found = agents_.ByConn(conn);
   if (found == nullptr) return;
   AgentRecord& a = *found;
@@ -217,9 +220,11 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   if (msg.has_batch()) {
     // One Dispatch for the whole batch: the slots its results free are
     // filled together, in one Assign.
-    for (const v1::AgentMessage& m : msg.batch().msgs()) frees |= OnOneAgentMessage(a, m);
+    for (const v1::AgentMessage& m : msg.batch().msgs()) {
+      frees |= OnOneAgentMessage(a, m, output);
+    }
   } else {
-    frees = OnOneAgentMessage(a, msg);
+    frees = OnOneAgentMessage(a, msg, output);
   }
   agents_.Heard(a);
   if (a.leaving && a.tasks.empty()) ForgetAgent(a);  // `a` is gone
@@ -229,7 +234,8 @@ void Scheduler::OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   if (frees) Dispatch();
 }
 
-bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
+bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
+                                  std::vector<v1::TaskOutput>* output) {
   switch (msg.msg_case()) {
     case v1::AgentMessage::kHeartbeat: {
       v1::SchedulerMessage ack;
@@ -269,6 +275,9 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg) {
       break;
     case v1::AgentMessage::kResult:
       OnResult(a, msg.result());
+      break;
+    case v1::AgentMessage::kOutput:
+      OnOutput(a, msg.output(), output);
       break;
     default:  // a Hello or a batch inside a batch: refused by the service
       break;
@@ -325,6 +334,25 @@ void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
     ack.mutable_result_ack()->set_accepted(true);
   }
   Send(a.conn, std::move(ack));
+}
+
+void Scheduler::OnOutput(AgentRecord& a, const v1::TaskOutput& m,
+                         std::vector<v1::TaskOutput>* output) {
+  // Only the holder of the live attempt speaks for its output, as for its
+  // result; a claim's owner is never an agent.
+  if (!a.live_output || LiveAttempt(a, m.task_id(), m.attempt()) == nullptr) {
+    ++stale_messages_;
+    return;
+  }
+  if (output == nullptr) return;
+  v1::TaskOutput& kept = output->emplace_back();
+  kept.set_task_id(m.task_id());
+  kept.set_attempt(m.attempt());
+  kept.set_stream(m.stream());
+  kept.set_offset(m.offset());
+  kept.set_caught_up(m.caught_up());
+  // A bound whatever the agent was told: the copy never holds more.
+  kept.set_data(m.data().substr(0, std::min<size_t>(m.data().size(), kMaxOutputChunkBytes)));
 }
 
 void Scheduler::OnReject(AgentRecord& a, const v1::Reject& m) {

@@ -27,6 +27,8 @@ struct AgentRecord {
   bool undrains = false;
   // Drains to stop (SIGTERM; Hello.exiting, Draining.exiting): no undrain.
   bool exiting = false;
+  // Takes WatchOutput and sends TaskOutput (Hello.live_output).
+  bool live_output = false;
   std::string version;
   absl::Time connect_time = absl::InfinitePast();    // wall, for display
   absl::Time last_seen_time = absl::InfinitePast();  // wall, for display

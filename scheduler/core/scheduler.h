@@ -304,9 +304,14 @@ class Scheduler {
   absl::Status Connect(uint64_t conn, const v1::Hello& hello);
   // The stream ended. The agent keeps its tasks for the reconnect grace.
   void Disconnect(uint64_t conn);
-  // Heartbeat, Accept, Reject, Result, Draining or Release on a stream that
-  // said Hello, or a batch of them (handled in order, then one Dispatch).
-  void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg);
+  // Heartbeat, Accept, Reject, Result, Draining, Release or TaskOutput on
+  // a stream that said Hello, or a batch of them (handled in order, then
+  // one Dispatch). Live output changes no task: the TaskOutputs from the
+  // agent holding their live attempt (that said Hello.live_output) are
+  // appended to `output` when given, their data cut to
+  // kMaxOutputChunkBytes; any other is dropped and counted as stale.
+  void OnAgentMessage(uint64_t conn, const v1::AgentMessage& msg,
+                      std::vector<v1::TaskOutput>* output = nullptr);
   // Gives the agent no more work and tells it so.
   absl::StatusOr<const AgentRecord*> Drain(const std::string& agent_id);
   // Gives a draining agent work again and tells it so. FAILED_PRECONDITION
@@ -620,7 +625,9 @@ class Scheduler {
   TaskRecord* LiveAttempt(const AgentRecord& a, const std::string& task_id, int32_t attempt);
 
   // One message of OnAgentMessage; true when it may have freed room.
-  bool OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg);
+  bool OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
+                         std::vector<v1::TaskOutput>* output);
+  void OnOutput(AgentRecord& a, const v1::TaskOutput& m, std::vector<v1::TaskOutput>* output);
   void OnAccept(AgentRecord& a, const v1::Accept& m);
   void OnReject(AgentRecord& a, const v1::Reject& m);
   void OnResult(AgentRecord& a, const v1::Result& m);

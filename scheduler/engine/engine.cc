@@ -62,6 +62,13 @@ Engine::Engine(store::Store* store, const Clock* clock, EngineOptions opts)
               }()),
       waiters_(opts_.max_waits, "WaitTask calls", "--max_waits"),
       work_waiters_(opts_.max_waits, "WaitForWork calls", "--max_waits"),
+      output_([&] {
+        // A follower may always hold a few attempts' stored tails.
+        OutputRelay::Options o = opts_.output;
+        o.max_pending_bytes = std::max(o.max_pending_bytes,
+                                       4 * static_cast<size_t>(opts_.scheduler.max_output_bytes));
+        return o;
+      }()),
       waker_([this] { WakeLoop(); }) {}
 
 Engine::~Engine() { Stop(); }
@@ -98,6 +105,7 @@ void Engine::Stop() {
   }
   for (TaskWaiters::Waiter& w : waiting) w.done(Stopped());
   for (WorkWaiters::Waiter& w : waiting_for_work) w.done(Stopped());
+  output_.FailAll(Stopped());
   writer_.Stop();
   // After the writer: its last commits may still wake watches.
   {
@@ -141,7 +149,11 @@ void Engine::CheckInvariantsLocked() const {
 
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   core::Effects fx = sched_.TakeEffects();
-  if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after) return;
+  if (!followed_.empty()) OutputEventsLocked(fx.batch.events);
+  if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after &&
+      output_updates_.empty()) {
+    return;
+  }
   CheckInvariantsLocked();  // after every operation that changed something
   // Waiters of tasks that reached a terminal state are answered with the
   // same commit.
@@ -161,10 +173,13 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   const int64_t last = fx.batch.events.empty() ? 0 : fx.batch.events.back().revision;
   std::vector<core::EventRow> events;
   if (watch_count_.load() > 0) events = fx.batch.events;  // a watch starting later replays
+  std::vector<OutputTaskState> outputs = std::move(output_updates_);
+  output_updates_.clear();
   writer_.Submit(std::move(fx.batch),
                  [this, messages = std::move(fx.messages), closes = std::move(fx.close_conns),
                   after = std::move(after), resolved = std::move(resolved), work = std::move(work),
-                  events = std::move(events), last](const absl::Status& s) mutable {
+                  events = std::move(events), last,
+                  outputs = std::move(outputs)](const absl::Status& s) mutable {
                    if (!s.ok()) {
                      std::call_once(fatal_once_, [&] {
                        if (on_fatal_) on_fatal_(s);
@@ -172,6 +187,9 @@ void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
                    } else {
                      if (last > 0) published_revision_.store(last);
                      Publish(events, last);
+                     // Before the messages: an attempt's Assign or Cancel
+                     // never overtakes what its followers learn.
+                     UpdateOutput(outputs);
                      Deliver(messages, closes);
                    }
                    for (auto& [done, resp] : resolved) {
@@ -550,6 +568,7 @@ EngineMetrics Engine::Metrics() {
   }
   m.writer = writer_.stats();
   m.watches = watch_count_.load();
+  m.output_follows = static_cast<int64_t>(output_.followers());
   return m;
 }
 
@@ -670,6 +689,7 @@ void Engine::EndCalls(const absl::Status& why) {
   }
   for (TaskWaiters::Waiter& w : waiting) w.done(why);
   for (WorkWaiters::Waiter& w : waiting_for_work) w.done(why);
+  output_.FailAll(why);
   std::lock_guard<std::mutex> lock(channels_mu_);
   for (auto& [conn, channel] : channels_) channel->Close(why);
 }
@@ -689,6 +709,8 @@ absl::Status Engine::AgentHello(uint64_t conn, const v1::Hello& hello) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return Stopped();
   absl::Status s = sched_.Connect(conn, hello);
+  // Followers of what it runs ask again on this stream.
+  if (s.ok() && !followed_.empty()) QueueOutputStatesLocked(FollowedOnConnLocked(conn));
   CommitLocked(nullptr);
   return s;
 }
@@ -696,21 +718,25 @@ absl::Status Engine::AgentHello(uint64_t conn, const v1::Hello& hello) {
 void Engine::AgentMessage(uint64_t conn, const v1::AgentMessage& msg) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stopped_) return;
-  sched_.OnAgentMessage(conn, msg);
-  if (msg.has_heartbeat()) {
+  // Live output, fenced by the Scheduler, goes to its followers at once:
+  // it is not stored, so it waits for no commit.
+  std::vector<v1::TaskOutput> output;
+  sched_.OnAgentMessage(conn, msg, &output);
+  if (msg.has_heartbeat() && sched_.pending_effects().batch.empty() &&
+      sched_.pending_effects().close_conns.empty()) {
     // A heartbeat changes nothing stored and its ack says nothing about
     // stored state, so the ack need not wait behind the commits queued
     // before it: answered here, without two thread hand-offs per agent per
     // second.
-    if (sched_.pending_effects().batch.empty() && sched_.pending_effects().close_conns.empty()) {
-      CheckInvariantsLocked();
-      core::Effects fx = sched_.TakeEffects();
-      lock.unlock();
-      Deliver(fx.messages, fx.close_conns);
-      return;
-    }
+    CheckInvariantsLocked();
+    core::Effects fx = sched_.TakeEffects();
+    lock.unlock();
+    Deliver(fx.messages, fx.close_conns);
+    return;
   }
   CommitLocked(nullptr);
+  lock.unlock();
+  for (const v1::TaskOutput& o : output) output_.Offer(conn, o);
 }
 
 absl::Duration Engine::heartbeat_interval() {
@@ -725,7 +751,11 @@ void Engine::DetachAgent(uint64_t conn) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return;
+  const std::vector<std::string> followed =
+      followed_.empty() ? std::vector<std::string>() : FollowedOnConnLocked(conn);
   sched_.Disconnect(conn);
+  // Their followers learn that no output comes on that stream any more.
+  QueueOutputStatesLocked(followed);
   CommitLocked(nullptr);
 }
 

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "scheduler/core/scheduler.h"
+#include "scheduler/engine/output.h"
 #include "scheduler/engine/waiters.h"
 #include "scheduler/engine/watch.h"
 #include "scheduler/store/group_commit.h"
@@ -56,9 +57,10 @@ class AgentChannel {
 struct EngineMetrics {
   core::SchedulerMetrics scheduler;
   store::GroupCommitWriter::Stats writer;
-  int64_t watches = 0;     // WatchTasks streams open
-  int64_t task_waits = 0;  // WaitTask calls waiting
-  int64_t work_waits = 0;  // WaitForWork calls waiting
+  int64_t watches = 0;         // WatchTasks streams open
+  int64_t output_follows = 0;  // StreamTaskOutput streams open
+  int64_t task_waits = 0;      // WaitTask calls waiting
+  int64_t work_waits = 0;      // WaitForWork calls waiting
 };
 
 struct EngineOptions {
@@ -70,6 +72,9 @@ struct EngineOptions {
   // new one is RESOURCE_EXHAUSTED, naming the flag.
   size_t max_watches = 10'000;
   size_t max_waits = 100'000;
+  // StreamTaskOutput: most streams open at once (--max_output_follows)
+  // and what each may hold (OutputRelay).
+  OutputRelay::Options output;
   absl::Duration tick_interval = absl::Milliseconds(10);
   // A list page ends before it would pass this many bytes (a single larger
   // task or job comes alone), so it stays below gRPC's default 4 MiB
@@ -140,6 +145,18 @@ class Engine {
   absl::StatusOr<std::shared_ptr<Watch>> StartWatch(const v1::WatchTasksRequest& req,
                                                     std::function<void()> wake);
   void StopWatch(const std::shared_ptr<Watch>& watch);
+
+  // --- StreamTaskOutput (follow.cc). ---
+  // A follower of a task's output. `wake` is called (without the Engine's
+  // locks, on a commit or agent stream thread; it must not block) when it
+  // has something to send after NextOutput said nothing. Its first
+  // messages come once the commits queued before it landed, so it never
+  // shows a state that could vanish. StopOutput when the stream ends.
+  absl::StatusOr<std::shared_ptr<OutputFollower>> StartOutput(
+      const v1::StreamTaskOutputRequest& req, std::function<void()> wake);
+  absl::StatusOr<OutputRelay::Batch> NextOutput(const std::shared_ptr<OutputFollower>& f,
+                                                size_t max_bytes);
+  void StopOutput(const std::shared_ptr<OutputFollower>& f);
 
   // --- BoardService (board.cc). Each reply runs once, after the change is
   // durable. ---
@@ -319,6 +336,29 @@ class Engine {
   // answered with how much (mu_ held).
   std::vector<std::pair<Reply<v1::WaitForWorkResponse>, v1::WaitForWorkResponse>> WorkArrivedLocked(
       const std::vector<core::EventRow>& events);
+
+  // Live output (follow.cc). followed_ counts the followers of each task
+  // from StartOutput to StopOutput, so every commit that changes a
+  // followed task (CommitLocked), and a reconnect or disconnect of its
+  // agent, queues the task's state in output_updates_; the commit's
+  // callback hands them to the relay in commit order, before its agent
+  // messages go out.
+  OutputRelay output_;
+  absl::flat_hash_map<std::string, int> followed_;  // guarded by mu_
+  std::vector<OutputTaskState> output_updates_;     // guarded by mu_
+  // The task as a follower sees it (mu_ held); `last`: with the last
+  // result, as a finished task's attach needs.
+  OutputTaskState OutputStateLocked(const core::TaskRecord& t, bool last) const;
+  // Queues the states of the followed tasks among `events`, with the
+  // attempts the events ended (mu_ held).
+  void OutputEventsLocked(const std::vector<core::EventRow>& events);
+  // The followed tasks whose live attempt the agent on `conn` holds, and
+  // queueing their states (the agent's stream came or went; mu_ held).
+  std::vector<std::string> FollowedOnConnLocked(uint64_t conn) const;
+  void QueueOutputStatesLocked(const std::vector<std::string>& ids);
+  // Applies `updates` to the relay and sends what it asks of agents.
+  void UpdateOutput(std::vector<OutputTaskState>& updates);
+  void SendOutputControl(std::vector<core::Outgoing> msgs);
 
   std::mutex watches_mu_;
   std::set<std::shared_ptr<Watch>> watches_;  // guarded by watches_mu_

@@ -121,6 +121,9 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
   Writer(m.writer, w);
   w.Single("taskgrid_watchers", Type::kGauge, "WatchTasks streams open.",
            static_cast<double>(m.watches));
+  w.Single("taskgrid_output_follows", Type::kGauge,
+           "StreamTaskOutput streams open (taskgridctl logs).",
+           static_cast<double>(m.output_follows));
   w.Family("taskgrid_waiters", Type::kGauge, "Long-poll calls waiting, by call.");
   w.Sample("taskgrid_waiters", {{"call", "WaitTask"}}, static_cast<double>(m.task_waits));
   w.Sample("taskgrid_waiters", {{"call", "WaitForWork"}}, static_cast<double>(m.work_waits));

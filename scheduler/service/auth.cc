@@ -75,6 +75,7 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.TaskService/GetQueueStats", Role::kReader},
       {"/taskgrid.v1.TaskService/WaitTask", Role::kReader},
       {"/taskgrid.v1.TaskService/WatchTasks", Role::kReader},
+      {"/taskgrid.v1.TaskService/StreamTaskOutput", Role::kReader},
       {"/taskgrid.v1.JobService/GetJob", Role::kReader},
       {"/taskgrid.v1.JobService/ListJobs", Role::kReader},
       {"/taskgrid.v1.ClusterService/ListAgents", Role::kReader},

@@ -278,7 +278,120 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
   bool finished_ = false;             // guarded by mu_
 };
 
+// One StreamTaskOutput stream, built as WatchStream is.
+// Lifecycle: 1. created: follow (an error finishes at once); 2. SendMore():
+// take the next messages from the relay and write them one at a time; when
+// there are none, wait for the follower's wake (output came, the attempt
+// or the task changed); 3. the relay says that was all: finish OK; a relay
+// error (too slow, the server stops) finishes with it; so does the
+// client's cancel; 4. OnDone: stop following, cut the wake handle, delete.
+class OutputFollowStream final : public grpc::ServerWriteReactor<v1::StreamTaskOutputResponse> {
+ public:
+  OutputFollowStream(engine::Engine* engine, const v1::StreamTaskOutputRequest& req)
+      : engine_(engine), handle_(std::make_shared<Handle>()) {
+    handle_->stream = this;
+    auto follower = engine_->StartOutput(req, [handle = handle_] {
+      std::lock_guard<std::mutex> lock(handle->mu);
+      if (handle->stream != nullptr) handle->stream->SendMore();
+    });
+    if (!follower.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(ToGrpcStatus(follower.status()));
+      return;
+    }
+    follower_ = *follower;
+    std::lock_guard<std::mutex> lock(handle_->mu);
+    SendMore();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the follower went away"));
+        return;
+      }
+      if (++next_ < batch_.size()) {
+        StartWrite(&batch_[next_]);
+        return;
+      }
+      writing_ = false;
+      if (done_) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+    }
+    std::lock_guard<std::mutex> lock(handle_->mu);
+    SendMore();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(handle_->mu);
+      handle_->stream = nullptr;
+    }
+    if (follower_) engine_->StopOutput(follower_);
+    delete this;
+  }
+
+ private:
+  struct Handle {
+    std::mutex mu;  // held while a wake runs, so OnDone waits for it
+    OutputFollowStream* stream = nullptr;
+  };
+
+  // About this much output per turn: a few messages of at most 64 KiB.
+  static constexpr size_t kTurnBytes = 256 << 10;
+
+  // Needs handle_->mu.
+  void SendMore() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_ || finished_) return;
+    auto next = engine_->NextOutput(follower_, kTurnBytes);
+    if (!next.ok()) {
+      FinishLocked(ToGrpcStatus(next.status()));
+      return;
+    }
+    done_ = next->done;
+    if (next->msgs.empty()) {
+      // Nothing now: the relay wakes us when something comes.
+      if (done_) FinishLocked(grpc::Status::OK);
+      return;
+    }
+    batch_ = std::move(next->msgs);
+    next_ = 0;
+    writing_ = true;
+    StartWrite(&batch_[0]);
+  }
+
+  void FinishLocked(const grpc::Status& s) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(s);
+  }
+
+  engine::Engine* const engine_;
+  std::shared_ptr<Handle> handle_;
+  std::shared_ptr<engine::OutputFollower> follower_;
+  std::mutex mu_;
+  std::vector<v1::StreamTaskOutputResponse> batch_;  // guarded by mu_
+  size_t next_ = 0;                                  // guarded by mu_
+  bool writing_ = false;                             // guarded by mu_
+  bool done_ = false;                                // guarded by mu_: the batch is the last
+  bool finished_ = false;                            // guarded by mu_
+};
+
 }  // namespace
+
+grpc::ServerWriteReactor<v1::StreamTaskOutputResponse>* TaskServiceImpl::StreamTaskOutput(
+    grpc::CallbackServerContext* /*ctx*/, const v1::StreamTaskOutputRequest* req) {
+  return new OutputFollowStream(engine_, *req);
+}
 
 grpc::ServerWriteReactor<v1::TaskEvent>* TaskServiceImpl::WatchTasks(
     grpc::CallbackServerContext* ctx, const v1::WatchTasksRequest* req) {

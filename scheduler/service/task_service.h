@@ -65,6 +65,8 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
                                              v1::Task* resp) override;
   grpc::ServerWriteReactor<v1::TaskEvent>* WatchTasks(grpc::CallbackServerContext* ctx,
                                                       const v1::WatchTasksRequest* req) override;
+  grpc::ServerWriteReactor<v1::StreamTaskOutputResponse>* StreamTaskOutput(
+      grpc::CallbackServerContext* ctx, const v1::StreamTaskOutputRequest* req) override;
 
  private:
   engine::Engine* const engine_;

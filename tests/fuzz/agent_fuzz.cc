@@ -2,7 +2,8 @@
 // sequence of AgentMessages; the first is the Hello when it holds one
 // (else a well-formed Hello is used, so the fuzzer spends its time on what
 // follows). Four tasks wait (two of them a chain), so Accepts, Results,
-// Rejects and Releases for real attempts are one mutation away. Each
+// Rejects, Releases and live output for real attempts are one mutation
+// away. Each
 // message goes through the same checks as on the wire, then to the core;
 // after every message and every tick, every invariant must hold. The
 // stream then ends and the agent's grace runs out: nothing may stay held.
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/message_limits.h"
 #include "scheduler/core/validate.h"
 #include "taskgrid/v1/agent_service.pb.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -40,6 +42,7 @@ v1::Hello DefaultHello() {
   h.set_chains(true);
   h.set_batches(true);
   h.set_adaptive_heartbeat(true);
+  h.set_live_output(true);
   return h;
 }
 
@@ -68,8 +71,19 @@ void Run(const v1::AgentBatch& input) {
     const v1::AgentMessage& msg = input.msgs(next);
     // What the stream does: a second Hello or a malformed batch ends it.
     if (msg.has_hello() || !core::ValidateAgentMessage(msg).ok()) break;
-    s.OnAgentMessage(conn, msg);
+    std::vector<v1::TaskOutput> output;
+    s.OnAgentMessage(conn, msg, &output);
     CheckOrDie(s, "after an agent message");
+    // Live output passes only for an attempt that was live, and bounded.
+    for (const v1::TaskOutput& o : output) {
+      const core::TaskRecord* t = s.Find(o.task_id());
+      if (t == nullptr || o.attempt() < 1 || o.attempt() > t->attempt) {
+        Die("live output of an attempt that was never live passed");
+      }
+      if (o.data().size() > static_cast<size_t>(kMaxOutputChunkBytes)) {
+        Die("live output passed its size bound");
+      }
+    }
     (void)s.TakeEffects();
     clock.Advance(absl::Milliseconds(300));
     s.Tick();

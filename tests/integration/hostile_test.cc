@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/message_limits.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
@@ -367,6 +368,111 @@ TEST(Hostile, AnAgentThatStopsReadingIsCutOffAndLosesNothing) {
   for (const std::string& id : ids) {
     c.WaitFor(id, v1::TASK_STATE_SUCCEEDED, absl::Seconds(60));
   }
+}
+
+// Reads scheduler messages (unpacking batches) until one matches `want`.
+bool ReadUntil(grpc::ClientReaderWriter<v1::AgentMessage, v1::SchedulerMessage>& stream,
+               const std::function<bool(const v1::SchedulerMessage&)>& want,
+               v1::SchedulerMessage* found) {
+  v1::SchedulerMessage in;
+  for (int i = 0; i < 1000 && stream.Read(&in); ++i) {
+    std::vector<v1::SchedulerMessage> msgs;
+    if (in.has_batch()) {
+      msgs.assign(in.batch().msgs().begin(), in.batch().msgs().end());
+    } else {
+      msgs.push_back(in);
+    }
+    for (const v1::SchedulerMessage& m : msgs) {
+      if (want(m)) {
+        *found = m;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+v1::AgentMessage OutputMsg(const std::string& task, int32_t attempt, int64_t offset,
+                           std::string data) {
+  v1::AgentMessage m;
+  m.mutable_output()->set_task_id(task);
+  m.mutable_output()->set_attempt(attempt);
+  m.mutable_output()->set_stream(v1::OUTPUT_STREAM_STDOUT);
+  m.mutable_output()->set_offset(offset);
+  m.mutable_output()->set_data(std::move(data));
+  return m;
+}
+
+TEST(Hostile, LiveOutputIsFencedByAttemptAndCutToItsBoundWithoutEndingTheStream) {
+  InProcessCluster c;
+  auto agents =
+      v1::AgentService::NewStub(grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+  auto actx = InProcessCluster::Ctx(absl::Seconds(60));
+  auto stream = agents->Connect(actx.get());
+  v1::AgentMessage hello = HelloFrom("loud-agent");
+  hello.mutable_hello()->set_live_output(true);
+  ASSERT_TRUE(stream->Write(hello));
+  v1::TaskSpec spec = Noop("loud");
+  spec.mutable_placement()->add_agent_ids("loud-agent");
+  ASSERT_TRUE(c.Submit({spec, Noop("not-its-own")}).ok());
+  v1::SchedulerMessage m;
+  ASSERT_TRUE(ReadUntil(
+      *stream, [](const auto& x) { return x.has_assign(); }, &m));
+  v1::AgentMessage accept;
+  accept.mutable_accept()->set_task_id("loud");
+  accept.mutable_accept()->set_attempt(1);
+  ASSERT_TRUE(stream->Write(accept));
+  c.WaitFor("loud", v1::TASK_STATE_RUNNING);
+
+  v1::StreamTaskOutputRequest req;
+  req.set_id("loud");
+  req.set_follow(true);
+  auto fctx = InProcessCluster::Ctx(absl::Seconds(60));
+  auto follower = c.tasks().StreamTaskOutput(fctx.get(), req);
+  ASSERT_TRUE(ReadUntil(
+      *stream, [](const auto& x) { return x.has_watch_output(); }, &m));
+  EXPECT_EQ(m.watch_output().task_id(), "loud");
+  EXPECT_TRUE(m.watch_output().watch());
+
+  auto stale = [&] {
+    v1::ClusterStats stats;
+    auto cluster = v1::ClusterService::NewStub(
+        grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials()));
+    EXPECT_TRUE(cluster->GetClusterStats(InProcessCluster::Ctx().get(), {}, &stats).ok());
+    return stats.stale_messages();
+  };
+  const int64_t stale_before = stale();
+  // An attempt it does not hold, and a task that is not its own: dropped.
+  ASSERT_TRUE(stream->Write(OutputMsg("loud", 9, 0, "attempt nine\n")));
+  ASSERT_TRUE(stream->Write(OutputMsg("not-its-own", 1, 0, "someone else's\n")));
+  // 1 MiB in one message: cut to the bound, and the stream goes on.
+  ASSERT_TRUE(stream->Write(OutputMsg("loud", 1, 0, std::string(1 << 20, 'x'))));
+  ASSERT_TRUE(stream->Write(OutputMsg("loud", 1, 1 << 20, "after\n")));
+  v1::AgentMessage result;
+  result.mutable_result()->set_task_id("loud");
+  result.mutable_result()->set_attempt(1);
+  result.mutable_result()->mutable_result()->set_outcome(v1::OUTCOME_SUCCEEDED);
+  ASSERT_TRUE(stream->Write(result));
+  c.WaitFor("loud", v1::TASK_STATE_SUCCEEDED);  // the stream was not ended: its Result counted
+  EXPECT_TRUE(InProcessCluster::Eventually([&] { return stale() >= stale_before + 2; }));
+
+  std::string text;
+  size_t largest = 0;
+  v1::StreamTaskOutputResponse r;
+  std::vector<int64_t> offsets;
+  while (follower->Read(&r)) {
+    if (r.kind() != v1::StreamTaskOutputResponse::KIND_OUTPUT) continue;
+    largest = std::max(largest, r.data().size());
+    offsets.push_back(r.offset());
+    text += r.data();
+  }
+  EXPECT_TRUE(follower->Finish().ok());
+  EXPECT_EQ(largest, static_cast<size_t>(kMaxOutputChunkBytes));
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1 << 20}));
+  EXPECT_EQ(text, std::string(kMaxOutputChunkBytes, 'x') + "after\n");
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("nine")));
+  actx->TryCancel();
+  stream->Finish();
 }
 
 }  // namespace

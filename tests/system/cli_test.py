@@ -34,6 +34,7 @@ RPC_COMMANDS = {
     "SubmitTasks": "submit", "GetTask": "get", "ListTasks": "list", "CancelTask": "cancel",
     "RetryTask": "retry", "ResetTask": "reset", "PauseTask": "pause", "ResumeTask": "resume",
     "GetQueueStats": "stats", "WaitTask": "wait", "WatchTasks": "watch",
+    "StreamTaskOutput": "logs",
     "ListAgents": "agents", "DrainAgent": "drain", "GetClusterStats": "cluster",
     "DeleteByMergeKey": "delete", "CancelTasks": "cancel", "RetryTasks": "retry",
     "PauseQueue": "queue pause", "ResumeQueue": "queue resume", "SetQueueLimits": "queue limits",
@@ -702,7 +703,9 @@ class NoAgentTest(CliTestCase):
         for command, words in (("wait", ("--wait_timeout", "exit", "0 ", "3 ", "4 ")),
                                ("watch", ("--after", "--count", "--follow", "--id", "--state",
                                           "RESOURCE_EXHAUSTED", "OUT_OF_RANGE", "JSON lines")),
-                               ("submit", ("--wait", "--wait_timeout"))):
+                               ("submit", ("--wait", "--wait_timeout")),
+                               ("logs", ("-f", "--stdout", "--stderr", "bytes not shown",
+                                         "--wait_timeout", "Exit status"))):
             out = self.ok("help", command)
             for word in words:
                 self.assertIn(word, out, f"help {command}")

@@ -165,6 +165,7 @@ class MetricsTest(unittest.TestCase):
         self.assertGreater(value(f, "taskgrid_store_commits_total"), 0)
         self.assertGreater(value(f, "taskgrid_store_commit_rows_count"), 0)
         self.assertEqual(value(f, "taskgrid_watchers"), 0)
+        self.assertEqual(value(f, "taskgrid_output_follows"), 0)
         self.assertEqual(value(f, "taskgrid_waiters", call="WaitTask"), 0)
         self.assertGreater(value(f, "taskgrid_process_start_time_seconds"), 1.6e9)
 

@@ -29,9 +29,9 @@ CALL_TIMEOUT = 30.0   # each buf process
 METHODS = {
     "taskgrid.v1.TaskService": ["SubmitTasks", "GetTask", "ListTasks", "CancelTask", "RetryTask",
                                 "ResetTask", "PauseTask", "ResumeTask", "GetQueueStats",
-                                "WaitTask", "WatchTasks", "DeleteByMergeKey", "PauseQueue",
-                                "ResumeQueue", "SetQueueLimits", "CancelTasks", "RetryTasks",
-                                "DeleteTask", "DeleteTasks", "SetQueueRetention"],
+                                "WaitTask", "WatchTasks", "StreamTaskOutput", "DeleteByMergeKey",
+                                "PauseQueue", "ResumeQueue", "SetQueueLimits", "CancelTasks",
+                                "RetryTasks", "DeleteTask", "DeleteTasks", "SetQueueRetention"],
     "taskgrid.v1.AgentService": ["Connect"],
     "taskgrid.v1.ClusterService": ["ListAgents", "DrainAgent", "UndrainAgent", "GetClusterStats"],
     "taskgrid.v1.ScheduleService": ["CreateSchedule", "GetSchedule", "ListSchedules",

@@ -20,6 +20,7 @@
 
 #include "agent/core.h"
 #include "common/clock.h"
+#include "common/message_limits.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
@@ -548,6 +549,148 @@ TEST(AgentCore, ADrainingAgentRejectsWorkAndSaysSoInHelloAndAfterWelcome) {
   const size_t from = h.size();
   EXPECT_TRUE(h.Connect().draining());
   EXPECT_GE(h.Find(IsDraining(), from), 0);
+}
+
+// --- Live output ---
+
+v1::SchedulerMessage Watch(const std::string& id, bool watch) {
+  v1::SchedulerMessage m;
+  m.mutable_watch_output()->set_task_id(id);
+  m.mutable_watch_output()->set_attempt(1);
+  m.mutable_watch_output()->set_watch(watch);
+  return m;
+}
+Pred IsOutput(const std::string& id) {
+  return [id](const v1::AgentMessage& m) { return m.has_output() && m.output().task_id() == id; };
+}
+// The output messages about `id` written at index >= from.
+std::vector<Sent> OutputsOf(const Harness& h, const std::string& id, size_t from = 0) {
+  std::vector<Sent> out;
+  for (size_t i = from; i < h.size(); ++i) {
+    if (IsOutput(id)(h.at(i).msg)) out.push_back(h.at(i));
+  }
+  return out;
+}
+void Write(LiveOutput& live, LiveOutput::Stream s, const std::string& text) {
+  live.Append(s, text.data(), text.size());
+}
+
+TEST(AgentCore, LiveOutputGoesOnlyWhileWatchedAtMostEveryIntervalAndLastBeforeItsResult) {
+  Harness h;
+  EXPECT_TRUE(h.Connect().live_output());
+  h.Push(Assign({Long("t")}));
+  h.WaitFor(IsAccept("t"));
+  std::shared_ptr<LiveOutput> live = h.core().live_output("t", 1);
+  ASSERT_NE(live, nullptr);
+  Write(*live, LiveOutput::kStdout, "before\n");
+  h.RunFor(Ms(1000));
+  EXPECT_TRUE(OutputsOf(h, "t").empty()) << "nobody watches: nothing is sent";
+
+  // Watched: what it holds goes at once, marked caught up.
+  h.Push(Watch("t", true));
+  const absl::Duration watched = h.now();
+  std::vector<Sent> out = OutputsOf(h, "t");
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].at, watched);
+  EXPECT_EQ(out[0].msg.output().data(), "before\n");
+  EXPECT_EQ(out[0].msg.output().offset(), 0);
+  EXPECT_EQ(out[0].msg.output().stream(), v1::OUTPUT_STREAM_STDOUT);
+  EXPECT_TRUE(out[0].msg.output().caught_up());
+
+  // New output: at most every 200 ms.
+  Write(*live, LiveOutput::kStdout, "a\n");
+  h.RunFor(Ms(199));
+  EXPECT_EQ(OutputsOf(h, "t").size(), 1u) << "sent before the interval";
+  h.RunFor(Ms(1));
+  out = OutputsOf(h, "t");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].at, watched + Ms(200));
+  EXPECT_EQ(out[1].msg.output().offset(), 7);
+  EXPECT_EQ(out[1].msg.output().data(), "a\n");
+  EXPECT_FALSE(out[1].msg.output().caught_up());
+  Write(*live, LiveOutput::kStderr, "oops\n");
+  h.RunFor(Ms(200));
+  out = OutputsOf(h, "t");
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].at, watched + Ms(400));
+  EXPECT_EQ(out[2].msg.output().stream(), v1::OUTPUT_STREAM_STDERR);
+  EXPECT_EQ(out[2].msg.output().data(), "oops\n");
+
+  // Unwatched: nothing more.
+  h.Push(Watch("t", false));
+  Write(*live, LiveOutput::kStdout, "unseen\n");
+  h.RunFor(Ms(1000));
+  EXPECT_EQ(OutputsOf(h, "t").size(), 3u) << "sent after the scheduler said stop";
+
+  // Watched again, then the attempt ends: its last output goes at once,
+  // before its Result, and nothing after.
+  h.Push(Watch("t", true));
+  const size_t rewatched = h.size();
+  Write(*live, LiveOutput::kStdout, "last words\n");
+  v1::SchedulerMessage cancel;
+  cancel.mutable_cancel()->set_task_id("t");
+  cancel.mutable_cancel()->set_attempt(1);
+  h.Push(cancel);
+  const int result = h.WaitFor(IsResult("t"), rewatched);
+  out = OutputsOf(h, "t", rewatched);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().msg.output().data(), "last words\n");
+  EXPECT_LT(h.Find([](const v1::AgentMessage& m) {
+    return m.has_output() && m.output().data() == "last words\n";
+  }),
+            result)
+      << "the last output must precede the Result";
+  const size_t ended = h.size();
+  Write(*live, LiveOutput::kStdout, "after the end\n");
+  h.RunFor(Ms(1000));
+  EXPECT_TRUE(OutputsOf(h, "t", ended).empty()) << "output sent after the attempt ended";
+}
+
+TEST(AgentCore, LiveOutputSkipsAheadWhenItsWriterOutrunsTheWatcher) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("fast")}));
+  h.WaitFor(IsAccept("fast"));
+  std::shared_ptr<LiveOutput> live = h.core().live_output("fast", 1);
+  ASSERT_NE(live, nullptr);
+  h.Push(Watch("fast", true));
+  const absl::Duration watched = h.now();
+  ASSERT_EQ(OutputsOf(h, "fast").size(), 1u) << "the empty answer, caught up";
+  // 200 KiB between two looks: more than the 64 KiB the agent keeps. A
+  // full chunk goes at the next poll, without waiting for the interval.
+  Write(*live, LiveOutput::kStdout, std::string(200 << 10, 'x'));
+  h.RunFor(Ms(50));
+  std::vector<Sent> out = OutputsOf(h, "fast");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].at, watched + Ms(50));
+  EXPECT_EQ(out[1].msg.output().offset(), (200 << 10) - (64 << 10))
+      << "the skipped bytes show as a jump in the offset";
+  EXPECT_EQ(out[1].msg.output().data().size(), static_cast<size_t>(64 << 10));
+  EXPECT_LE(out[1].msg.output().data().size(), static_cast<size_t>(kMaxOutputChunkBytes));
+}
+
+TEST(AgentCore, WatchesEndWithTheStreamAndAnAttemptNotHereIsAnsweredEmpty) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("t")}));
+  h.WaitFor(IsAccept("t"));
+  std::shared_ptr<LiveOutput> live = h.core().live_output("t", 1);
+  ASSERT_NE(live, nullptr);
+  h.Push(Watch("t", true));
+  h.Disconnect();
+  h.Connect();
+  const size_t reconnected = h.size();
+  Write(*live, LiveOutput::kStdout, "news\n");
+  h.RunFor(Ms(1000));
+  EXPECT_TRUE(OutputsOf(h, "t", reconnected).empty())
+      << "a watch from the last stream went on: the scheduler asks again on a new one";
+
+  v1::SchedulerMessage other = Watch("not-here", true);
+  h.Push(other);
+  std::vector<Sent> out = OutputsOf(h, "not-here");
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].msg.output().caught_up());
+  EXPECT_TRUE(out[0].msg.output().data().empty());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "tools/ctl/help.h"
+#include "tools/ctl/log_printer.h"
 #include "tools/ctl/output.h"
 #include "tools/ctl/parse.h"
 
@@ -276,6 +278,104 @@ TEST(CtlParse, BadSuccessPoliciesNameTheFlag) {
   EXPECT_THAT(std::string(ParseSuccess("quorum", &r).message()), ::testing::HasSubstr("quorum:K"));
   EXPECT_THAT(std::string(ParseSuccess("most", &r).message()),
               ::testing::HasSubstr("all, any or quorum:K, not \"most\""));
+}
+
+// --- logs ---
+
+using Chunk = v1::StreamTaskOutputResponse;
+
+Chunk Started(int32_t attempt, const std::string& agent, const std::string& note = "") {
+  Chunk c;
+  c.set_kind(Chunk::KIND_ATTEMPT_STARTED);
+  c.set_attempt(attempt);
+  c.set_agent_id(agent);
+  c.set_note(note);
+  return c;
+}
+Chunk Data(int32_t attempt, v1::OutputStream s, int64_t offset, const std::string& data) {
+  Chunk c;
+  c.set_kind(Chunk::KIND_OUTPUT);
+  c.set_attempt(attempt);
+  c.set_stream(s);
+  c.set_offset(offset);
+  c.set_data(data);
+  return c;
+}
+Chunk Ended(int32_t attempt, const std::string& agent, v1::Outcome outcome) {
+  Chunk c;
+  c.set_kind(Chunk::KIND_ATTEMPT_ENDED);
+  c.set_attempt(attempt);
+  c.set_agent_id(agent);
+  c.set_outcome(outcome);
+  return c;
+}
+Chunk End(v1::TaskState state, const std::string& note = "") {
+  Chunk c;
+  c.set_kind(Chunk::KIND_END);
+  c.set_state(state);
+  c.set_note(note);
+  return c;
+}
+
+TEST(CtlLogs, EachStreamGoesToItsOwnAndGapsAreMarkedOnTheirLine) {
+  std::ostringstream out, err;
+  LogPrinter p(out, err, "t", /*follow=*/false);
+  p.Print(Started(1, "a1"));
+  p.Print(Data(1, v1::OUTPUT_STREAM_STDOUT, 0, "one\n"));
+  p.Print(Data(1, v1::OUTPUT_STREAM_STDERR, 0, "warn\n"));
+  p.Print(Data(1, v1::OUTPUT_STREAM_STDOUT, 4, "two, no newline"));
+  // 100 bytes went missing in the middle of a line.
+  p.Print(Data(1, v1::OUTPUT_STREAM_STDOUT, 119, "three\n"));
+  p.Print(End(v1::TASK_STATE_RUNNING));
+  EXPECT_EQ(out.str(), "one\ntwo, no newline\n[... 100 bytes not shown ...]\nthree\n");
+  EXPECT_EQ(err.str(), "warn\n") << "the first attempt needs no header; RUNNING is no news";
+  EXPECT_TRUE(p.ended());
+  EXPECT_EQ(p.final_state(), v1::TASK_STATE_RUNNING);
+
+  // A finished task's tail that does not start at 0 says what it left out.
+  std::ostringstream out2, err2;
+  LogPrinter tail(out2, err2, "t", false);
+  tail.Print(Data(3, v1::OUTPUT_STREAM_STDOUT, 5000, "end\n"));
+  EXPECT_EQ(out2.str(), "[... 5000 bytes not shown ...]\nend\n");
+}
+
+TEST(CtlLogs, AttemptsAndTheEndAreSaidOnStderr) {
+  std::ostringstream out, err;
+  LogPrinter p(out, err, "job-7", /*follow=*/true);
+  p.Print(Started(1, "a1"));
+  p.Print(Data(1, v1::OUTPUT_STREAM_STDERR, 0, "half a line"));
+  p.Print(Ended(1, "a1", v1::OUTCOME_LOST));
+  p.Print(Started(2, "a2"));
+  // A new attempt starts at offset 0 again: no gap.
+  p.Print(Data(2, v1::OUTPUT_STREAM_STDOUT, 0, "again\n"));
+  p.Print(Ended(2, "a2", v1::OUTCOME_FAILED));
+  p.Print(Started(3, "py", "agent py does not send live output"));
+  p.Print(Ended(3, "py", v1::OUTCOME_SUCCEEDED));
+  p.Print(End(v1::TASK_STATE_SUCCEEDED));
+  EXPECT_EQ(out.str(), "again\n");
+  EXPECT_EQ(err.str(),
+            "half a line\n"
+            "--- attempt 1 on agent a1 ended: LOST ---\n"
+            "--- attempt 2 on agent a2 ---\n"
+            "--- attempt 2 on agent a2 ended: FAILED ---\n"
+            "--- attempt 3 on agent py: agent py does not send live output ---\n");
+
+  std::ostringstream out2, err2;
+  LogPrinter failed(out2, err2, "job-7", /*follow=*/true);
+  failed.Print(End(v1::TASK_STATE_CANCELLED));
+  EXPECT_EQ(err2.str(), "--- job-7 CANCELLED ---\n");
+  std::ostringstream out3, err3;
+  LogPrinter waiting(out3, err3, "later", /*follow=*/false);
+  waiting.Print(End(v1::TASK_STATE_PENDING, "not started yet: no output"));
+  EXPECT_EQ(err3.str(), "--- later is PENDING: not started yet: no output ---\n");
+}
+
+TEST(CtlParse, OutputStreams) {
+  EXPECT_EQ(*ParseOutputStream(""), v1::OUTPUT_STREAM_UNSPECIFIED);
+  EXPECT_EQ(*ParseOutputStream("stdout"), v1::OUTPUT_STREAM_STDOUT);
+  EXPECT_EQ(*ParseOutputStream("stderr"), v1::OUTPUT_STREAM_STDERR);
+  EXPECT_THAT(std::string(ParseOutputStream("both").status().message()),
+              ::testing::HasSubstr("--stream must be stdout or stderr"));
 }
 
 }  // namespace

@@ -171,12 +171,15 @@ class Walk {
   void CheckAll() {
     absl::Status s = sched_->CheckInvariants();
     ASSERT_TRUE(s.ok()) << s;
+    // Every one is indexed; a few on disk (a different few each step) are
+    // read back and checked against the index.
     std::vector<int64_t> on_disk;
     std::vector<v1::TaskState> states;
     for (const std::string& id : acked_) {
       if (sched_->Find(id) != nullptr) continue;
       const ColdTask* c = sched_->FindCold(id);
       ASSERT_NE(c, nullptr) << "acknowledged task " << id << " is lost";
+      if (Pick(20) != 0) continue;
       on_disk.push_back(c->seq);
       states.push_back(c->state);
     }

@@ -73,6 +73,12 @@ class Client {
   // `count` events were printed, or SIGINT/SIGTERM (kExitOk).
   int Watch(const WatchOptions& opts);
   int Get(const std::string& id);
+  // StreamTaskOutput (logs.cc): the task's output, printed as it comes
+  // (LogPrinter, or JSON lines). Without follow, within --timeout: exit
+  // kExitOk. With follow, until the task is finished: kExitOk when it
+  // SUCCEEDED, kExitTaskFailed when it ended otherwise, kExitWaitTimedOut
+  // when `wait_timeout` (InfiniteDuration: none) passed first.
+  int Logs(const v1::StreamTaskOutputRequest& req, absl::Duration wait_timeout);
   // `all`: follows next_page_token until the last page.
   int List(v1::ListTasksRequest req, bool all);
   int Act(Action action, const std::string& id);

@@ -234,6 +234,40 @@ keeps (or ahead of the newest) is OUT_OF_RANGE (exit 1).
 
   taskgridctl watch --id=hello --count=4
   taskgridctl watch --json --follow --after=1200 | jq -c 'select(.to_state == "TASK_STATE_FAILED")')"},
+      {"logs",
+       "logs [-f] [--stdout|--stderr] [--wait_timeout=DUR] ID",
+       "Print a task's output; -f follows it live until the task is finished",
+       "taskgridctl logs -f build-42",
+       {"follow", "stream", "wait_timeout"},
+       R"(The task's stdout goes to stdout and its stderr to stderr, byte for byte,
+as its agent reads them from the running steps (about every 200 ms).
+
+  taskgridctl logs ID        what there is now, then exit 0: the newest 64 KiB
+                             of each stream of the running attempt, or, for a
+                             finished task, the tails its result keeps
+                             (--max_output_bytes of the agent and scheduler)
+  taskgridctl logs -f ID     then follow: the output as it is written, across
+                             attempts (a retry, a task moved to another agent),
+                             until the task is finished. A task that has not
+                             started is waited for.
+  --stdout, --stderr         only that stream (--stream=stdout|stderr)
+
+Where bytes were skipped (the agent keeps the newest 64 KiB of each stream,
+and a reader that falls behind skips ahead) a line says how many:
+  [... 1200 bytes not shown ...]
+Lines starting with "---" on stderr say what happened to the task: a new
+attempt (after the first), an attempt that ended other than SUCCEEDED, an
+agent that sends no live output (then its result's tails come when the
+attempt ends), how a followed task ended. --json prints each
+StreamTaskOutputResponse as one JSON line instead (data in base64).
+
+Exit status: 0 (with -f: the task SUCCEEDED), 3 with -f when it ended
+FAILED or CANCELLED, 4 when --wait_timeout (only with -f; default: no limit)
+passed first, 1 for an unknown task (NOT_FOUND) or a scheduler that cannot
+be reached. Ctrl-C ends a follow.
+
+  taskgridctl logs -f --stderr nightly:20261126T020000Z
+  taskgridctl logs --json report-42 | jq -r 'select(.kind == "KIND_OUTPUT") | .data | @base64d')"},
       {"stats",
        "stats [--queue=Q]",
        "Queue lengths, limits and task counts by state",
@@ -622,9 +656,10 @@ std::string UsageText() {
       "                    (default: $TASKGRID_TLS_CERT, $TASKGRID_TLS_KEY)\n"
       "  --token_file=F    send the bearer token in F (default: $TASKGRID_TOKEN_FILE)\n\n"
       "Exit status: 0 ok; 1 the scheduler refused the call or could not be reached;\n"
-      "2 usage error (nothing was sent); wait and submit --wait: 3 a task FAILED or was\n"
-      "CANCELLED, 4 --wait_timeout passed first; job submit --wait: 3 the job FAILED\n"
-      "or was CANCELLED, 4 --wait_timeout passed first.\n"
+      "2 usage error (nothing was sent); wait, submit --wait and logs -f:\n"
+      "3 a task FAILED or was CANCELLED, 4 --wait_timeout passed first;\n"
+      "job submit --wait: 3 the job FAILED or was CANCELLED, 4 --wait_timeout passed\n"
+      "first.\n"
       "`taskgridctl help COMMAND` shows the details of a command (e.g. help job submit,\n"
       "help schedule create).\n");
   return out;

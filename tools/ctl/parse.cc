@@ -209,4 +209,12 @@ absl::StatusOr<v1::SubmitJobRequest> ParseSubmitJobJson(absl::string_view text,
   return req;
 }
 
+absl::StatusOr<v1::OutputStream> ParseOutputStream(absl::string_view text) {
+  if (text.empty()) return v1::OUTPUT_STREAM_UNSPECIFIED;
+  if (text == "stdout") return v1::OUTPUT_STREAM_STDOUT;
+  if (text == "stderr") return v1::OUTPUT_STREAM_STDERR;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--stream must be stdout or stderr, not \"", text, "\""));
+}
+
 }  // namespace taskgrid::ctl

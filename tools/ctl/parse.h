@@ -29,6 +29,9 @@ absl::StatusOr<absl::Time> ParseWhen(absl::string_view text, absl::Time now);
 // Whether K is at most the number of replicas is the scheduler's to check.
 absl::Status ParseSuccess(absl::string_view text, v1::Replicas* replicas);
 
+// `logs --stream`: "stdout", "stderr", or "" for both (UNSPECIFIED).
+absl::StatusOr<v1::OutputStream> ParseOutputStream(absl::string_view text);
+
 // The tasks of a JSON document in any of three shapes: a SubmitTasksRequest
 // ({"tasks": [...]}), an array of TaskSpec objects, or one TaskSpec object.
 // Field names may be snake_case or lowerCamelCase; unknown fields are errors.
