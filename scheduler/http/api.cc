@@ -360,6 +360,13 @@ void Api::Register(HttpServer* server) const {
           });
   }
 
+  route(true, "/api/v1/tasks/{id}/delete", Method("TaskService", "DeleteTask"),
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+          return Print(Await<v1::DeleteTaskResponse>(
+              timeout, [&](auto reply) { e->DeleteTask(req.params.at("id"), std::move(reply)); }));
+        });
+
   // Jobs.
   route(
       false, "/api/v1/jobs", Method("JobService", "ListJobs"),

@@ -28,6 +28,7 @@
 namespace taskgrid::http {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -330,6 +331,18 @@ TEST_F(WebApiTest, ActionsChangeStateThroughTheEngine) {
   ASSERT_EQ(Act("/api/v1/tasks/t1/cancel")->status, 200);
   ASSERT_EQ(Act("/api/v1/tasks/t1/reset")->status, 200);
   EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  // Delete: refused while unfinished (409, nothing changed), then done.
+  auto refused = Act("/api/v1/tasks/t1/delete");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 409) << refused->body;
+  EXPECT_THAT(refused->body, HasSubstr("cancel it first"));
+  EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
+  ASSERT_EQ(Act("/api/v1/tasks/t1/cancel")->status, 200);
+  auto deleted = Act("/api/v1/tasks/t1/delete");
+  ASSERT_TRUE(deleted);
+  ASSERT_EQ(deleted->status, 200) << deleted->body;
+  EXPECT_THAT(FromJson<v1::DeleteTaskResponse>(deleted->body).ids(), ElementsAre("t1"));
+  EXPECT_EQ(Get("/api/v1/tasks/t1")->status, 404);
 
   auto pause = Act("/api/v1/queues/q/pause");
   ASSERT_TRUE(pause);
@@ -561,6 +574,7 @@ TEST_F(WebApiRolesTest, EachEndpointNeedsTheRoleOfItsMethod) {
       {true, "/api/v1/tasks/t1/cancel", "TaskService/CancelTask"},
       {true, "/api/v1/tasks/t1/retry", "TaskService/RetryTask"},
       {true, "/api/v1/tasks/t1/reset", "TaskService/ResetTask"},
+      {true, "/api/v1/tasks/t1/delete", "TaskService/DeleteTask"},
       {true, "/api/v1/jobs/j1/cancel", "JobService/CancelJob"},
       {true, "/api/v1/jobs/j1/retry", "JobService/RetryJob"},
       {true, "/api/v1/queues/q/pause", "TaskService/PauseQueue"},

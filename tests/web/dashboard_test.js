@@ -191,6 +191,22 @@ async function plain(page) {
     assert.equal(state(ctlJson("get", "long").state), "CANCELLED");
   });
 
+  await step("delete a finished task by its button", async () => {
+    await page.goto(`${BASE}#/task/long`);
+    await until("long CANCELLED", async () => (await badgeOf(page, "h1")) === "CANCELLED");
+    await page.getByRole("button", { name: "Delete" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "deleted long" }).waitFor();
+    await until("back on its queue's task list", async () => page.url().includes("#/tasks"));
+    let refused;
+    try {
+      ctl("get", "long");
+    } catch (e) {
+      refused = e;
+    }
+    assert.ok(refused, "get of a deleted task fails");
+    assert.match(String(refused.stderr), /NOT_FOUND/);
+  });
+
   await step("a task submitted meanwhile appears by the timer's refresh", async () => {
     await page.goto(`${BASE}#/tasks?queue=late`);
     await page.locator(".empty").waitFor();

@@ -154,21 +154,24 @@
   }
 
   // Runs an action (a POST), says how it went, and refreshes the page.
-  async function act(what, path, describe) {
+  // `then`, if given, runs after a success instead of the refresh (a
+  // delete leaves nothing to refresh).
+  async function act(what, path, describe, then) {
     try {
       const result = await api(path, { method: "POST" });
       flash(`${what}: ${describe(result)}`, true);
+      if (then) return then(result);
     } catch (e) {
       flash(`${what} refused: ${e.code}: ${e.message}`, false);
     }
     await refresh();
   }
 
-  function actionButton(label, enabled, what, path, describe, danger) {
+  function actionButton(label, enabled, what, path, describe, danger, then) {
     return h("button", { type: "button", class: danger ? "danger" : undefined, disabled: !enabled,
       "data-action": label.toLowerCase(), onclick: (ev) => {
         ev.target.disabled = true;
-        act(what, path, describe);
+        act(what, path, describe, then);
       } }, label);
   }
 
@@ -209,6 +212,9 @@
       if (s.max_concurrency) controls.push(h("span", { class: "chip" }, `${s.max_concurrency} at once`));
       if (s.rate_per_second) controls.push(h("span", { class: "chip" }, `${s.rate_per_second}/s burst ${s.burst || Math.max(1, s.rate_per_second)}`));
       if (q.held) controls.push(h("span", { class: "chip" }, "holding"));
+      const kept = (d) => (d === "0s" ? "forever" : d);
+      if (s.retention) controls.push(h("span", { class: "chip" }, `keeps ${kept(s.retention)}`));
+      if (s.failed_retention) controls.push(h("span", { class: "chip" }, `keeps failed ${kept(s.failed_retention)}`));
       const pending = num(q.counts && q.counts.PENDING);
       return h("tr", { "data-queue": q.queue },
         h("td", {}, h("a", { href: link("tasks", { queue: q.queue }) }, q.queue)),
@@ -308,7 +314,13 @@
       actionButton("Reset", TERMINAL.has(st), `reset ${id}`, `${path}/reset`, describe),
       actionButton("Pause", ["PENDING", "SCHEDULED", "BLOCKED", "DISPATCHED", "RUNNING"].includes(st) && !t.pause_requested,
         `pause ${id}`, `${path}/pause`, describe),
-      actionButton("Resume", st === "PAUSED", `resume ${id}`, `${path}/resume`, describe));
+      actionButton("Resume", st === "PAUSED", `resume ${id}`, `${path}/resume`, describe),
+      actionButton("Delete", TERMINAL.has(st) && !spec.job_id && !spec.replica_of, `delete ${id}`,
+        `${path}/delete`, (r) => `deleted ${(r.ids || []).join(", ")}`, true,
+        () => {
+          keepFlash = true;  // "deleted ..." stays on the list it goes back to
+          location.hash = link("tasks", { queue: spec.queue });
+        }));
     const facts = [
       ["State", badge(st)],
       ["Reason", t.reason || "—"],
@@ -517,8 +529,10 @@
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") refresh();
   });
+  let keepFlash = false;  // set by an action that moves to another page itself
   window.addEventListener("hashchange", () => {
-    $("#flash").hidden = true;  // it spoke of the page before
+    if (!keepFlash) $("#flash").hidden = true;  // it spoke of the page before
+    keepFlash = false;
     window.scrollTo(0, 0);
     refresh();
   });
