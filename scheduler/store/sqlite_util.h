@@ -1,0 +1,31 @@
+// Small helpers over SQLite's C API shared by the SQLite store's files
+// (sqlite_store.cc, sqlite_schema.cc). Not for code outside the store.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace taskgrid::store::sqlite {
+
+// INTERNAL naming `what` and SQLite's last error on `db`.
+absl::Status SqlError(sqlite3* db, absl::string_view what);
+// Runs statements that return no rows.
+absl::Status Exec(sqlite3* db, const char* sql);
+// Binds without copying: `v` must outlive the statement's step.
+void BindText(sqlite3_stmt* st, int i, const std::string& v);
+void BindBlob(sqlite3_stmt* st, int i, const std::string& v);
+std::string ColumnString(sqlite3_stmt* st, int i);
+// Like ColumnString, into an existing string (keeping its buffer).
+void AssignColumn(sqlite3_stmt* st, int i, std::string* out);
+// Steps a statement that returns no rows, then resets it and clears its
+// bindings.
+absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what);
+// The tasks table's `family` column: 1 for a replica, 2 for a task with
+// replicas, 0 for the others.
+int FamilyOf(bool replica, bool has_replicas);
+
+}  // namespace taskgrid::store::sqlite
