@@ -178,6 +178,7 @@ struct ColdTask {
   v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
   bool replica = false;       // one of a task's replicas (goes with its task)
   bool has_replicas = false;  // its replicas go with it
+  size_t id_hash = 0;         // absl::Hash of `id`, kept for the index's rehashes
 };
 
 // A schedule id leaves room in a task id (kMaxIdLength) for the fire

@@ -38,7 +38,10 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     return absl::FailedPreconditionError("RestoreTasks before BeginRestore");
   for (std::unique_ptr<TaskRecord>& owned : *tasks) {
     // A finished task read light, needed in memory after all (RestoreNeeds).
-    if (const ColdTask* c = table_.FindCold(owned->id()); c != nullptr && c->seq == owned->seq) {
+    if (const ColdTask* c = table_.FindCold(owned->id())) {
+      if (c->seq != owned->seq) {
+        return absl::DataLossError(absl::StrCat("task ", owned->id(), " is stored twice"));
+      }
       if (c->job == nullptr && !c->replica) {
         RemoveExpiring(*c->queue, RetentionKind(c->state), c->finish, c->seq, false);
       }

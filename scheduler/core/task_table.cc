@@ -44,12 +44,42 @@ std::string TaskTable::NewTaskId(absl::Time now) {
 }
 
 const std::string* TaskTable::Intern(const std::string& queue) {
-  return &*queue_names_.insert(queue).first;
+  // Rows of one queue tend to come in runs: the last name is kept at hand.
+  if (last_interned_ != nullptr && *last_interned_ == queue) return last_interned_;
+  last_interned_ = &*queue_names_.insert(queue).first;
+  return last_interned_;
 }
 
 const ColdTask* TaskTable::FindCold(absl::string_view id) const {
   auto it = cold_.find(id);
-  return it == cold_.end() ? nullptr : &*it;
+  return it == cold_.end() ? nullptr : *it;
+}
+
+const ColdTask* TaskTable::FileCold(ColdTask c) {
+  c.id_hash = ColdHash()(absl::string_view(c.id));
+  ColdTask* slot;
+  if (cold_free_.empty()) {
+    slot = &cold_pool_.emplace_back(std::move(c));
+  } else {
+    slot = cold_free_.back();
+    cold_free_.pop_back();
+    *slot = std::move(c);
+  }
+  if (!cold_.insert(slot).second) {
+    *slot = ColdTask();
+    cold_free_.push_back(slot);
+    return nullptr;
+  }
+  cold_by_seq_.emplace_hint(cold_by_seq_.end(), slot->seq, slot);
+  return slot;
+}
+
+void TaskTable::UnfileCold(const ColdTask* c) {
+  ColdTask* slot = const_cast<ColdTask*>(c);
+  cold_by_seq_.erase(slot->seq);
+  cold_.erase(slot);
+  *slot = ColdTask();  // lets go of its id's buffer
+  cold_free_.push_back(slot);
 }
 
 const ColdTask* TaskTable::FindColdBySeq(int64_t seq) const {
@@ -81,8 +111,7 @@ void TaskTable::Evict(TaskRecord& t) {
   c.queue = Intern(t.queue());
   by_seq_.erase(t.seq);
   tasks_.erase(t.id());  // frees `t`
-  const ColdTask& in = *cold_.insert(std::move(c)).first;
-  cold_by_seq_.emplace(in.seq, &in);
+  TASKGRID_CHECK(FileCold(std::move(c)) != nullptr, "a task went to disk twice");
 }
 
 void TaskTable::EvictJob(JobRecord& j) {
@@ -95,18 +124,19 @@ void TaskTable::EvictJob(JobRecord& j) {
     j.cold.push_back(t->seq);
     by_seq_.erase(t->seq);
     tasks_.erase(t->id());
-    const ColdTask& in = *cold_.insert(std::move(c)).first;
-    cold_by_seq_.emplace(in.seq, &in);
+    TASKGRID_CHECK(FileCold(std::move(c)) != nullptr, "a task went to disk twice");
   }
   j.tasks.clear();
   std::sort(j.cold.begin(), j.cold.end());
 }
 
 absl::Status TaskTable::AdoptCold(const TaskRow& row) {
-  if (Taken(row.id)) return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
   if (!v1::TaskState_IsValid(row.state) || !IsTerminal(static_cast<v1::TaskState>(row.state))) {
     return absl::DataLossError(
         absl::StrCat("task ", row.id, ": stored state ", row.state, " is not a finished one"));
+  }
+  if (Find(row.id) != nullptr) {
+    return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
   }
   ColdTask c;
   c.id = row.id;
@@ -118,16 +148,18 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
   c.replica = row.replica;
   c.has_replicas = row.has_replicas;
   if (!row.job_id.empty()) {
-    JobRecord& j = FindOrAddJob(row.job_id, row.seq, FromUnixMicrosOrZero(row.create_us));
-    c.job = &j;
-    j.cold.push_back(row.seq);
-    ++j.counts[c.state];
-    j.update_time = std::max(j.update_time, c.finish);
+    c.job = &FindOrAddJob(row.job_id, row.seq, FromUnixMicrosOrZero(row.create_us));
   }
-  ++counts_[row.queue][c.state];
+  const ColdTask* in = FileCold(std::move(c));
+  if (in == nullptr) return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
+  ++counts_[*in->queue][in->state];
+  if (in->job != nullptr) {
+    JobRecord& j = *in->job;
+    j.cold.push_back(row.seq);
+    ++j.counts[in->state];
+    j.update_time = std::max(j.update_time, in->finish);
+  }
   next_seq_ = std::max(next_seq_, row.seq + 1);
-  const ColdTask& in = *cold_.insert(std::move(c)).first;
-  cold_by_seq_.emplace_hint(cold_by_seq_.end(), in.seq, &in);
   return absl::OkStatus();
 }
 
@@ -140,8 +172,7 @@ void TaskTable::UnadoptCold(int64_t seq) {
     --j.counts[c->state];
     j.cold.erase(std::remove(j.cold.begin(), j.cold.end(), seq), j.cold.end());
   }
-  cold_by_seq_.erase(seq);
-  cold_.erase(cold_.find(absl::string_view(c->id)));
+  UnfileCold(c);
 }
 
 TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
@@ -150,8 +181,7 @@ TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
   const ColdTask& c = *it->second;
   if (c.id != t->id() || c.finish != t->update_time || c.state != t->state) return nullptr;
   t->job = c.job;
-  cold_by_seq_.erase(it);
-  cold_.erase(cold_.find(absl::string_view(t->id())));
+  UnfileCold(&c);
   TaskRecord* out = t.get();
   by_seq_.emplace(out->seq, out);
   tasks_.emplace(out->id(), std::move(t));
@@ -186,8 +216,7 @@ void TaskTable::EraseCold(const ColdTask& c, WriteBatch* batch) {
     counts_.erase(*c.queue);
   }
   batch->deletes.push_back({c.seq, c.id});
-  cold_by_seq_.erase(c.seq);
-  cold_.erase(cold_.find(absl::string_view(c.id)));  // frees `c`
+  UnfileCold(&c);  // `c` is gone
 }
 
 void TaskTable::DeleteColdJob(JobRecord& j, WriteBatch* batch) {

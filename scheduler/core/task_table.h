@@ -18,10 +18,12 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -149,24 +151,35 @@ class TaskTable {
   // Keyed by the record's own spec.id() (never changed once the task is in
   // the map), so a million tasks do not hold a second copy of every id.
   absl::flat_hash_map<absl::string_view, std::unique_ptr<TaskRecord>> tasks_;
-  // Tasks on disk only, found by id (nodes: stable addresses) and by seq.
+  // Tasks on disk only, found by id and by seq. The entries live in a pool
+  // (stable addresses, no allocation of its own per entry; a deleted one's
+  // slot is used again) and the id index keeps their hashes, so growing it
+  // never hashes an id twice: a restart files a million of them.
   struct ColdHash {
     using is_transparent = void;
     size_t operator()(absl::string_view id) const { return absl::Hash<absl::string_view>()(id); }
-    size_t operator()(const ColdTask& c) const { return (*this)(absl::string_view(c.id)); }
+    size_t operator()(const ColdTask* c) const { return c->id_hash; }
   };
   struct ColdEq {
     using is_transparent = void;
     static absl::string_view Key(absl::string_view id) { return id; }
-    static absl::string_view Key(const ColdTask& c) { return c.id; }
+    static absl::string_view Key(const ColdTask* c) { return c->id; }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return Key(a) == Key(b);
     }
   };
-  absl::node_hash_set<ColdTask, ColdHash, ColdEq> cold_;
+  // Files `c` in the indexes, from the pool; nullptr (nothing filed) when
+  // its id is on disk already.
+  const ColdTask* FileCold(ColdTask c);
+  // Takes `c` out of the indexes; its slot goes back to the pool.
+  void UnfileCold(const ColdTask* c);
+  std::deque<ColdTask> cold_pool_;
+  std::vector<ColdTask*> cold_free_;  // slots of cold_pool_ not in use
+  absl::flat_hash_set<ColdTask*, ColdHash, ColdEq> cold_;
   absl::btree_map<int64_t, const ColdTask*> cold_by_seq_;
   absl::node_hash_set<std::string> queue_names_;
+  const std::string* last_interned_ = nullptr;  // into queue_names_
   // B-trees: a node per ~10 entries instead of a node (a malloc) per task.
   absl::btree_map<int64_t, TaskRecord*> by_seq_;
   int64_t next_seq_ = 1;

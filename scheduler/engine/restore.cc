@@ -20,8 +20,8 @@ namespace {
 constexpr size_t kRestoreChunksInFlight = 8;
 
 // Rows of one kind (finished attempts, merged payloads) as the store
-// returns them, sorted by task id, found by task id: a span per task into
-// the rows, which must outlive the index.
+// returns them, each task's together, found by task id: a span per task
+// into the rows, which must outlive the index.
 template <typename Row>
 class RowIndex {
  public:
@@ -47,12 +47,6 @@ class RowIndex {
 
 absl::Status Engine::Restore() {
   if (started_) return absl::FailedPreconditionError("the engine was started already");
-  // Finished tasks stay on disk: their rows are read light, and only the
-  // attempts and merged payloads of the others are loaded.
-  ASSIGN_OR_RETURN(const std::vector<core::AttemptRow> attempts,
-                   store_->LoadAttempts(/*unfinished_only=*/true));
-  ASSIGN_OR_RETURN(const std::vector<core::MergedRow> merged,
-                   store_->LoadMerged(/*unfinished_only=*/true));
   ASSIGN_OR_RETURN(const std::vector<core::QueueRow> queues, store_->LoadQueues());
   // Revisions go on after the newest ever handed out, even when retention
   // pruned every event.
@@ -60,22 +54,20 @@ absl::Status Engine::Restore() {
   const int64_t oldest = span.oldest > 0 ? span.oldest : span.newest + 1;
   RETURN_IF_ERROR(sched_.BeginRestore(0, span.newest, oldest));
   RETURN_IF_ERROR(sched_.RestoreQueues(queues));
-  const RowIndex<core::AttemptRow> index(attempts);
-  const RowIndex<core::MergedRow> merged_index(merged);
 
   // Two threads share the work on a table of unfinished tasks, about half
   // each at 1,000,000 of them: a reader thread steps SQLite, files the
   // finished tasks' light rows at once (they stay on disk) and files
   // finished records into the scheduler's indexes; this thread parses the
-  // other rows into records. The parsing makes nearly all the allocations,
-  // and keeping them on this thread keeps them in malloc's main arena: a
-  // second thread's arena grows its heap an mprotect() call per page,
-  // which made a reader that parsed a quarter slower. Chunks go round in
-  // three queues: rows to parse, records to file, and parsed rows whose
-  // string buffers the reader fills again. The reader files every record
-  // chunk ready each time it has read one, so records waiting stay within
-  // the rows' bound too. An error on either side stops the other; the
-  // reader is always joined.
+  // other rows into records, with the attempts and merged payloads of the
+  // few that have any (attempt > 0, a merge key), read by key a chunk at a
+  // time (a walk over every task's would read the whole table again). The parsing makes nearly all
+  // the allocations, and keeping them on this thread keeps them in malloc's main arena: a second
+  // thread's arena grows its heap an mprotect() call per page, which made a reader that parsed a
+  // quarter slower. Chunks go round in three queues: rows to parse, records to file, and parsed
+  // rows whose string buffers the reader fills again. The reader files every record chunk ready
+  // each time it has read one, so records waiting stay within the rows' bound too. An error on
+  // either side stops the other; the reader is always joined.
   using Rows = std::vector<core::TaskRow>;
   using Records = std::vector<std::unique_ptr<core::TaskRecord>>;
   BoundedQueue<Rows> to_parse(kRestoreChunksInFlight);
@@ -119,7 +111,20 @@ absl::Status Engine::Restore() {
     read_status = s;
   });
   absl::Status parse_status;
+  std::vector<std::string> with_history;
+  std::vector<core::AttemptRow> attempts;
+  std::vector<core::MergedRow> merged;
   while (std::optional<Rows> rows = to_parse.Pop()) {
+    with_history.clear();
+    attempts.clear();
+    merged.clear();
+    for (const core::TaskRow& row : *rows) {
+      if (row.attempt > 0 || row.merge_fire_us != 0) with_history.push_back(row.id);
+    }
+    parse_status = store_->ReadHistory(with_history, &attempts, &merged);
+    if (!parse_status.ok()) break;
+    const RowIndex<core::AttemptRow> index(attempts);
+    const RowIndex<core::MergedRow> merged_index(merged);
     Records records;
     records.reserve(rows->size());
     for (core::TaskRow& row : *rows) {

@@ -87,11 +87,6 @@ absl::StatusOr<int64_t> MemoryStore::CountTasks() {
   return static_cast<int64_t>(tasks_.size());
 }
 
-bool MemoryStore::FinishedLocked(const std::string& id) const {
-  auto it = tasks_.find(id);
-  return it != tasks_.end() && core::IsTerminal(static_cast<v1::TaskState>(it->second.state));
-}
-
 absl::Status MemoryStore::ScanTasks(const RowSink& sink, bool light_finished) {
   std::vector<core::TaskRow> all;
   {
@@ -132,18 +127,33 @@ absl::Status MemoryStore::ScanTasks(const RowSink& sink, bool light_finished) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged(bool unfinished_only) {
+absl::StatusOr<std::vector<core::MergedRow>> MemoryStore::LoadMerged() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::MergedRow> out;
-  for (const auto& [key, m] : merged_) {
-    if (!unfinished_only || !FinishedLocked(m.task_id)) out.push_back(m);
-  }
+  for (const auto& [key, m] : merged_) out.push_back(m);
   return out;
+}
+
+absl::Status MemoryStore::ReadHistory(const std::vector<std::string>& task_ids,
+                                      std::vector<core::AttemptRow>* attempts,
+                                      std::vector<core::MergedRow>* merged) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : task_ids) {
+    for (auto a = attempts_.lower_bound({id, INT32_MIN});
+         a != attempts_.end() && a->first.first == id; ++a) {
+      attempts->push_back(a->second);
+    }
+    for (auto m = merged_.lower_bound({id, INT32_MIN}); m != merged_.end() && m->first.first == id;
+         ++m) {
+      merged->push_back(m->second);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::ReadTasks(
     const std::vector<int64_t>& seqs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<core::StoredTask> out;
   for (int64_t seq : seqs) {
     auto it = std::find_if(tasks_.begin(), tasks_.end(),
@@ -152,15 +162,10 @@ absl::StatusOr<std::vector<core::StoredTask>> MemoryStore::ReadTasks(
     core::StoredTask& st = out.emplace_back();
     st.row = it->second;
     st.row.insert = false;
-    const std::string& id = it->first;
-    for (auto a = attempts_.lower_bound({id, INT32_MIN});
-         a != attempts_.end() && a->first.first == id; ++a) {
-      st.attempts.push_back(a->second);
-    }
-    for (auto m = merged_.lower_bound({id, INT32_MIN}); m != merged_.end() && m->first.first == id;
-         ++m) {
-      st.merged.push_back(m->second);
-    }
+  }
+  lock.unlock();
+  for (core::StoredTask& st : out) {
+    if (absl::Status s = ReadHistory({st.row.id}, &st.attempts, &st.merged); !s.ok()) return s;
   }
   return out;
 }
@@ -179,12 +184,10 @@ absl::StatusOr<std::vector<core::ScheduleRow>> MemoryStore::LoadSchedules() {
   return out;
 }
 
-absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts(bool unfinished_only) {
+absl::StatusOr<std::vector<core::AttemptRow>> MemoryStore::LoadAttempts() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<core::AttemptRow> out;
-  for (const auto& [key, a] : attempts_) {
-    if (!unfinished_only || !FinishedLocked(a.task_id)) out.push_back(a);
-  }
+  for (const auto& [key, a] : attempts_) out.push_back(a);
   return out;
 }
 

@@ -15,8 +15,11 @@ class MemoryStore final : public Store {
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;
   absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override;
-  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(bool unfinished_only = false) override;
-  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
+  absl::Status ReadHistory(const std::vector<std::string>& task_ids,
+                           std::vector<core::AttemptRow>* attempts,
+                           std::vector<core::MergedRow>* merged) override;
   absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
       const std::vector<int64_t>& seqs) override;
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
@@ -25,9 +28,6 @@ class MemoryStore final : public Store {
   absl::StatusOr<EventSpan> GetEventSpan() override;
 
  private:
-  // Whether the task `id` is stored in a finished state (mu_ held).
-  bool FinishedLocked(const std::string& id) const;
-
   std::mutex mu_;
   std::map<std::string, core::TaskRow> tasks_;                            // guarded by mu_
   std::map<std::pair<std::string, int32_t>, core::AttemptRow> attempts_;  // guarded by mu_

@@ -78,19 +78,6 @@ void ReadRow(sqlite3_stmt* st, bool light_finished, core::TaskRow* r) {
   r->merge_fire_us = sqlite3_column_int64(st, 20);
 }
 
-// "4, 5, 6, 9": the finished states, for SQL.
-const std::string& FinishedStatesSql() {
-  static const std::string* kList = [] {
-    std::string out;
-    for (int s = 1; s < v1::TaskState_ARRAYSIZE; ++s) {
-      if (!v1::TaskState_IsValid(s) || !core::IsTerminal(static_cast<v1::TaskState>(s))) continue;
-      absl::StrAppend(&out, out.empty() ? "" : ", ", s);
-    }
-    return new std::string(out);
-  }();
-  return *kList;
-}
-
 // Reads the pid written into an existing lock file, for the error message.
 std::string LockHolder(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -537,19 +524,11 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink, bool light_finished) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts(bool unfinished_only) {
-  // Unfinished only: the tasks table is walked (a CROSS JOIN keeps it
-  // outside) and each unfinished task's attempts found by their primary
-  // key, so a table of mostly finished tasks reads few attempts.
-  const std::string sql =
-      unfinished_only
-          ? absl::StrCat(
-                "SELECT a.task_id, a.attempt, a.data FROM tasks t CROSS JOIN attempts a "
-                "ON a.task_id = t.id WHERE t.state NOT IN (",
-                FinishedStatesSql(), ")")
-          : "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt";
+absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
+                         -1, &st, nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading attempts");
   }
   std::vector<core::AttemptRow> out;
@@ -562,23 +541,13 @@ absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts(bool unf
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");
-  if (unfinished_only) {
-    std::sort(out.begin(), out.end(), [](const core::AttemptRow& x, const core::AttemptRow& y) {
-      return std::tie(x.task_id, x.attempt) < std::tie(y.task_id, y.attempt);
-    });
-  }
   return out;
 }
 
-absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged(bool unfinished_only) {
-  const std::string sql =
-      unfinished_only ? absl::StrCat(
-                            "SELECT m.task_id, m.n, m.payload FROM tasks t CROSS JOIN merged m "
-                            "ON m.task_id = t.id WHERE t.state NOT IN (",
-                            FinishedStatesSql(), ")")
-                      : "SELECT task_id, n, payload FROM merged ORDER BY task_id, n";
+absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT task_id, n, payload FROM merged ORDER BY task_id, n", -1, &st,
+                         nullptr) != SQLITE_OK) {
     return SqlError(db_, "loading merged payloads");
   }
   std::vector<core::MergedRow> out;
@@ -591,12 +560,49 @@ absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged(bool unfini
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading merged payloads");
-  if (unfinished_only) {
-    std::sort(out.begin(), out.end(), [](const core::MergedRow& x, const core::MergedRow& y) {
-      return std::tie(x.task_id, x.n) < std::tie(y.task_id, y.n);
-    });
-  }
   return out;
+}
+
+absl::Status SqliteStore::ReadHistoryLocked(const std::string& task_id,
+                                            std::vector<core::AttemptRow>* attempts,
+                                            std::vector<core::MergedRow>* merged) {
+  BindText(read_task_attempts_, 1, task_id);
+  int arc;
+  while ((arc = sqlite3_step(read_task_attempts_)) == SQLITE_ROW) {
+    core::AttemptRow& a = attempts->emplace_back();
+    a.task_id = task_id;
+    a.attempt = sqlite3_column_int(read_task_attempts_, 0);
+    a.data = ColumnString(read_task_attempts_, 1);
+  }
+  sqlite3_reset(read_task_attempts_);
+  BindText(read_task_merged_, 1, task_id);
+  int mrc;
+  while ((mrc = sqlite3_step(read_task_merged_)) == SQLITE_ROW) {
+    core::MergedRow& m = merged->emplace_back();
+    m.task_id = task_id;
+    m.n = sqlite3_column_int(read_task_merged_, 0);
+    m.payload = ColumnString(read_task_merged_, 1);
+  }
+  sqlite3_reset(read_task_merged_);
+  if (arc != SQLITE_DONE || mrc != SQLITE_DONE) {
+    return SqlError(task_db_, "reading a task's attempts and payloads");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::ReadHistory(const std::vector<std::string>& task_ids,
+                                      std::vector<core::AttemptRow>* attempts,
+                                      std::vector<core::MergedRow>* merged) {
+  std::lock_guard<std::mutex> lock(task_mu_);
+  if (task_ids.empty()) return absl::OkStatus();
+  if (absl::Status s = Exec(task_db_, "BEGIN"); !s.ok()) return s;
+  absl::Status status;
+  for (const std::string& id : task_ids) {
+    status = ReadHistoryLocked(id, attempts, merged);
+    if (!status.ok()) break;
+  }
+  Exec(task_db_, "COMMIT").IgnoreError();
+  return status;
 }
 
 absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::ReadTasks(
@@ -621,28 +627,8 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::ReadTasks(
     }
     if (rc == SQLITE_DONE) continue;
     core::StoredTask& t = out.back();
-    BindText(read_task_attempts_, 1, t.row.id);
-    int arc;
-    while ((arc = sqlite3_step(read_task_attempts_)) == SQLITE_ROW) {
-      core::AttemptRow& a = t.attempts.emplace_back();
-      a.task_id = t.row.id;
-      a.attempt = sqlite3_column_int(read_task_attempts_, 0);
-      a.data = ColumnString(read_task_attempts_, 1);
-    }
-    sqlite3_reset(read_task_attempts_);
-    BindText(read_task_merged_, 1, t.row.id);
-    int mrc;
-    while ((mrc = sqlite3_step(read_task_merged_)) == SQLITE_ROW) {
-      core::MergedRow& m = t.merged.emplace_back();
-      m.task_id = t.row.id;
-      m.n = sqlite3_column_int(read_task_merged_, 0);
-      m.payload = ColumnString(read_task_merged_, 1);
-    }
-    sqlite3_reset(read_task_merged_);
-    if (arc != SQLITE_DONE || mrc != SQLITE_DONE) {
-      status = SqlError(task_db_, "reading a task's attempts");
-      break;
-    }
+    status = ReadHistoryLocked(t.row.id, &t.attempts, &t.merged);
+    if (!status.ok()) break;
   }
   Exec(task_db_, "COMMIT").IgnoreError();
   if (!status.ok()) return status;

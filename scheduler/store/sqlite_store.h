@@ -10,7 +10,7 @@
 // last transactions on power loss.
 //
 // Thread contract: Apply is called from one thread at a time; ReadEvents
-// and ReadTasks use a connection of their own each and may be called from
+// and ReadTasks (and ReadHistory) use a connection of their own each and may be called from
 // any thread; each ScanTasks call reads on a connection of its own.
 #pragma once
 
@@ -44,8 +44,11 @@ class SqliteStore final : public Store {
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;
   absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override;
-  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(bool unfinished_only = false) override;
-  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) override;
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override;
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override;
+  absl::Status ReadHistory(const std::vector<std::string>& task_ids,
+                           std::vector<core::AttemptRow>* attempts,
+                           std::vector<core::MergedRow>* merged) override;
   absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
       const std::vector<int64_t>& seqs) override;
   absl::StatusOr<std::vector<core::QueueRow>> LoadQueues() override;
@@ -66,6 +69,10 @@ class SqliteStore final : public Store {
   absl::Status Migrate();
   absl::Status Prepare();
   absl::Status ApplyLocked(const core::WriteBatch& batch);
+  // One task's attempts and payloads on task_db_ (task_mu_ held).
+  absl::Status ReadHistoryLocked(const std::string& task_id,
+                                 std::vector<core::AttemptRow>* attempts,
+                                 std::vector<core::MergedRow>* merged);
   // Schema 11's columns for the rows written before it (in its migration).
   absl::Status BackfillV11();
 

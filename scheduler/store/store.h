@@ -9,11 +9,12 @@
 // GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
 // LoadAttempts, LoadMerged, LoadSchedules, LoadTasks) only before that
 // writer starts, from one thread at a time; ReadEvents and ReadTasks may be
-// called from any thread, at any time.
+// called from any thread, at any time; ReadHistory too.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,13 +68,17 @@ class Store {
   using RowSink = std::function<absl::Status(std::vector<core::TaskRow>* rows)>;
   virtual absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) = 0;
 
-  // Every finished attempt, by task id and then attempt number; with
-  // `unfinished_only`, only those of tasks not in a finished state.
-  virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(
-      bool unfinished_only = false) = 0;
-  // Every merged payload, by task id and then number; `unfinished_only` as
-  // for LoadAttempts.
-  virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) = 0;
+  // Every finished attempt, by task id and then attempt number.
+  virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
+  // Every merged payload, by task id and then number.
+  virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
+  // The finished attempts and merged payloads of these tasks, each task's
+  // together and in order (by attempt, by number), the tasks in the order
+  // asked: what recovery needs of the few tasks that have any, found by
+  // their keys instead of a walk over every task's.
+  virtual absl::Status ReadHistory(const std::vector<std::string>& task_ids,
+                                   std::vector<core::AttemptRow>* attempts,
+                                   std::vector<core::MergedRow>* merged) = 0;
 
   // The tasks stored under these seqs (those not stored are left out), each
   // whole: its row, its finished attempts and its merged payloads. In the

@@ -75,12 +75,16 @@ class FaultyStore final : public store::Store {
   absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override {
     return inner_->ScanTasks(sink, light_finished);
   }
-  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts(
-      bool unfinished_only = false) override {
-    return inner_->LoadAttempts(unfinished_only);
+  absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() override {
+    return inner_->LoadAttempts();
   }
-  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged(bool unfinished_only = false) override {
-    return inner_->LoadMerged(unfinished_only);
+  absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() override {
+    return inner_->LoadMerged();
+  }
+  absl::Status ReadHistory(const std::vector<std::string>& task_ids,
+                           std::vector<core::AttemptRow>* attempts,
+                           std::vector<core::MergedRow>* merged) override {
+    return inner_->ReadHistory(task_ids, attempts, merged);
   }
   absl::StatusOr<std::vector<core::StoredTask>> ReadTasks(
       const std::vector<int64_t>& seqs) override {

@@ -463,10 +463,6 @@ class Walk {
     sched_ = std::make_unique<Scheduler>(&clock_, Options());
     // As Engine::Restore: finished rows light, the others whole, then what
     // the others need read back whole.
-    auto attempts = store_->LoadAttempts(/*unfinished_only=*/true);
-    ASSERT_TRUE(attempts.ok()) << attempts.status();
-    std::map<std::string, std::vector<AttemptRow>> by_task;
-    for (AttemptRow& a : *attempts) by_task[a.task_id].push_back(std::move(a));
     auto span = store_->GetEventSpan();
     ASSERT_TRUE(span.ok()) << span.status();
     ASSERT_EQ(span->newest, last_revision_) << "the store lost events";
@@ -481,8 +477,10 @@ class Walk {
               light.push_back(std::move(row));
               continue;
             }
-            const std::vector<AttemptRow>& of = by_task[row.id];
-            auto rec = FromStored(std::move(row), of);
+            std::vector<AttemptRow> of;
+            std::vector<MergedRow> merged;
+            if (absl::Status h = store_->ReadHistory({row.id}, &of, &merged); !h.ok()) return h;
+            auto rec = FromStored(std::move(row), of, merged);
             if (!rec.ok()) return rec.status();
             records.push_back(std::move(*rec));
           }

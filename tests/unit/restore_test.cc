@@ -53,11 +53,12 @@ class BrokenScanStore final : public store::Store {
         },
         light_finished);
   }
-  absl::StatusOr<std::vector<AttemptRow>> LoadAttempts(bool unfinished_only = false) override {
-    return inner_->LoadAttempts(unfinished_only);
-  }
-  absl::StatusOr<std::vector<MergedRow>> LoadMerged(bool unfinished_only = false) override {
-    return inner_->LoadMerged(unfinished_only);
+  absl::StatusOr<std::vector<AttemptRow>> LoadAttempts() override { return inner_->LoadAttempts(); }
+  absl::StatusOr<std::vector<MergedRow>> LoadMerged() override { return inner_->LoadMerged(); }
+  absl::Status ReadHistory(const std::vector<std::string>& task_ids,
+                           std::vector<core::AttemptRow>* attempts,
+                           std::vector<core::MergedRow>* merged) override {
+    return inner_->ReadHistory(task_ids, attempts, merged);
   }
   absl::StatusOr<std::vector<StoredTask>> ReadTasks(const std::vector<int64_t>& seqs) override {
     return inner_->ReadTasks(seqs);

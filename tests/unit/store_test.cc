@@ -393,16 +393,28 @@ TYPED_TEST(StoreConformance, ALightScanReadsFinishedRowsWithoutTheirBlobs) {
     EXPECT_EQ(r.replica, i == 2);
     EXPECT_EQ(r.has_replicas, i == 1);
   }
-  // Only the unfinished task's attempts and payloads, when asked.
-  auto attempts = this->store()->LoadAttempts(/*unfinished_only=*/true);
-  ASSERT_TRUE(attempts.ok()) << attempts.status();
-  ASSERT_EQ(attempts->size(), 1u);
-  EXPECT_EQ((*attempts)[0].task_id, "open");
-  auto merged = this->store()->LoadMerged(/*unfinished_only=*/true);
-  ASSERT_TRUE(merged.ok()) << merged.status();
-  ASSERT_EQ(merged->size(), 1u);
-  EXPECT_EQ((*merged)[0].task_id, "open");
-  EXPECT_EQ(this->store()->LoadAttempts()->size(), 2u);
+  // The history of the tasks asked for, each task's together, in the order
+  // asked; of no other.
+  core::WriteBatch more;
+  more.attempts.push_back({"open", 2, "open's second"});
+  ASSERT_TRUE(this->store()->Apply(more).ok());
+  std::vector<core::AttemptRow> attempts;
+  std::vector<core::MergedRow> merged;
+  ASSERT_TRUE(this->store()->ReadHistory({"open", "nope"}, &attempts, &merged).ok());
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].task_id, "open");
+  EXPECT_EQ(attempts[0].data, "open's");
+  EXPECT_EQ(attempts[1].data, "open's second");
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_EQ(merged[0].task_id, "open");
+  attempts.clear();
+  merged.clear();
+  ASSERT_TRUE(this->store()->ReadHistory({"done", "open"}, &attempts, &merged).ok());
+  ASSERT_EQ(attempts.size(), 3u);
+  EXPECT_EQ(attempts[0].task_id, "done");
+  EXPECT_EQ(attempts[2].task_id, "open");
+  EXPECT_EQ(merged[0].task_id, "done");
+  EXPECT_EQ(this->store()->LoadAttempts()->size(), 3u);
 }
 
 TYPED_TEST(StoreConformance, UpdatesKeepTheSpec) {
