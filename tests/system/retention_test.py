@@ -30,10 +30,14 @@ def start(cluster):
     port_file = os.path.join(cluster.dir, "http.port")
     cluster.start_scheduler(
         extra_flags=["--http_listen=127.0.0.1:0", f"--http_port_file={port_file}"])
-    harness.wait_until(lambda: os.path.exists(port_file) and open(port_file).read().strip(),
-                       what="the HTTP port file")
-    with open(port_file) as f:
-        return int(f.read().strip())
+    def port():
+        if not os.path.exists(port_file):
+            return ""
+        with open(port_file) as f:
+            return f.read().strip()
+
+    harness.wait_until(port, what="the HTTP port file")
+    return int(port())
 
 
 def stdout_of(task):
