@@ -1,5 +1,6 @@
 # The gRPC-free half of the agent, included by the top-level CMakeLists.txt
-# in every build (so its tests also run under ThreadSanitizer):
+# in every build (so the tests of its threaded parts also run under
+# ThreadSanitizer):
 #   taskgrid_agent_exec: runs the steps of an Assignment as processes,
 #     builtins and HTTP requests (libcurl) and makes its TaskResult
 #     (agent/executor.h);

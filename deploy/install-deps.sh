@@ -8,6 +8,8 @@
 #   deploy/install-deps.sh --web    also Chromium (and Node.js with npm when
 #                                   npm is missing) for the dashboard's
 #                                   browser test
+#   deploy/install-deps.sh --mold   also mold, the fast linker deploy/test.sh
+#                                   links its sanitizer trees with
 set -euo pipefail
 
 pkgs=(
@@ -26,7 +28,8 @@ for arg in "$@"; do
       # conflict with it, so only a machine without npm gets Debian's.
       if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi
       ;;
-    *) echo "install-deps: unknown option $arg (--python, --fuzz, --web)" >&2; exit 2 ;;
+    --mold) pkgs+=(mold) ;;
+    *) echo "install-deps: unknown option $arg (--python, --fuzz, --web, --mold)" >&2; exit 2 ;;
   esac
 done
 

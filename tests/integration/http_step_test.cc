@@ -32,7 +32,9 @@
 #include "gtest/gtest.h"
 #include "tests/testing/assignment.h"
 
-namespace taskgrid::agent {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::agent::http_step_test {
 namespace {
 
 using ::taskgrid::testing::Assignment;
@@ -514,4 +516,4 @@ TEST(HttpStep, AMalformedStepFailsForGoodWithoutARequest) {
 }
 
 }  // namespace
-}  // namespace taskgrid::agent
+}  // namespace taskgrid::agent::http_step_test

@@ -4,7 +4,9 @@
 
 #include "agent/lease.h"
 
-namespace taskgrid::agent {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::agent::lease_test {
 namespace {
 
 absl::Duration S(double s) { return absl::Seconds(s); }
@@ -76,4 +78,4 @@ TEST(Lease, TheAgentsOwnStopOnLostAfterWinsOverTheLease) {
 }
 
 }  // namespace
-}  // namespace taskgrid::agent
+}  // namespace taskgrid::agent::lease_test

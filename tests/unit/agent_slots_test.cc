@@ -8,7 +8,9 @@
 
 #include "agent/slots.h"
 
-namespace taskgrid::agent {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::agent::slots_test {
 namespace {
 
 v1::Assignment Task(const std::string& id, int32_t slots = 1, int32_t attempt = 1) {
@@ -164,4 +166,4 @@ TEST_F(SlotsTest, CancelOfAWaitingLinkDropsItAndTheLinksAfterIt) {
 }
 
 }  // namespace
-}  // namespace taskgrid::agent
+}  // namespace taskgrid::agent::slots_test

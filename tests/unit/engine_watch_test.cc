@@ -13,7 +13,9 @@
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/faulty_store.h"
 
-namespace taskgrid::engine {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::engine::engine_watch_test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -267,4 +269,4 @@ TEST_F(EngineWatchTest, WaitsAreBoundedNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace taskgrid::engine
+}  // namespace taskgrid::engine::engine_watch_test

@@ -18,7 +18,9 @@
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/fake_agent_channel.h"
 
-namespace taskgrid::engine {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::engine::retention_test {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
@@ -605,4 +607,4 @@ TEST_F(RetentionTest, ARestartKeepsFinishedTasksOnDiskAndWhatIsNeededInMemory) {
 }
 
 }  // namespace
-}  // namespace taskgrid::engine
+}  // namespace taskgrid::engine::retention_test

@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace taskgrid::core {
+// A namespace of its own: some of its file-local names are also another test
+// file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
+namespace taskgrid::core::task_table_test {
 namespace {
 
 std::unique_ptr<TaskRecord> Record(const std::string& id, const std::string& queue = "q") {
@@ -110,4 +112,4 @@ TEST(TaskTable, RetentionPrunesThroughTheNewestRevisionOlderThanTheCutoff) {
 }
 
 }  // namespace
-}  // namespace taskgrid::core
+}  // namespace taskgrid::core::task_table_test
