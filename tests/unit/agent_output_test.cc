@@ -9,7 +9,9 @@
 #include "agent/live_output.h"
 #include "agent/output_watches.h"
 
-namespace taskgrid::agent {
+// A namespace of its own: the files of a test binary compile together
+// (cmake/TaskgridTest.cmake) and agent_core_test.cc has file-local names too.
+namespace taskgrid::agent::agent_output_test {
 namespace {
 
 absl::Duration Ms(int64_t ms) { return absl::Milliseconds(ms); }
@@ -154,4 +156,4 @@ TEST(OutputWatches, FinishSendsTheRestAtOnceAndStopAndClearSendNothingMore) {
 }
 
 }  // namespace
-}  // namespace taskgrid::agent
+}  // namespace taskgrid::agent::agent_output_test

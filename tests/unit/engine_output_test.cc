@@ -16,6 +16,7 @@
 #include "common/message_limits.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/store/memory_store.h"
+#include "tests/testing/await.h"
 #include "tests/testing/fake_agent_channel.h"
 
 namespace taskgrid::engine {
@@ -25,12 +26,7 @@ using ::testing::HasSubstr;
 using Response = v1::StreamTaskOutputResponse;
 using FakeChannel = testing::FakeAgentChannel;
 
-template <typename T>
-absl::StatusOr<T> Await(const std::function<void(Engine::Reply<T>)>& call) {
-  std::promise<absl::StatusOr<T>> p;
-  call([&p](absl::StatusOr<T> r) { p.set_value(std::move(r)); });
-  return p.get_future().get();
-}
+using testing::Await;
 
 // One agent on a fake channel.
 struct FakeAgent {

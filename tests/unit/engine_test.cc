@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scheduler/store/memory_store.h"
+#include "tests/testing/await.h"
 #include "tests/testing/fake_agent_channel.h"
 #include "tests/testing/faulty_store.h"
 
@@ -28,12 +29,7 @@ v1::SubmitTasksRequest OneTask(const std::string& id) {
   return req;
 }
 
-template <typename T>
-absl::StatusOr<T> Await(const std::function<void(Engine::Reply<T>)>& call) {
-  std::promise<absl::StatusOr<T>> p;
-  call([&p](absl::StatusOr<T> r) { p.set_value(std::move(r)); });
-  return p.get_future().get();
-}
+using testing::Await;
 
 class EngineTest : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/store/memory_store.h"
+#include "tests/testing/await.h"
 #include "tests/testing/fake_agent_channel.h"
 
 // A namespace of its own: some of its file-local names are also another test
@@ -27,12 +28,7 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-template <typename T>
-absl::StatusOr<T> Await(const std::function<void(Engine::Reply<T>)>& call) {
-  std::promise<absl::StatusOr<T>> p;
-  call([&p](absl::StatusOr<T> r) { p.set_value(std::move(r)); });
-  return p.get_future().get();
-}
+using testing::Await;
 
 v1::TaskSpec Spec(const std::string& id, const std::string& queue = "") {
   v1::TaskSpec s;
