@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "scheduler/service/long_poll.h"
+#include "scheduler/service/pump_stream.h"
 #include "scheduler/service/unary.h"
 
 namespace taskgrid::service {
@@ -168,22 +169,15 @@ grpc::ServerUnaryReactor* TaskServiceImpl::WaitTask(grpc::CallbackServerContext*
 
 namespace {
 
-// One WatchTasks stream.
-// Lifecycle: 1. created: subscribe (an error finishes at once);
-// 2. SendMore(): take the next events from the Watch and write them one at a
-// time; when there are none, wait for the Watch's wake (a commit brought
-// some); 3. a Watch error (too slow) finishes with it; the client's cancel
-// finishes; 4. OnDone: unsubscribe, cut the wake handle, delete.
-class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
+// One WatchTasks stream: the events of a Watch, which wakes it when a
+// commit brings some; a Watch error (too slow) ends it, with where it may
+// resume as trailing metadata.
+class WatchStream final : public PumpStream<v1::TaskEvent> {
  public:
   WatchStream(engine::Engine* engine, grpc::CallbackServerContext* ctx,
               const v1::WatchTasksRequest& req)
-      : engine_(engine), ctx_(ctx), handle_(std::make_shared<Handle>()) {
-    handle_->stream = this;
-    auto watch = engine_->StartWatch(req, [handle = handle_] {
-      std::lock_guard<std::mutex> lock(handle->mu);
-      if (handle->stream != nullptr) handle->stream->SendMore();
-    });
+      : PumpStream("the watcher went away"), engine_(engine), ctx_(ctx) {
+    auto watch = engine_->StartWatch(req, Waker());
     if (!watch.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       FailLocked(watch.status());
@@ -194,196 +188,70 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::TaskEvent> {
     // from now on reaches it), and where it starts.
     ctx_->AddInitialMetadata(kWatchStartsAfterKey, absl::StrCat(watch_->starts_after()));
     StartSendInitialMetadata();
-    std::lock_guard<std::mutex> lock(handle_->mu);
-    SendMore();
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!ok) {
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
-        return;
-      }
-      watch_->Sent(batch_[next_].revision());
-      if (++next_ < batch_.size()) {
-        StartWrite(&batch_[next_]);
-        return;
-      }
-      writing_ = false;
-    }
-    std::lock_guard<std::mutex> lock(handle_->mu);
-    SendMore();
-  }
-
-  void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard<std::mutex> lock(handle_->mu);
-      handle_->stream = nullptr;
-    }
-    if (watch_) engine_->StopWatch(watch_);
-    delete this;
+    Start();
   }
 
  private:
-  struct Handle {
-    std::mutex mu;  // held while a wake runs, so OnDone waits for it
-    WatchStream* stream = nullptr;
-  };
+  absl::StatusOr<Turn> NextTurn() override {
+    auto next = watch_->Next(64);
+    if (!next.ok()) return next.status();
+    return Turn{std::move(*next), false};
+  }
 
-  // Ends the watch with `why`; where it may resume goes along as trailing
-  // metadata (the message names it too, for people). Needs mu_.
-  void FailLocked(const absl::Status& why) {
+  void Sent(const v1::TaskEvent& event) override { watch_->Sent(event.revision()); }
+
+  // Where the watch may resume goes along as trailing metadata (the message
+  // names it too, for people).
+  grpc::Status Failed(const absl::Status& why) override {
     if (const std::optional<int64_t> after = engine::ResumeAfterOf(why)) {
       ctx_->AddTrailingMetadata(kResumeAfterKey, absl::StrCat(*after));
     }
-    FinishLocked(ToGrpcStatus(why));
+    return ToGrpcStatus(why);
   }
 
-  // Needs handle_->mu.
-  void SendMore() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (writing_ || finished_) return;
-    auto next = watch_->Next(64);
-    if (!next.ok()) {
-      FailLocked(next.status());
-      return;
-    }
-    if (next->empty()) return;  // the Watch wakes us when a commit brings events
-    batch_ = std::move(*next);
-    next_ = 0;
-    writing_ = true;
-    StartWrite(&batch_[0]);
-  }
-
-  void FinishLocked(const grpc::Status& s) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(s);
+  void Stop() override {
+    if (watch_) engine_->StopWatch(watch_);
   }
 
   engine::Engine* const engine_;
   grpc::CallbackServerContext* const ctx_;
-  std::shared_ptr<Handle> handle_;
   std::shared_ptr<engine::Watch> watch_;
-  std::mutex mu_;
-  std::vector<v1::TaskEvent> batch_;  // guarded by mu_
-  size_t next_ = 0;                   // guarded by mu_
-  bool writing_ = false;              // guarded by mu_
-  bool finished_ = false;             // guarded by mu_
 };
 
-// One StreamTaskOutput stream, built as WatchStream is.
-// Lifecycle: 1. created: follow (an error finishes at once); 2. SendMore():
-// take the next messages from the relay and write them one at a time; when
-// there are none, wait for the follower's wake (output came, the attempt
-// or the task changed); 3. the relay says that was all: finish OK; a relay
-// error (too slow, the server stops) finishes with it; so does the
-// client's cancel; 4. OnDone: stop following, cut the wake handle, delete.
-class OutputFollowStream final : public grpc::ServerWriteReactor<v1::StreamTaskOutputResponse> {
+// One StreamTaskOutput stream: the output of a task's attempt from the
+// relay, which wakes it when output comes or the attempt or task changes;
+// ends OK when the relay says that was all, or with the relay's error (too
+// slow, the server stops).
+class OutputFollowStream final : public PumpStream<v1::StreamTaskOutputResponse> {
  public:
   OutputFollowStream(engine::Engine* engine, const v1::StreamTaskOutputRequest& req)
-      : engine_(engine), handle_(std::make_shared<Handle>()) {
-    handle_->stream = this;
-    auto follower = engine_->StartOutput(req, [handle = handle_] {
-      std::lock_guard<std::mutex> lock(handle->mu);
-      if (handle->stream != nullptr) handle->stream->SendMore();
-    });
+      : PumpStream("the follower went away"), engine_(engine) {
+    auto follower = engine_->StartOutput(req, Waker());
     if (!follower.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      FinishLocked(ToGrpcStatus(follower.status()));
+      FailLocked(follower.status());
       return;
     }
     follower_ = *follower;
-    std::lock_guard<std::mutex> lock(handle_->mu);
-    SendMore();
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!ok) {
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the follower went away"));
-        return;
-      }
-      if (++next_ < batch_.size()) {
-        StartWrite(&batch_[next_]);
-        return;
-      }
-      writing_ = false;
-      if (done_) {
-        FinishLocked(grpc::Status::OK);
-        return;
-      }
-    }
-    std::lock_guard<std::mutex> lock(handle_->mu);
-    SendMore();
-  }
-
-  void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard<std::mutex> lock(handle_->mu);
-      handle_->stream = nullptr;
-    }
-    if (follower_) engine_->StopOutput(follower_);
-    delete this;
+    Start();
   }
 
  private:
-  struct Handle {
-    std::mutex mu;  // held while a wake runs, so OnDone waits for it
-    OutputFollowStream* stream = nullptr;
-  };
-
   // About this much output per turn: a few messages of at most 64 KiB.
   static constexpr size_t kTurnBytes = 256 << 10;
 
-  // Needs handle_->mu.
-  void SendMore() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (writing_ || finished_) return;
+  absl::StatusOr<Turn> NextTurn() override {
     auto next = engine_->NextOutput(follower_, kTurnBytes);
-    if (!next.ok()) {
-      FinishLocked(ToGrpcStatus(next.status()));
-      return;
-    }
-    done_ = next->done;
-    if (next->msgs.empty()) {
-      // Nothing now: the relay wakes us when something comes.
-      if (done_) FinishLocked(grpc::Status::OK);
-      return;
-    }
-    batch_ = std::move(next->msgs);
-    next_ = 0;
-    writing_ = true;
-    StartWrite(&batch_[0]);
+    if (!next.ok()) return next.status();
+    return Turn{std::move(next->msgs), next->done};
   }
 
-  void FinishLocked(const grpc::Status& s) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(s);
+  void Stop() override {
+    if (follower_) engine_->StopOutput(follower_);
   }
 
   engine::Engine* const engine_;
-  std::shared_ptr<Handle> handle_;
   std::shared_ptr<engine::OutputFollower> follower_;
-  std::mutex mu_;
-  std::vector<v1::StreamTaskOutputResponse> batch_;  // guarded by mu_
-  size_t next_ = 0;                                  // guarded by mu_
-  bool writing_ = false;                             // guarded by mu_
-  bool done_ = false;                                // guarded by mu_: the batch is the last
-  bool finished_ = false;                            // guarded by mu_
 };
 
 }  // namespace
