@@ -9,7 +9,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "scheduler/store/postgres_schema.h"
 #include "scheduler/store/postgres_util.h"
 
@@ -188,10 +191,37 @@ absl::Status PostgresStore::TakeLock(PGconn* conn) {
   return pg::Check(conn, r.get(), "locking the schema");
 }
 
+absl::Status PostgresStore::CreateSchemaIfNamed(PGconn* conn) {
+  // The tables go into the first schema of the search_path: make it when
+  // it is not there yet (unless it is the user's own, "$user"), rather
+  // than let a later one of the path (public) take the tables.
+  Result r(PQexec(conn, "SELECT current_setting('search_path')"));
+  if (absl::Status s = pg::Check(conn, r.get(), "reading the search_path"); !s.ok()) return s;
+  std::string first(absl::StripAsciiWhitespace(
+      std::vector<absl::string_view>(absl::StrSplit(PQgetvalue(r.get(), 0, 0), ','))[0]));
+  if (first.size() >= 2 && first.front() == '"' && first.back() == '"') {
+    first = absl::StrReplaceAll(first.substr(1, first.size() - 2), {{"\"\"", "\""}});
+  } else {
+    absl::AsciiStrToLower(&first);  // as PostgreSQL reads an unquoted name
+  }
+  if (first.empty() || first == "$user") return absl::OkStatus();
+  char* quoted = PQescapeIdentifier(conn, first.data(), first.size());
+  if (quoted == nullptr) return pg::Error(conn, nullptr, "quoting the schema's name");
+  const std::string sql = absl::StrCat("CREATE SCHEMA IF NOT EXISTS ", quoted);
+  PQfreemem(quoted);
+  // Quietly: "already exists, skipping" is the common case.
+  return pg::Exec(
+      conn,
+      absl::StrCat("SET client_min_messages = warning; ", sql, "; RESET client_min_messages")
+          .c_str(),
+      absl::StrCat("creating schema ", first));
+}
+
 absl::Status PostgresStore::Init() {
   bool fresh = false;
   if (absl::Status s = writer_->Ensure(&fresh); !s.ok()) return s;
   PGconn* conn = writer_->get();
+  if (absl::Status s = CreateSchemaIfNamed(conn); !s.ok()) return s;
   Result r(PQexec(conn, "SELECT current_schema()"));
   if (absl::Status s = pg::Check(conn, r.get(), "reading the schema"); !s.ok()) return s;
   schema_ = PQgetisnull(r.get(), 0, 0) ? "" : PQgetvalue(r.get(), 0, 0);
@@ -201,7 +231,8 @@ absl::Status PostgresStore::Init() {
     if (absl::Status s = TakeLock(conn); !s.ok()) return s;
   }
   absl::StatusOr<int> version =
-      pg::Migrate(conn, pg::Migrations(), absl::StrCat(display_, " schema ", schema_));
+      pg::Migrate(conn, pg::Migrations(),
+                  schema_.empty() ? display_ : absl::StrCat(display_, " schema ", schema_));
   if (!version.ok()) return version.status();
   schema_version_ = *version;
   return Prepare(conn);

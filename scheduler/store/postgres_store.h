@@ -4,8 +4,9 @@
 //
 // The tables live in the connection's current schema (the first of its
 // search_path that exists; `options=-csearch_path=NAME` in the URL picks
-// one), versioned by a `schema_version` row in `meta` and migrated
-// forward at open; a newer schema is refused.
+// one, made at open when no schema of the path exists yet), versioned by a
+// `schema_version` row in `meta` and migrated forward at open; a newer
+// schema is refused.
 //
 // One scheduler per schema: Open() takes a session advisory lock keyed by
 // the schema on the writer connection, so a second scheduler refuses to
@@ -91,6 +92,7 @@ class PostgresStore final : public Store {
  private:
   explicit PostgresStore(const PostgresOptions& opts);
   absl::Status Init();
+  absl::Status CreateSchemaIfNamed(PGconn* conn);
   absl::Status TakeLock(PGconn* conn);
   absl::Status Prepare(PGconn* conn);
   // Connects the writer if needed: takes the schema's lock and prepares

@@ -64,6 +64,17 @@ TEST_F(PostgresStoreTest, OpensAnEmptySchemaAtTheLatestVersionAndNamesItWithoutT
               Not(HasSubstr("s3cret")));
 }
 
+TEST_F(PostgresStoreTest, MakesTheSchemaTheUrlNamesWhenItIsNotThereYet) {
+  const std::string name = schema_.name() + "_made";
+  auto s = PostgresStore::Open(
+      {absl::StrCat(schema_.base_url(), "?options=-csearch_path%3D", name, ",public")});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->schema(), name);
+  s->reset();
+  EXPECT_EQ(schema_.Exec(absl::StrCat("SELECT 1 FROM ", name, ".tasks")), "");
+  EXPECT_EQ(schema_.Exec(absl::StrCat("DROP SCHEMA ", name, " CASCADE")), "");
+}
+
 TEST_F(PostgresStoreTest, MigratesAnOlderSchemaKeepingItsRowsAndRefusesANewerOne) {
   {
     auto s = PostgresStore::Open({schema_.url()});
