@@ -209,9 +209,10 @@ struct StopSignal {
 
 int main(int argc, char** argv) {
   taskgrid::SetUsage(
-      "The Taskgrid scheduler: owns the durable task table (SQLite) and serves gRPC to clients "
-      "(taskgridctl, grpcurl) and agents.\n\n"
-      "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n\n"
+      "The Taskgrid scheduler: owns the durable task table (SQLite, or PostgreSQL) and serves "
+      "gRPC to clients (taskgridctl, grpcurl) and agents.\n\n"
+      "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n"
+      "  PGPASSWORD=... taskgrid-scheduler --store=postgres://taskgrid@db.example.com/taskgrid\n\n"
       "Stops cleanly on SIGINT or SIGTERM.",
       "scheduler/main.cc");
   absl::ParseCommandLine(argc, argv);

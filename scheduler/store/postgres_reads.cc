@@ -126,6 +126,11 @@ absl::StatusOr<std::vector<Result>> ReadInOneSnapshot(
     if (st == PGRES_TUPLES_OK) out.push_back(std::move(r));
   }
   PQexitPipelineMode(conn);
+  // A failed statement leaves the transaction open and aborted: end it, so
+  // the connection's next read can begin its own.
+  if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    Result rollback(PQexec(conn, "ROLLBACK"));
+  }
   if (status.ok() && out.size() != queries.size()) status = pg::Error(conn, nullptr, what);
   if (!status.ok()) return status;
   return out;

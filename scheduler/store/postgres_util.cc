@@ -51,9 +51,12 @@ absl::Status Conn::Ensure(bool* fresh) {
   conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn_ == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
   if (PQstatus(conn_) != CONNECTION_OK) {
-    absl::Status s = absl::UnavailableError(
-        absl::StrCat("cannot connect to PostgreSQL at ", DisplayName(url_), " (", role_,
-                     " connection): ", Trimmed(PQerrorMessage(conn_))));
+    // libpq's message may take several lines (a hint, each address
+    // tried): one line here, for logs.
+    std::string why(Trimmed(PQerrorMessage(conn_)));
+    absl::StrReplaceAll({{"\n\t", "; "}, {"\n", "; "}}, &why);
+    absl::Status s = absl::UnavailableError(absl::StrCat(
+        "cannot connect to PostgreSQL at ", DisplayName(url_), " (", role_, " connection): ", why));
     Close();
     return s;
   }
