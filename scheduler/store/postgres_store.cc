@@ -160,11 +160,9 @@ absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const Postgre
   PQconninfoOption* parsed = PQconninfoParse(opts.url.c_str(), &err);
   if (parsed == nullptr) {
     absl::Status s = absl::InvalidArgumentError(
-        absl::StrCat("not a PostgreSQL connection URL: ", err != nullptr ? err : "out of memory"));
+        absl::StrCat("not a PostgreSQL connection URL: ",
+                     absl::StripTrailingAsciiWhitespace(err != nullptr ? err : "out of memory")));
     if (err != nullptr) PQfreemem(err);
-    while (!s.message().empty() && s.message().back() == '\n') {
-      s = absl::Status(s.code(), s.message().substr(0, s.message().size() - 1));
-    }
     return s;
   }
   PQconninfoFree(parsed);
@@ -177,7 +175,7 @@ absl::Status PostgresStore::TakeLock(PGconn* conn) {
   // Waits a little: the session of a scheduler that just stopped or died
   // lets go of the lock only when its backend notices the closed socket.
   Result r(PQexec(conn, absl::StrCat("SET lock_timeout = ", absl::ToInt64Milliseconds(lock_wait_),
-                                     "; SELECT current_schema(), pg_advisory_lock(hashtextextended("
+                                     "; SELECT pg_advisory_lock(hashtextextended("
                                      "'taskgrid:' || current_schema(), 0)); RESET lock_timeout")
                             .c_str()));
   // PQexec returns the last statement's result: find the lock's failure.
@@ -273,7 +271,7 @@ absl::Status PostgresStore::Apply(const core::WriteBatch& batch) {
 
 absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
   std::vector<Pending> stmts;
-  stmts.reserve(std::size(kStatements));
+  stmts.reserve(std::size(kStatements) + 1);  // the attempts' delete may come twice
   auto add = [&](const Statement& st, std::string what, int64_t expect = -1) -> Params& {
     Pending& p = stmts.emplace_back();
     p.st = &st;
