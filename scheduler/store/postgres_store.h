@@ -2,11 +2,11 @@
 // scheduler that must survive the loss of its host; PostgreSQL's own
 // tooling (replication, failover) keeps the database available.
 //
-// The tables live in the connection's current schema (the first of its
-// search_path that exists; `options=-csearch_path=NAME` in the URL picks
-// one, made at open when no schema of the path exists yet), versioned by a
-// `schema_version` row in `meta` and migrated forward at open; a newer
-// schema is refused.
+// The tables live in the first schema the connection's search_path names
+// (`options=-csearch_path=NAME` in the URL), made at open when it is not
+// there yet; when that is "$user" (the default path), in the connection's
+// current schema. They are versioned by a `schema_version` row in `meta`
+// and migrated forward at open; a newer schema is refused.
 //
 // One scheduler per schema: Open() takes a session advisory lock keyed by
 // the schema on the writer connection, so a second scheduler refuses to
@@ -28,9 +28,11 @@
 // for the writer's transaction; each ScanTasks opens one of its own.
 // A connection that broke is made again on its next use; the call that
 // found it broken returns UNAVAILABLE naming the cause (for Apply: nothing
-// is known to be committed, which the Engine treats as a failed commit).
+// is known to be committed, which the Engine treats as a failed commit),
+// except a read, which is tried once more on a new connection first.
 //
-// Thread contract: as Store. The object must outlive no caller.
+// Thread contract: as Store. Every call must have returned before the
+// object is destroyed.
 #pragma once
 
 #include <memory>
