@@ -19,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, binary, wait_until  # noqa: E402
+from harness import Cluster, TcpProxy, binary, wait_until  # noqa: E402
 
 
 def server_url():
@@ -82,6 +82,37 @@ class PostgresTest(unittest.TestCase):
             self.assertEqual(sorted(e["task_id"] for e in events),
                              sorted([f"run-{i}" for i in range(4)] +
                                     [f"queued-{i}" for i in range(30)]))
+
+    def test_losing_the_database_stops_the_scheduler_and_a_restart_recovers(self):
+        # The scheduler reaches the server through a relay the test can cut:
+        # the database going away, as the scheduler sees it.
+        host_port, db = self.base.split("@", 1)[1].split("/", 1)
+        user = self.base.split("://", 1)[1].split("@", 1)[0]
+        with TcpProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+            schema, _ = schema_url(self.base, "lost")
+            url = f"postgres://{user}@{proxy.addr}/{db}?options=-csearch_path%3D{schema}"
+            with Cluster(scheduler_flags=[f"--store={url}"]) as c:
+                c.start_scheduler()
+                for i in range(5):
+                    c.ctl("submit", f"--id=before-{i}", "--builtin=noop", check=True)
+                self.assertGreater(proxy.cut(), 0)
+                # The next commit fails: the submit is refused, not
+                # acknowledged, and the scheduler stops (memory would be
+                # ahead of the table), saying why.
+                res = c.ctl("submit", "--id=during", "--builtin=noop", "--timeout=10s")
+                self.assertNotEqual(res.returncode, 0, res.stdout)
+                wait_until(lambda: not c.scheduler.alive(), timeout=30,
+                           what="the scheduler to stop after losing its database")
+                self.assertEqual(c.scheduler.proc.returncode, 1)
+                self.assertIn("the connection to PostgreSQL was lost", c.scheduler.log())
+                # The database is back (the relay accepts again): a restart
+                # has every acknowledged task, and runs them.
+                c.start_scheduler()
+                c.start_agent("a1", slots=4)
+                for i in range(5):
+                    c.wait_state(f"before-{i}", "SUCCEEDED", timeout=60)
+                res = c.ctl("get", "during")
+                self.assertNotEqual(res.returncode, 0, "a refused submit was stored")
 
     def test_a_second_scheduler_on_the_same_schema_refuses_to_start(self):
         _, url = schema_url(self.base, "twice")
