@@ -1,5 +1,5 @@
 # taskgrid_test(<name> SOURCES <files>... LIBS <targets>... [LABELS <labels>...]
-#               [TIMEOUT <seconds>] [TSAN])
+#               [TIMEOUT <seconds>] [TSAN] [POSTGRES <gtest filter>])
 # A GoogleTest file (or a few), registered test by test with ctest.
 #
 # The test files of one library go into one executable, named after the
@@ -23,10 +23,16 @@
 # runs under ThreadSanitizer. A tree built with SANITIZE=thread defines
 # only these: single-threaded logic gains nothing from TSan, and the ASan +
 # UBSan tree runs every test anyway.
+#
+# POSTGRES: the executable's test cases that match the filter (e.g.
+# "*Postgres*") need the tests' PostgreSQL server: ctest starts it once
+# per run for them (the fixture "postgres", tests/testing/CMakeLists.txt)
+# and tells them where it is ($TASKGRID_TEST_POSTGRES, a file holding its
+# URL; tests/testing/postgres.h).
 option(TASKGRID_UNITY_TESTS "Compile the test files of one test executable together" ON)
 
 function(taskgrid_test name)
-  cmake_parse_arguments(ARG "TSAN" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN" "TIMEOUT;POSTGRES" "SOURCES;LIBS;LABELS" ${ARGN})
   if(SANITIZE MATCHES "thread" AND NOT ARG_TSAN)
     return()
   endif()
@@ -46,7 +52,7 @@ function(taskgrid_test name)
     target_link_libraries(${exe} PRIVATE GTest::gmock GTest::gtest_main)
     set_target_properties(${exe} PROPERTIES
       UNITY_BUILD ${TASKGRID_UNITY_TESTS} UNITY_BUILD_MODE BATCH UNITY_BUILD_BATCH_SIZE 8
-      TASKGRID_TIMEOUT 0 TASKGRID_LABELS "")
+      TASKGRID_TIMEOUT 0 TASKGRID_LABELS "" TASKGRID_POSTGRES "")
     # Registered once every file of this directory has joined (a deferred
     # call evaluates its arguments when it runs, hence EVAL).
     cmake_language(EVAL CODE "cmake_language(DEFER CALL _taskgrid_test_discover [[${exe}]])")
@@ -58,6 +64,9 @@ function(taskgrid_test name)
     set_target_properties(${exe} PROPERTIES TASKGRID_TIMEOUT ${ARG_TIMEOUT})
   endif()
   set_property(TARGET ${exe} APPEND PROPERTY TASKGRID_LABELS ${ARG_LABELS})
+  if(ARG_POSTGRES)
+    set_target_properties(${exe} PROPERTIES TASKGRID_POSTGRES "${ARG_POSTGRES}")
+  endif()
   add_custom_target(${name})
   add_dependencies(${name} ${exe})
 endfunction()
@@ -65,8 +74,21 @@ endfunction()
 function(_taskgrid_test_discover exe)
   get_target_property(timeout ${exe} TASKGRID_TIMEOUT)
   get_target_property(labels ${exe} TASKGRID_LABELS)
+  get_target_property(postgres ${exe} TASKGRID_POSTGRES)
   list(REMOVE_DUPLICATES labels)
+  if(NOT postgres)
+    gtest_discover_tests(${exe}
+      DISCOVERY_TIMEOUT 60
+      PROPERTIES TIMEOUT ${timeout} LABELS "${labels}")
+    return()
+  endif()
   gtest_discover_tests(${exe}
     DISCOVERY_TIMEOUT 60
+    TEST_FILTER "-${postgres}"
     PROPERTIES TIMEOUT ${timeout} LABELS "${labels}")
+  gtest_discover_tests(${exe}
+    DISCOVERY_TIMEOUT 60
+    TEST_FILTER "${postgres}"
+    PROPERTIES TIMEOUT ${timeout} LABELS "${labels}" FIXTURES_REQUIRED postgres
+      ENVIRONMENT "TASKGRID_TEST_POSTGRES=${TASKGRID_POSTGRES_DIR}/url")
 endfunction()

@@ -10,6 +10,9 @@
 #                                   browser test
 #   deploy/install-deps.sh --mold   also mold, the fast linker deploy/test.sh
 #                                   links its sanitizer trees with
+#   deploy/install-deps.sh --postgres also PostgreSQL's server, which the
+#                                   tests of the PostgreSQL store start on
+#                                   their own (tests/testing/postgres.sh)
 set -euo pipefail
 
 pkgs=(
@@ -17,6 +20,7 @@ pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev libcpp-httplib-dev grpc-proto procps python3 openssl tzdata
+  libpq-dev
 )
 for arg in "$@"; do
   case "$arg" in
@@ -29,7 +33,8 @@ for arg in "$@"; do
       if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi
       ;;
     --mold) pkgs+=(mold) ;;
-    *) echo "install-deps: unknown option $arg (--python, --fuzz, --web, --mold)" >&2; exit 2 ;;
+    --postgres) pkgs+=(postgresql-15) ;;
+    *) echo "install-deps: unknown option $arg (--python, --fuzz, --web, --mold, --postgres)" >&2; exit 2 ;;
   esac
 done
 

@@ -21,12 +21,16 @@ jobs=$(nproc)
 
 # Also Python's gRPC (the Python client's tests), buf (the grpcurl
 # stand-in the reflection test drives), Chromium with playwright-core
-# (the dashboard's browser test, which must then run rather than skip), and
-# mold (a linker several times faster than GNU ld on these binaries).
-"$root/deploy/install-deps.sh" --python --fuzz --web --mold
+# (the dashboard's browser test, which must then run rather than skip),
+# PostgreSQL's server (the PostgreSQL store's tests start one of their own
+# per ctest run, tests/testing/postgres.sh, and must then run rather than
+# skip), and mold (a linker several times faster than GNU ld on these
+# binaries).
+"$root/deploy/install-deps.sh" --python --fuzz --web --mold --postgres
 "$root/deploy/install-buf.sh"
 "$root/deploy/install-web.sh"
 export TASKGRID_REQUIRE_BROWSER=1
+export TASKGRID_REQUIRE_POSTGRES=1
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 # Leaks inside Debian's uninstrumented OpenSSL are not ours (tests/lsan.supp).

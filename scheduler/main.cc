@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/address.h"
@@ -30,14 +32,21 @@
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/metrics_page.h"
 #include "scheduler/service/server.h"
+#include "scheduler/store/postgres_store.h"
 #include "scheduler/store/sqlite_store.h"
 
 ABSL_FLAG(std::string, listen, "",
           "HOST:PORT to serve gRPC on (default: $TASKGRID_ADDR, else 127.0.0.1:7070); port 0 "
           "picks a free port (see --port_file)");
 ABSL_FLAG(std::string, data_dir, "",
-          "Directory of the task table: taskgrid.db, its WAL, and a LOCK file (default: "
+          "Directory of the task table with --store=sqlite: taskgrid.db, its WAL, and a LOCK "
+          "file (default: "
           "$TASKGRID_DATA_DIR, else taskgrid-data)");
+ABSL_FLAG(std::string, store, "",
+          "Where the task table lives: sqlite (taskgrid.db in --data_dir) or a PostgreSQL URL, "
+          "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?PARAM=VALUE&...] (libpq's parameters: "
+          "sslmode, options=-csearch_path%3DSCHEMA, ...; the tables go into the first schema "
+          "of the search_path). Default: $TASKGRID_STORE, else sqlite");
 ABSL_FLAG(std::string, durability, "full",
           "full: every acknowledged change survives power loss (synchronous=FULL). normal: "
           "survives a crash of the process, may lose the last changes on power loss");
@@ -200,9 +209,10 @@ struct StopSignal {
 
 int main(int argc, char** argv) {
   taskgrid::SetUsage(
-      "The Taskgrid scheduler: owns the durable task table (SQLite) and serves gRPC to clients "
-      "(taskgridctl, grpcurl) and agents.\n\n"
-      "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n\n"
+      "The Taskgrid scheduler: owns the durable task table (SQLite, or PostgreSQL) and serves "
+      "gRPC to clients (taskgridctl, grpcurl) and agents.\n\n"
+      "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n"
+      "  PGPASSWORD=... taskgrid-scheduler --store=postgres://taskgrid@db.example.com/taskgrid\n\n"
       "Stops cleanly on SIGINT or SIGTERM.",
       "scheduler/main.cc");
   absl::ParseCommandLine(argc, argv);
@@ -387,30 +397,59 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  taskgrid::store::SqliteOptions store_opts;
-  store_opts.data_dir =
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_data_dir), "TASKGRID_DATA_DIR", "taskgrid-data");
+  const std::string store_url =
+      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_store), "TASKGRID_STORE", "sqlite");
+  const bool postgres =
+      absl::StartsWith(store_url, "postgres://") || absl::StartsWith(store_url, "postgresql://");
+  if (store_url != "sqlite" && !postgres) {
+    spdlog::error("--store must be sqlite or a postgres:// URL, not '{}'",
+                  absl::StrContains(store_url, "@") ? "(a URL naming a user)" : store_url);
+    return 2;
+  }
   const std::string durability = absl::GetFlag(FLAGS_durability);
-  if (durability == "full") {
-    store_opts.durability = taskgrid::store::Durability::kFull;
-  } else if (durability == "normal") {
-    store_opts.durability = taskgrid::store::Durability::kNormal;
-    spdlog::warn("--durability=normal: acknowledged changes may be lost on power loss");
-  } else {
+  if (durability != "full" && durability != "normal") {
     spdlog::error("--durability must be full or normal, not '{}'", durability);
     return 2;
   }
-
-  auto store = taskgrid::store::SqliteStore::Open(store_opts);
-  if (!store.ok()) {
-    spdlog::error("{}", std::string(store.status().message()));
-    return 1;
+  std::unique_ptr<taskgrid::store::Store> store;
+  if (postgres) {
+    // Durability is the server's: a commit returns when its
+    // synchronous_commit says so (WAL flushed, by default).
+    if (durability != "full") {
+      spdlog::error(
+          "--durability is SQLite's; with PostgreSQL the server's synchronous_commit "
+          "decides");
+      return 2;
+    }
+    auto pg = taskgrid::store::PostgresStore::Open({store_url});
+    if (!pg.ok()) {
+      spdlog::error("{}", std::string(pg.status().message()));
+      return 1;
+    }
+    spdlog::info("task table {} (schema {}, schema version {})", (*pg)->display_name(),
+                 (*pg)->schema(), (*pg)->schema_version());
+    store = std::move(*pg);
+  } else {
+    taskgrid::store::SqliteOptions store_opts;
+    store_opts.data_dir =
+        taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_data_dir), "TASKGRID_DATA_DIR", "taskgrid-data");
+    store_opts.durability = durability == "full" ? taskgrid::store::Durability::kFull
+                                                 : taskgrid::store::Durability::kNormal;
+    if (durability == "normal") {
+      spdlog::warn("--durability=normal: acknowledged changes may be lost on power loss");
+    }
+    auto lite = taskgrid::store::SqliteStore::Open(store_opts);
+    if (!lite.ok()) {
+      spdlog::error("{}", std::string(lite.status().message()));
+      return 1;
+    }
+    spdlog::info("task table {} (schema version {}, durability {})", (*lite)->db_path(),
+                 (*lite)->schema_version(), durability);
+    store = std::move(*lite);
   }
-  spdlog::info("task table {} (schema version {}, durability {})", (*store)->db_path(),
-               (*store)->schema_version(), durability);
 
   StopSignal stop;
-  taskgrid::engine::Engine engine(store->get(), taskgrid::RealClock::Get(), opts);
+  taskgrid::engine::Engine engine(store.get(), taskgrid::RealClock::Get(), opts);
   engine.set_on_fatal([&stop](const absl::Status& s) {
     spdlog::critical("{}", s.ToString());
     stop.Fire(1);

@@ -93,7 +93,7 @@ void Writer(const store::GroupCommitWriter::Stats& s, ExpositionWriter& w) {
            "Group commits of the task store since the scheduler started.",
            static_cast<double>(s.commits));
   w.Family("taskgrid_store_commit_seconds", Type::kHistogram,
-           "Seconds one group commit (one SQLite transaction) took.");
+           "Seconds one group commit (one store transaction) took.");
   w.HistogramSamples("taskgrid_store_commit_seconds", {}, s.commit_seconds);
   w.Family("taskgrid_store_commit_rows", Type::kHistogram,
            "Rows (tasks, events, attempts, ...) one group commit wrote.");

@@ -15,7 +15,6 @@ namespace taskgrid::store {
 
 using sqlite::BindText;
 using sqlite::Exec;
-using sqlite::FamilyOf;
 using sqlite::SqlError;
 using sqlite::Step;
 

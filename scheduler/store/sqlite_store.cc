@@ -28,7 +28,6 @@ using sqlite::BindBlob;
 using sqlite::BindText;
 using sqlite::ColumnString;
 using sqlite::Exec;
-using sqlite::FamilyOf;
 using sqlite::SqlError;
 using sqlite::Step;
 

@@ -49,7 +49,4 @@ absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
   return absl::OkStatus();
 }
 
-// The `family` column: 1 for a replica, 2 for a task with replicas.
-int FamilyOf(bool replica, bool has_replicas) { return replica ? 1 : has_replicas ? 2 : 0; }
-
 }  // namespace taskgrid::store::sqlite

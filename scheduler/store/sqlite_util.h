@@ -24,8 +24,5 @@ void AssignColumn(sqlite3_stmt* st, int i, std::string* out);
 // Steps a statement that returns no rows, then resets it and clears its
 // bindings.
 absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what);
-// The tasks table's `family` column: 1 for a replica, 2 for a task with
-// replicas, 0 for the others.
-int FamilyOf(bool replica, bool has_replicas);
 
 }  // namespace taskgrid::store::sqlite

@@ -2,8 +2,9 @@
 // decides on in memory and treats the store as the durable truth it reads
 // back at start-up (recovery) and appends to in WriteBatch transactions.
 //
-// Implementations: SqliteStore (production), MemoryStore (tests). Both pass
-// the shared conformance suite in tests/unit/store_test.cc.
+// Implementations: SqliteStore (production, the default), PostgresStore
+// (production, --store=postgres://...), MemoryStore (tests). All pass the
+// shared conformance suite in tests/unit/store_test.cc.
 //
 // Thread contract: Apply is called by one writer thread at a time (the
 // GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
@@ -40,6 +41,10 @@ struct StoredEvent {
   int64_t revision = 0;  // increasing, from 1
   core::EventRow event;
 };
+
+// The tasks table's `family` column in both stores: 1 for a replica, 2 for
+// a task with replicas, 0 for the others.
+inline int FamilyOf(bool replica, bool has_replicas) { return replica ? 1 : has_replicas ? 2 : 0; }
 
 class Store {
  public:

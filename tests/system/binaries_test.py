@@ -20,7 +20,7 @@ class BinariesTest(unittest.TestCase):
     def test_scheduler_help_lists_its_flags(self):
         res = run(binary("TASKGRID_SCHEDULER"), "--help")
         out = res.stdout + res.stderr
-        for flag in ("--listen", "--data_dir", "--durability", "--queue_max_length",
+        for flag in ("--listen", "--data_dir", "--store", "--durability", "--queue_max_length",
                      "--heartbeat_timeout", "--reconnect_grace"):
             self.assertIn(flag, out)
 
@@ -47,6 +47,9 @@ class BinariesTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             cases = [
                 (["--durability=sometimes"], "--durability must be full or normal"),
+                (["--store=mysql://db/tasks"], "--store must be sqlite or a postgres:// URL"),
+                (["--store=postgres://db/tasks", "--durability=normal"],
+                 "--durability is SQLite's"),
                 (["--queue_max_length=emails"], "--queue_max_length"),
                 (["--queue_max_length=emails=-1"], "--queue_max_length"),
                 (["--default_max_attempts=0"], "--default_max_attempts"),

@@ -1,5 +1,8 @@
 // One conformance suite for every Store, plus SqliteStore's own promises:
-// migration from an empty file, reopen, and the data directory lock.
+// migration from an empty file, reopen, and the data directory lock. The
+// PostgreSQL store's own are in postgres_store_test.cc; its conformance
+// cases (StoreConformance/Postgres.*) run on the tests' server, each in a
+// schema of its own (tests/testing/postgres.h).
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/store/memory_store.h"
+#include "scheduler/store/postgres_store.h"
 #include "scheduler/store/sqlite_store.h"
+#include "tests/testing/postgres.h"
 #include "tests/testing/temp_dir.h"
 
 namespace taskgrid::store {
@@ -55,10 +60,13 @@ class StoreFactory {
   // Closes the store and opens it again (a restart). A MemoryStore lives
   // on in the same object, as the process it stands in for would.
   virtual void Reopen() {}
+  // The server schema a store on a server works in (null: none needed).
+  virtual const testing::TestSchema* schema() const { return nullptr; }
 };
 
 class MemoryFactory : public StoreFactory {
  public:
+  static constexpr char kName[] = "Memory";
   Store* Get() override { return &store_; }
 
  private:
@@ -67,6 +75,7 @@ class MemoryFactory : public StoreFactory {
 
 class SqliteFactory : public StoreFactory {
  public:
+  static constexpr char kName[] = "Sqlite";
   Store* Get() override {
     if (!store_) {
       auto s = SqliteStore::Open({dir_.path(), Durability::kFull});
@@ -82,16 +91,48 @@ class SqliteFactory : public StoreFactory {
   std::unique_ptr<SqliteStore> store_;
 };
 
+// A store on the tests' PostgreSQL server, in a fresh schema; Reopen
+// connects again to the same schema.
+class PostgresFactory : public StoreFactory {
+ public:
+  static constexpr char kName[] = "Postgres";
+  Store* Get() override {
+    if (!store_) {
+      auto s = PostgresStore::Open({schema_.url()});
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) store_ = std::move(*s);
+    }
+    return store_.get();
+  }
+  void Reopen() override { store_.reset(); }
+  const testing::TestSchema* schema() const override { return &schema_; }
+
+ private:
+  testing::TestSchema schema_;
+  std::unique_ptr<PostgresStore> store_;
+};
+
 template <typename F>
 class StoreConformance : public ::testing::Test {
  protected:
+  void SetUp() override {
+    if (const testing::TestSchema* schema = factory_.schema()) TASKGRID_NEED_POSTGRES(*schema);
+  }
   Store* store() { return factory_.Get(); }
   void Reopen() { factory_.Reopen(); }
   F factory_;
 };
 
-using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
-TYPED_TEST_SUITE(StoreConformance, Factories);
+// StoreConformance/Memory.*, /Sqlite.*, /Postgres.*: ctest gives the
+// Postgres cases the server (tests/unit/CMakeLists.txt).
+struct FactoryName {
+  template <typename F>
+  static std::string GetName(int) {
+    return F::kName;
+  }
+};
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory, PostgresFactory>;
+TYPED_TEST_SUITE(StoreConformance, Factories, FactoryName);
 
 TYPED_TEST(StoreConformance, EmptyStoreLoadsNothing) {
   auto tasks = this->store()->LoadTasks();

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -182,6 +184,7 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
       absl::StrCat("--data_dir=", dir_, "/data"),
       absl::StrCat("--port_file=", port_file),
       absl::StrCat("--durability=", opts_.durability),
+      absl::StrCat("--store=", StoreFlag()),
       absl::StrCat("--heartbeat_interval=", absl::FormatDuration(opts_.heartbeat_interval)),
       absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(opts_.heartbeat_timeout)),
       absl::StrCat("--reconnect_grace=", absl::FormatDuration(opts_.reconnect_grace)),
@@ -434,9 +437,22 @@ absl::StatusOr<std::vector<v1::Task>> Cluster::ListAll(const std::string& queue,
   return out;
 }
 
+std::string Cluster::StoreFlag() const {
+  if (opts_.store.empty() || opts_.store == "sqlite") return "sqlite";
+  // A schema per cluster: bench_<the directory's name>, in identifier
+  // characters; the URL's own parameters are kept.
+  std::string schema = "bench_";
+  for (char c : std::filesystem::path(dir_).filename().string()) {
+    schema.push_back(absl::ascii_isalnum(c) ? absl::ascii_tolower(c) : '_');
+  }
+  return absl::StrCat(opts_.store, absl::StrContains(opts_.store, "?") ? "&" : "?",
+                      "options=-csearch_path%3D", schema);
+}
+
 std::vector<Setting> Cluster::BaseSettings() const {
   if (external()) return {S("scheduler", addr_)};
-  return {S("durability", opts_.durability),
+  return {S("store", opts_.store.empty() || opts_.store == "sqlite" ? "sqlite" : "postgres"),
+          S("durability", opts_.durability),
           D("heartbeat_interval", opts_.heartbeat_interval),
           D("heartbeat_timeout", opts_.heartbeat_timeout),
           D("reconnect_grace", opts_.reconnect_grace),

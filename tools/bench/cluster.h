@@ -45,6 +45,10 @@ struct BenchOptions {
   std::string agent_bin;
   std::string self_exe;  // re-executed for simulated agents
   std::string durability = "full";
+  // Empty or "sqlite": each scheduler on SQLite in its cluster's directory.
+  // A postgres:// URL: on that database, each cluster in a schema of its
+  // own named after its directory (the scheduler makes it).
+  std::string store;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration reconnect_grace = absl::Seconds(5);
@@ -143,6 +147,8 @@ class Cluster {
 
   // durability and the heartbeat settings, for figures.
   std::vector<Setting> BaseSettings() const;
+  // The scheduler's --store: sqlite, or the URL with this cluster's schema.
+  std::string StoreFlag() const;
 
  private:
   Cluster(BenchOptions opts, std::string dir) : opts_(std::move(opts)), dir_(std::move(dir)) {}

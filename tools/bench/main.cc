@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, addr, "",
           "(W5 is skipped; it should be idle, with no agents of its own)");
 ABSL_FLAG(int32_t, scheduler_pid, 0, "With --addr: the scheduler's pid, for RSS and CPU figures");
 ABSL_FLAG(std::string, durability, "full", "full or normal: passed to the scheduler it starts");
+ABSL_FLAG(std::string, store, "sqlite",
+          "sqlite, or a postgres:// URL: the --store of the schedulers it starts; with a URL "
+          "each workload's scheduler works in a fresh schema of that database "
+          "(bench_<its directory>)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "Passed to the scheduler it starts (its default)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
   o.addr = absl::GetFlag(FLAGS_addr);
   o.scheduler_pid = absl::GetFlag(FLAGS_scheduler_pid);
   o.durability = absl::GetFlag(FLAGS_durability);
+  o.store = absl::GetFlag(FLAGS_store);
   if (o.durability != "full" && o.durability != "normal") {
     spdlog::error("--durability must be full or normal, not '{}'", o.durability);
     return 2;
