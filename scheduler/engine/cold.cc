@@ -12,6 +12,10 @@
 #include <optional>
 #include <utility>
 
+#ifdef __GLIBC__     // defined by the headers above
+#include <malloc.h>  // malloc_trim
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/engine/engine.h"
@@ -124,8 +128,20 @@ absl::StatusOr<std::vector<std::optional<v1::Task>>> Engine::DescribeStored(
 }
 
 std::vector<int64_t> Engine::ColdWorkLocked() {
-  sched_.Evict(published_revision_.load());
+  evicted_since_trim_ += sched_.Evict(published_revision_.load());
   return sched_.TakeWarmWanted();
+}
+
+bool Engine::TrimDueLocked() {
+  if (evicted_since_trim_ < kTrimAfterEvictions) return false;
+  evicted_since_trim_ = 0;
+  return true;
+}
+
+void Engine::TrimMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 // ---------------------------------------------------------------------------

@@ -791,8 +791,10 @@ void Engine::TickNow() {
   WakeControlledLocked();
   std::vector<int64_t> wanted = ColdWorkLocked();
   CommitLocked(nullptr);
-  if (wanted.empty()) return;
+  const bool trim = TrimDueLocked();
   lock.unlock();
+  if (trim) TrimMemory();
+  if (wanted.empty()) return;
   // A schedule's fire waits for these (its dependencies, its unique key's
   // holder): read back now, it fires on the next tick.
   WithWarm([&] { return std::exchange(wanted, {}); }, [] {});

@@ -294,6 +294,13 @@ class Engine {
   // to disk, and what a schedule's fire waits for comes back (mu_ held;
   // returns what to read back, for WithWarm once mu_ is let go).
   std::vector<int64_t> ColdWorkLocked();
+  // After kTrimAfterEvictions records went to disk, the ticker hands the
+  // memory they held back to the system (malloc_trim, outside mu_): the
+  // allocator would otherwise keep a burst's peak for good.
+  static constexpr size_t kTrimAfterEvictions = 50'000;
+  bool TrimDueLocked();
+  static void TrimMemory();
+  size_t evicted_since_trim_ = 0;  // guarded by mu_
   // Answers `done` with the task an operation returned (or its error), once
   // what the operation changed is committed. Holds mu_.
   void AnswerTask(absl::StatusOr<const core::TaskRecord*> t, Reply<v1::Task> done);
