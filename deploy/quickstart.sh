@@ -8,6 +8,8 @@
 #   TASKGRID_ADDR      where the scheduler listens   (default 127.0.0.1:7070)
 #   TASKGRID_HTTP_ADDR where the web dashboard is    (default 127.0.0.1:7080)
 #   TASKGRID_DATA_DIR  its data directory            (default <repo>/.taskgrid/data)
+#   TASKGRID_STORE     postgres://... keeps the task table in PostgreSQL
+#                      instead (read by the scheduler itself)
 #   TASKGRID_SLOTS     the local agent's slots       (default 2)
 set -euo pipefail
 
@@ -16,6 +18,11 @@ addr=${TASKGRID_ADDR:-127.0.0.1:7070}
 http_addr=${TASKGRID_HTTP_ADDR:-127.0.0.1:7080}
 data_dir=${TASKGRID_DATA_DIR:-$root/.taskgrid/data}
 slots=${TASKGRID_SLOTS:-2}
+# Where the task table is, as printed (a URL's password left out).
+where="data: $data_dir"
+if [[ ${TASKGRID_STORE:-sqlite} == postgres* ]]; then
+  where="store: $(sed -E 's#//([^:@/]*):[^@/]*@#//\1@#' <<<"$TASKGRID_STORE")"
+fi
 build=$root/build/release
 bin=$build/bin
 logs=$root/.taskgrid/logs
@@ -40,7 +47,7 @@ stop() {
   fi
   kill -TERM "${pids[0]}" 2>/dev/null || true
   wait "${pids[0]}" 2>/dev/null || true
-  echo "quickstart: stopped. Data kept in $data_dir"
+  echo "quickstart: stopped. Tasks kept ($where)"
 }
 trap 'stop; exit 0' INT TERM
 trap stop EXIT
@@ -73,7 +80,7 @@ pids+=($!)
 cat <<TXT
 
 Taskgrid is running.
-  scheduler  $addr   data: $data_dir   log: $logs/scheduler.log
+  scheduler  $addr   $where   log: $logs/scheduler.log
   agent      local-agent, $slots slots          log: $logs/agent.log
   dashboard  $dashboard   (open it in a browser on this machine)
 
