@@ -2,7 +2,9 @@
 shows a running task's lines before it ends and exits 0 when it succeeds,
 `logs` of a finished task and of one that does not exist, and kill -9 of
 the agent running a followed task: the follow goes on with the next
-attempt on another agent, and never waits unbounded.
+attempt on another agent, and never waits unbounded; kill -9 of the
+scheduler: the follow reconnects to the restarted one and prints every
+line once.
 
 Run through ctest (system.logs), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
@@ -161,6 +163,32 @@ class LogsTest(unittest.TestCase):
             task = c.task("mover")
             self.assertEqual(state(task), "SUCCEEDED")
             self.assertEqual(task["attempts"][-1]["agent_id"], "a2")
+
+
+    def test_kill9_of_the_scheduler_follows_again_and_prints_each_line_once(self):
+        with harness.Cluster() as c:
+            c.start_scheduler()
+            c.start_agent("a1")
+            script = 'for i in $(seq 1 12); do echo "tick $i"; sleep 0.4; done'
+            c.ctl("submit", "--id=through", "--", "/bin/sh", "-c", script, check=True)
+            c.wait_state("through", "RUNNING", timeout=WAIT)
+            f = Follower(c, "through")
+            try:
+                seen = [f.next_line()[1], f.next_line()[1]]
+                c.scheduler.kill9()
+                c.start_scheduler()
+                rc, rest = f.wait(timeout=60)
+            finally:
+                f.close()
+            err = f.err.decode()
+            self.assertEqual(rc, 0, err)
+            self.assertIn("the scheduler went away", err)
+            self.assertIn("following again", err)
+            # What the agent sends again after the reconnect is printed once.
+            self.assertEqual(seen + rest, [f"tick {i}\n" for i in range(1, 13)], err)
+            task = c.task("through")
+            self.assertEqual(state(task), "SUCCEEDED")
+            self.assertEqual(len(task["attempts"]), 1, "the attempt went on through the restart")
 
 
 if __name__ == "__main__":

@@ -249,7 +249,8 @@ as its agent reads them from the running steps (about every 200 ms).
   taskgridctl logs -f ID     then follow: the output as it is written, across
                              attempts (a retry, a task moved to another agent),
                              until the task is finished. A task that has not
-                             started is waited for.
+                             started is waited for. If the scheduler goes away,
+                             it follows again once it is back (up to a minute).
   --stdout, --stderr         only that stream (--stream=stdout|stderr)
 
 Where bytes were skipped (the agent keeps the newest 64 KiB of each stream,

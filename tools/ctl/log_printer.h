@@ -31,14 +31,15 @@ class LogPrinter {
   // "[... 1200 bytes not shown ...]": the marker of a gap (no newline).
   static std::string GapMarker(int64_t bytes);
 
+  // "--- text ---" on a line of its own on stderr.
+  void Note(const std::string& text);
+
  private:
   struct Position {
     int64_t next = 0;           // offset after the last byte printed
     bool at_line_start = true;  // the last byte printed was a newline (or none was)
   };
   std::ostream& Sink(int stream) { return stream == 1 ? err_ : out_; }
-  // On a line of its own on stderr.
-  void Note(const std::string& text);
   // A new attempt's offsets start at 0.
   void Begin(int32_t attempt);
 
