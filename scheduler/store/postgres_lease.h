@@ -48,10 +48,10 @@ struct LeaseOptions {
 
 // The lease as one TryAcquire saw it.
 struct LeaseState {
-  bool ours = false;    // this scheduler took it (epoch is now ours)
-  int64_t epoch = 0;    // ours, or the leader's
-  std::string holder;   // the leader ("" when none ever held it)
-  std::string address;  // where the leader serves
+  bool ours = false;         // this scheduler took it (epoch is now ours)
+  int64_t epoch = 0;         // ours, or the leader's
+  std::string holder;        // the leader ("" when none ever held it)
+  std::string address;       // where the leader serves
   absl::Duration remaining;  // until the leader's lease expires (not ours)
 };
 

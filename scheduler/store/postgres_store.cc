@@ -111,10 +111,9 @@ constexpr Statement kNotePruned{
 // a standby's UPDATE taking the lease is ordered after this transaction.
 constexpr Statement kFence{"tg_fence", "SELECT epoch FROM lease WHERE id = 1 FOR SHARE"};
 constexpr Statement kStatements[] = {
-    kFence,
-    kDeleteTasks,  kDeleteAttempts,  kDeleteMerged, kInsertTasks, kUpdateTasks,
-    kPutMerged,    kDeleteQueues,    kPutQueues,    kPutAttempts, kTrimAttempts,
-    kInsertEvents, kDeleteSchedules, kPutSchedules, kPruneEvents, kNotePruned};
+    kFence,           kDeleteTasks,  kDeleteAttempts, kDeleteMerged, kInsertTasks,  kUpdateTasks,
+    kPutMerged,       kDeleteQueues, kPutQueues,      kPutAttempts,  kTrimAttempts, kInsertEvents,
+    kDeleteSchedules, kPutSchedules, kPruneEvents,    kNotePruned};
 
 // One statement of a batch: its parameters, and how many rows it must
 // touch (-1: any number).

@@ -140,7 +140,8 @@ TEST_F(PostgresLeaseTest, TakingWaitsOnlyBrieflyForACommitInFlight) {
   PGresult* r = PQexec(leader, "SELECT epoch FROM lease WHERE id = 1 FOR SHARE");
   ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQresultErrorMessage(r);
   PQclear(r);
-  auto b = PostgresLease::Open({schema_.url(), "b", "b:1", absl::Seconds(6), absl::Milliseconds(50)});
+  auto b =
+      PostgresLease::Open({schema_.url(), "b", "b:1", absl::Seconds(6), absl::Milliseconds(50)});
   ASSERT_TRUE(b.ok()) << b.status();
   auto got = (*b)->TryAcquire();
   ASSERT_TRUE(got.ok()) << got.status();
