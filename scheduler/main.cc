@@ -221,10 +221,13 @@ struct StopSignal {
 // leads), and fences the store with it. -1 once this scheduler leads,
 // else the exit code (a stop signal, an error, or a leader present with
 // --standby=false).
+// `*taken_at`: when the taking statement was sent (the lease lasts at
+// least its TTL from then).
 int LeadOrWait(taskgrid::store::PostgresLease* lease, taskgrid::store::PostgresStore* store,
-               bool standby, StopSignal* stop) {
+               bool standby, StopSignal* stop, std::chrono::steady_clock::time_point* taken_at) {
   std::string said;
   for (;;) {
+    *taken_at = std::chrono::steady_clock::now();
     absl::StatusOr<taskgrid::store::LeaseState> st = lease->TryAcquire();
     if (!st.ok()) {
       spdlog::error("{}", std::string(st.status().message()));
@@ -261,11 +264,11 @@ int LeadOrWait(taskgrid::store::PostgresLease* lease, taskgrid::store::PostgresS
 // of the lease, counted from before the last renewal was sent, is less
 // than one more try: a leader that cannot renew must not serve on.
 void RenewLease(taskgrid::store::PostgresLease* lease, std::mutex* lease_mu, absl::Duration ttl,
-                StopSignal* stop) {
+                std::chrono::steady_clock::time_point taken_at, StopSignal* stop) {
   using Steady = std::chrono::steady_clock;
   const auto every = absl::ToChronoMilliseconds(ttl / 3);
   const auto ttl_ms = absl::ToChronoMilliseconds(ttl);
-  Steady::time_point valid_until = Steady::now() + ttl_ms;  // taken just before
+  Steady::time_point valid_until = taken_at + ttl_ms;
   std::unique_lock<std::mutex> lock(stop->mu);
   while (!stop->cv.wait_for(lock, every, [stop] { return stop->stop; })) {
     lock.unlock();
@@ -581,12 +584,15 @@ int main(int argc, char** argv) {
   std::mutex lease_mu;  // the lease: the renewer's, and the address's setter
   std::thread renewer;
   if (lease != nullptr) {
-    if (int code = LeadOrWait(lease.get(), pg_store, absl::GetFlag(FLAGS_standby), &stop);
+    std::chrono::steady_clock::time_point taken_at;
+    if (int code =
+            LeadOrWait(lease.get(), pg_store, absl::GetFlag(FLAGS_standby), &stop, &taken_at);
         code >= 0) {
       stop.Fire(code);
       return finish();
     }
-    renewer = std::thread([&] { RenewLease(lease.get(), &lease_mu, lease_ttl, &stop); });
+    renewer = std::thread(
+        [&, taken_at] { RenewLease(lease.get(), &lease_mu, lease_ttl, taken_at, &stop); });
   }
   // Ends the lease (at once, for the standbys) once nothing writes.
   auto let_go = [&] {
