@@ -127,6 +127,8 @@ TEST_F(PostgresStoreTest, ApplyAfterTheServerDroppedTheConnectionIsUnavailableTh
   const std::string app = "lost_" + schema_.name();
   auto s = PostgresStore::Open({Url(app)});
   ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(schema_.Exec("UPDATE lease SET epoch = 5"), "");
+  (*s)->SetFence(5);
   core::WriteBatch first;
   first.tasks.push_back(NewRow("before", 1));
   ASSERT_TRUE((*s)->Apply(first).ok());
@@ -142,8 +144,8 @@ TEST_F(PostgresStoreTest, ApplyAfterTheServerDroppedTheConnectionIsUnavailableTh
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("connection to PostgreSQL"));
-  // The next call connects again (taking the schema's lock again) and
-  // writes; the failed batch left nothing.
+  // The next call connects again and writes (still fenced); the failed
+  // batch left nothing.
   core::WriteBatch after;
   after.tasks.push_back(NewRow("after", 3));
   ASSERT_TRUE((*s)->Apply(after).ok());
@@ -155,8 +157,11 @@ TEST_F(PostgresStoreTest, ApplyAfterTheServerDroppedTheConnectionIsUnavailableTh
   ASSERT_EQ(tasks->size(), 2u);
   EXPECT_EQ((*tasks)[0].row.id, "before");
   EXPECT_EQ((*tasks)[1].row.id, "after");
-  // The writer's new session holds the lock: a second store is refused.
-  EXPECT_FALSE(PostgresStore::Open({schema_.url(), absl::Milliseconds(100)}).ok());
+  // The writer's new session is fenced as the first was.
+  ASSERT_EQ(schema_.Exec("UPDATE lease SET epoch = 6"), "");
+  core::WriteBatch stale;
+  stale.tasks.push_back(NewRow("stale", 4));
+  EXPECT_EQ((*s)->Apply(stale).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(PostgresStoreTest, ABadOrUnreachableUrlIsAClearError) {
