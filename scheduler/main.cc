@@ -696,8 +696,12 @@ int main(int argc, char** argv) {
       gethostname(host, sizeof(host) - 1);
       advertise = absl::StrCat(host, ":", (*server)->port());
     }
+    // Written now, for standbys to tell; a failure is the renewer's to judge.
     std::lock_guard<std::mutex> lock(lease_mu);
-    lease->set_address(advertise);  // the next renewal writes it
+    lease->set_address(advertise);
+    if (absl::Status s = lease->Renew(); !s.ok()) {
+      spdlog::warn("writing the lease's address: {}", std::string(s.message()));
+    }
   }
   std::string protection;
   if (mtls && server_opts.tokens != nullptr) {
