@@ -156,6 +156,7 @@ class PostgresTest(unittest.TestCase):
         took = time.monotonic() - since
         with open(os.path.join(second.dir, "port")) as f:
             second.port = int(f.read().strip())
+        print(f"took over in {took:.2f}s", file=sys.stderr)
         self.assertLess(took, 10.0, second.scheduler.log())
         self.assertIn("(lease epoch 2)", second.scheduler.log())
         # Every acknowledged task is there, and runs on an agent pointed at
