@@ -3,7 +3,8 @@
 // takeover by the server's clock, release, and a superseded leader's
 // Apply refused with nothing written. Expiry is made by moving the row's
 // expires_at on the server (never by sleeping). Each case in a schema of
-// its own on the tests' server (tests/testing/postgres.h).
+// its own on the tests' server (tests/testing/postgres.h). Last, the
+// Engine over a fenced store: a refused commit is a failed commit, fatal.
 #include "scheduler/store/postgres_lease.h"
 
 #include <gmock/gmock.h>
@@ -14,7 +15,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "scheduler/engine/engine.h"
 #include "scheduler/store/postgres_store.h"
+#include "tests/testing/await.h"
 #include "tests/testing/postgres.h"
 
 namespace taskgrid::store::lease_test {
@@ -182,6 +186,45 @@ TEST_F(PostgresLeaseTest, ASupersededLeadersApplyIsRefusedAndWritesNothing) {
   for (const core::StoredTask& t : *rows) EXPECT_NE(t.row.id, "after");
   // The store stays usable for reads and stays refused for writes.
   EXPECT_EQ(store_->Apply(Insert("again", 4)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PostgresLeaseTest, AnEngineWhoseCommitIsFencedAnswersAnErrorAndIsFatal) {
+  auto a = Lease("a");
+  auto b = Lease("b");
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->TryAcquire()->ours);
+  store_->SetFence(a->epoch());
+  FakeClock clock;
+  engine::EngineOptions opts;
+  opts.tick_interval = absl::Hours(1);
+  engine::Engine e(store_.get(), &clock, opts);
+  std::atomic<int> fatal{0};
+  absl::Status why;
+  e.set_on_fatal([&](const absl::Status& s) {
+    why = s;
+    ++fatal;
+  });
+  ASSERT_TRUE(e.Start().ok());
+  auto submit = [&](const std::string& id) {
+    v1::SubmitTasksRequest req;
+    v1::TaskSpec* spec = req.add_tasks();
+    spec->set_id(id);
+    spec->add_steps()->mutable_builtin()->set_name("noop");
+    return testing::Await<v1::SubmitTasksResponse>(
+        [&](engine::Engine::Reply<v1::SubmitTasksResponse> r) { e.SubmitTasks(req, r); });
+  };
+  ASSERT_TRUE(submit("while-leading").ok());
+  Expire();
+  ASSERT_TRUE(b->TryAcquire()->ours);
+  auto r = submit("after-takeover");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(fatal.load(), 1);
+  // The Engine's fatal status says the commit failed, and why.
+  EXPECT_THAT(std::string(why.message()), HasSubstr("lease epoch 1 was superseded by epoch 2"));
+  e.Stop();
+  auto n = store_->CountTasks();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 1);
 }
 
 }  // namespace
