@@ -38,7 +38,9 @@ constexpr char kRelease[] =
 }  // namespace
 
 PostgresLease::PostgresLease(const LeaseOptions& opts)
-    : opts_(opts), address_(opts.address), conn_(std::make_unique<pg::Conn>(opts.url, "lease")) {}
+    : opts_(opts),
+      address_(opts.address),
+      conn_(std::make_unique<pg::Conn>(opts.url, "lease", opts.ttl / 3)) {}
 
 PostgresLease::~PostgresLease() = default;
 

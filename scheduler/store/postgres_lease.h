@@ -12,6 +12,10 @@
 // renews every ttl / 3; a standby takes over within ttl + its poll period
 // of the leader's last renewal.
 //
+// Its connection's I/O is bounded by ttl / 3 (connect, and requests the
+// server does not acknowledge), so a leader cut off from the database
+// sees its renewal fail in time rather than hang past its lease.
+//
 // Thread contract: not thread-safe; one thread (or a mutex) at a time. It
 // has its own connection, apart from the store's, so renewing never waits
 // for a commit's round trips. Destroy it after the last call returned.
