@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -32,6 +33,7 @@
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/metrics_page.h"
 #include "scheduler/service/server.h"
+#include "scheduler/store/postgres_lease.h"
 #include "scheduler/store/postgres_store.h"
 #include "scheduler/store/sqlite_store.h"
 
@@ -47,6 +49,16 @@ ABSL_FLAG(std::string, store, "",
           "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?PARAM=VALUE&...] (libpq's parameters: "
           "sslmode, options=-csearch_path%3DSCHEMA, ...; the tables go into the first schema "
           "of the search_path). Default: $TASKGRID_STORE, else sqlite");
+ABSL_FLAG(bool, standby, true,
+          "With a PostgreSQL --store: when another scheduler leads the schema, wait as a standby "
+          "and take over once its lease expires (false: exit with status 1 instead)");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(6),
+          "With a PostgreSQL --store: how long the leader's lease lasts without a renewal (it "
+          "renews every third of it; a standby polls every second, so it takes over within "
+          "--lease_ttl + 1s of the leader's last renewal)");
+ABSL_FLAG(std::string, advertise, "",
+          "With a PostgreSQL --store: the address standbys report for this scheduler while it "
+          "leads (default: this host's name and the gRPC port)");
 ABSL_FLAG(std::string, durability, "full",
           "full: every acknowledged change survives power loss (synchronous=FULL). normal: "
           "survives a crash of the process, may lose the last changes on power loss");
@@ -204,6 +216,89 @@ struct StopSignal {
     cv.notify_all();
   }
 };
+
+// Takes the lease, or waits as a standby until it can (saying once who
+// leads), and fences the store with it. -1 once this scheduler leads,
+// else the exit code (a stop signal, an error, or a leader present with
+// --standby=false).
+// `*taken_at`: when the taking statement was sent (the lease lasts at
+// least its TTL from then).
+int LeadOrWait(taskgrid::store::PostgresLease* lease, taskgrid::store::PostgresStore* store,
+               bool standby, StopSignal* stop, std::chrono::steady_clock::time_point* taken_at) {
+  std::string said;
+  for (;;) {
+    *taken_at = std::chrono::steady_clock::now();
+    absl::StatusOr<taskgrid::store::LeaseState> st = lease->TryAcquire();
+    if (!st.ok()) {
+      spdlog::error("{}", std::string(st.status().message()));
+      return 1;
+    }
+    if (st->ours) break;
+    if (!st->holder.empty() && said != st->holder) {
+      said = st->holder;
+      const std::string where = absl::StrCat(store->display_name(), " schema ", store->schema());
+      if (!standby) {
+        spdlog::error("{} is led by {} at {} (lease epoch {}); --standby=false: not waiting", where,
+                      st->holder, st->address.empty() ? "(starting)" : st->address, st->epoch);
+        return 1;
+      }
+      spdlog::info(
+          "standby: {} is led by {} at {} (lease epoch {}, {} left); taking over if it "
+          "expires",
+          where, st->holder, st->address.empty() ? "(starting)" : st->address, st->epoch,
+          absl::FormatDuration(absl::Trunc(st->remaining, absl::Milliseconds(1))));
+    }
+    std::unique_lock<std::mutex> lock(stop->mu);
+    if (stop->cv.wait_for(lock, std::chrono::seconds(1), [stop] { return stop->stop; })) {
+      return stop->exit_code;
+    }
+  }
+  store->SetFence(lease->epoch());
+  spdlog::info("leading {} schema {} (lease epoch {})", store->display_name(), store->schema(),
+               lease->epoch());
+  return -1;
+}
+
+// Renews the lease every ttl / 3 until the stop; stops the scheduler (1)
+// when another took the lease, or when it could not renew and what is left
+// of the lease, counted from before the last renewal was sent, is less
+// than one more try: a leader that cannot renew must not serve on.
+void RenewLease(taskgrid::store::PostgresLease* lease, std::mutex* lease_mu, absl::Duration ttl,
+                std::chrono::steady_clock::time_point taken_at, StopSignal* stop) {
+  using Steady = std::chrono::steady_clock;
+  const auto every = absl::ToChronoMilliseconds(ttl / 3);
+  const auto ttl_ms = absl::ToChronoMilliseconds(ttl);
+  Steady::time_point valid_until = taken_at + ttl_ms;
+  std::unique_lock<std::mutex> lock(stop->mu);
+  while (!stop->cv.wait_for(lock, every, [stop] { return stop->stop; })) {
+    lock.unlock();
+    const Steady::time_point sent = Steady::now();
+    absl::Status s;
+    {
+      std::lock_guard<std::mutex> l(*lease_mu);
+      s = lease->Renew();
+    }
+    lock.lock();
+    if (s.ok()) {
+      valid_until = sent + ttl_ms;
+      continue;
+    }
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      lock.unlock();
+      spdlog::critical("lost the lease: {}; stopping", std::string(s.message()));
+      stop->Fire(1);
+      return;
+    }
+    if (Steady::now() + every >= valid_until) {
+      lock.unlock();
+      spdlog::critical("cannot renew the lease before it expires: {}; stopping",
+                       std::string(s.message()));
+      stop->Fire(1);
+      return;
+    }
+    spdlog::warn("renewing the lease: {}", std::string(s.message()));
+  }
+}
 
 }  // namespace
 
@@ -412,6 +507,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<taskgrid::store::Store> store;
+  // With PostgreSQL: the lease that says whether this scheduler leads.
+  std::unique_ptr<taskgrid::store::PostgresLease> lease;
+  taskgrid::store::PostgresStore* pg_store = nullptr;
+  const absl::Duration lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   if (postgres) {
     // Durability is the server's: a commit returns when its
     // synchronous_commit says so (WAL flushed, by default).
@@ -421,13 +520,30 @@ int main(int argc, char** argv) {
           "decides");
       return 2;
     }
-    auto pg = taskgrid::store::PostgresStore::Open({store_url});
+    if (lease_ttl < absl::Seconds(1)) {
+      spdlog::error("--lease_ttl must be at least 1s, not {}", absl::FormatDuration(lease_ttl));
+      return 2;
+    }
+    taskgrid::store::PostgresOptions pg_opts{store_url};
+    pg_opts.writer_idle_limit = lease_ttl;
+    auto pg = taskgrid::store::PostgresStore::Open(pg_opts);
     if (!pg.ok()) {
       spdlog::error("{}", std::string(pg.status().message()));
       return 1;
     }
     spdlog::info("task table {} (schema {}, schema version {})", (*pg)->display_name(),
                  (*pg)->schema(), (*pg)->schema_version());
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    auto l = taskgrid::store::PostgresLease::Open(
+        {store_url, absl::StrCat(host, ":", getpid(), ":", absl::ToUnixMicros(absl::Now())), "",
+         lease_ttl});
+    if (!l.ok()) {
+      spdlog::error("{}", std::string(l.status().message()));
+      return 1;
+    }
+    lease = std::move(*l);
+    pg_store = pg->get();
     store = std::move(*pg);
   } else {
     taskgrid::store::SqliteOptions store_opts;
@@ -449,6 +565,45 @@ int main(int argc, char** argv) {
   }
 
   StopSignal stop;
+  // From here on a stop signal ends the start too (a standby waits long).
+  std::thread waiter([&stop, stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stop.Fire(0);
+  });
+  auto finish = [&waiter, &stop] {
+    // The waiter may still block in sigwait (a fatal error stopped us): leave it.
+    if (stop.exit_code == 0 && stop.stop) {
+      waiter.join();
+    } else {
+      waiter.detach();
+    }
+    return stop.exit_code;
+  };
+  std::mutex lease_mu;  // the lease: the renewer's, and the address's setter
+  std::thread renewer;
+  if (lease != nullptr) {
+    std::chrono::steady_clock::time_point taken_at;
+    if (int code =
+            LeadOrWait(lease.get(), pg_store, absl::GetFlag(FLAGS_standby), &stop, &taken_at);
+        code >= 0) {
+      stop.Fire(code);
+      return finish();
+    }
+    renewer = std::thread(
+        [&, taken_at] { RenewLease(lease.get(), &lease_mu, lease_ttl, taken_at, &stop); });
+  }
+  // Ends the lease (at once, for the standbys) once nothing writes.
+  auto let_go = [&] {
+    if (renewer.joinable()) renewer.join();
+    if (lease != nullptr) {
+      std::lock_guard<std::mutex> lock(lease_mu);
+      if (absl::Status s = lease->Release(); !s.ok()) {
+        spdlog::warn("releasing the lease: {}", std::string(s.message()));
+      }
+    }
+  };
   taskgrid::engine::Engine engine(store.get(), taskgrid::RealClock::Get(), opts);
   engine.set_on_fatal([&stop](const absl::Status& s) {
     spdlog::critical("{}", s.ToString());
@@ -457,7 +612,9 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   if (absl::Status s = engine.Start(); !s.ok()) {
     spdlog::error("recovery failed: {}", s.ToString());
-    return 1;
+    stop.Fire(1);
+    let_go();
+    return finish();
   }
   size_t in_memory = 0, on_disk = 0;
   engine.Inspect([&](const taskgrid::core::Scheduler& s) {
@@ -498,7 +655,10 @@ int main(int argc, char** argv) {
     auto port = http.Start(http_address.first, http_address.second);
     if (!port.ok()) {
       spdlog::error("--{}: {}", http_flag, std::string(port.status().message()));
-      return 1;
+      stop.Fire(1);
+      engine.Stop();
+      let_go();
+      return finish();
     }
     WritePortFile(http_port_file->value, *port);
     const std::string host = http_listen->value.substr(0, http_listen->value.rfind(':'));
@@ -521,10 +681,28 @@ int main(int argc, char** argv) {
   auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
-    return 1;
+    stop.Fire(1);
+    http.Stop();
+    engine.Stop();
+    let_go();
+    return finish();
   }
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
+  if (lease != nullptr) {
+    std::string advertise = absl::GetFlag(FLAGS_advertise);
+    if (advertise.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      advertise = absl::StrCat(host, ":", (*server)->port());
+    }
+    // Written now, for standbys to tell; a failure is the renewer's to judge.
+    std::lock_guard<std::mutex> lock(lease_mu);
+    lease->set_address(advertise);
+    if (absl::Status s = lease->Renew(); !s.ok()) {
+      spdlog::warn("writing the lease's address: {}", std::string(s.message()));
+    }
+  }
   std::string protection;
   if (mtls && server_opts.tokens != nullptr) {
     protection =
@@ -551,12 +729,6 @@ int main(int argc, char** argv) {
         listen, tls ? "client certificates or tokens" : "TLS or tokens");
   }
 
-  std::thread waiter([&stop, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stop.Fire(0);
-  });
   {
     std::unique_lock<std::mutex> lock(stop.mu);
     stop.cv.wait(lock, [&stop] { return stop.stop; });
@@ -564,14 +736,7 @@ int main(int argc, char** argv) {
   http.Stop();
   (*server)->Shutdown(absl::Seconds(2));
   engine.Stop();
+  let_go();
   spdlog::info("stopped");
-  // The waiter may still block in sigwait (a fatal error stopped us): leave it.
-  if (waiter.joinable()) {
-    if (stop.exit_code == 0) {
-      waiter.join();
-    } else {
-      waiter.detach();
-    }
-  }
-  return stop.exit_code;
+  return finish();
 }

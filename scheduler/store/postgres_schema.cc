@@ -91,6 +91,22 @@ const std::vector<std::string>& Migrations() {
         update_us    bigint NOT NULL
       );
       )sql",
+      // 1 -> 2: the leader lease (postgres_lease.h). One row, there from
+      // the start so taking it is an UPDATE that a row lock orders with
+      // the leader's commits; expires_at is the server's clock, so the
+      // schedulers' clocks do not matter. The epoch only goes up: each
+      // taking of the lease bumps it, and the leader's writes are fenced
+      // by it.
+      R"sql(
+      CREATE TABLE lease (
+        id         smallint PRIMARY KEY CHECK (id = 1),
+        holder     text COLLATE "C" NOT NULL,
+        epoch      bigint NOT NULL,
+        address    text COLLATE "C" NOT NULL,
+        expires_at timestamptz NOT NULL
+      );
+      INSERT INTO lease VALUES (1, '', 0, '', '-infinity');
+      )sql",
   };
   return *kMigrations;
 }

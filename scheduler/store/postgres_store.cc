@@ -107,10 +107,13 @@ constexpr Statement kNotePruned{
     "tg_note_pruned",
     "INSERT INTO meta (key, value) VALUES ('newest_pruned_revision', $1::int8) "
     "ON CONFLICT (key) DO UPDATE SET value = greatest(meta.value, excluded.value)"};
+// The fence: the lease row's epoch, locked FOR SHARE until the commit, so
+// a standby's UPDATE taking the lease is ordered after this transaction.
+constexpr Statement kFence{"tg_fence", "SELECT epoch FROM lease WHERE id = 1 FOR SHARE"};
 constexpr Statement kStatements[] = {
-    kDeleteTasks,  kDeleteAttempts,  kDeleteMerged, kInsertTasks, kUpdateTasks,
-    kPutMerged,    kDeleteQueues,    kPutQueues,    kPutAttempts, kTrimAttempts,
-    kInsertEvents, kDeleteSchedules, kPutSchedules, kPruneEvents, kNotePruned};
+    kFence,           kDeleteTasks,  kDeleteAttempts, kDeleteMerged, kInsertTasks,  kUpdateTasks,
+    kPutMerged,       kDeleteQueues, kPutQueues,      kPutAttempts,  kTrimAttempts, kInsertEvents,
+    kDeleteSchedules, kPutSchedules, kPruneEvents,    kNotePruned};
 
 // One statement of a batch: its parameters, and how many rows it must
 // touch (-1: any number).
@@ -143,17 +146,12 @@ PostgresStore::PostgresStore(const PostgresOptions& opts)
     : url_(opts.url),
       display_(pg::DisplayName(opts.url)),
       lock_wait_(opts.lock_wait),
+      writer_idle_limit_(opts.writer_idle_limit),
       writer_(std::make_unique<pg::Conn>(opts.url, "writer")),
       event_conn_(std::make_unique<pg::Conn>(opts.url, "event reader")),
       task_conn_(std::make_unique<pg::Conn>(opts.url, "task reader")) {}
 
-PostgresStore::~PostgresStore() {
-  // Let go of the schema at once rather than when the server notices the
-  // closed connection, so the next scheduler need not wait for it.
-  if (PGconn* conn = writer_->get(); conn != nullptr && PQstatus(conn) == CONNECTION_OK) {
-    Result r(PQexec(conn, "SELECT pg_advisory_unlock_all()"));
-  }
-}
+PostgresStore::~PostgresStore() = default;
 
 absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresOptions& opts) {
   char* err = nullptr;
@@ -171,9 +169,7 @@ absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const Postgre
   return s;
 }
 
-absl::Status PostgresStore::TakeLock(PGconn* conn) {
-  // Waits a little: the session of a scheduler that just stopped or died
-  // lets go of the lock only when its backend notices the closed socket.
+absl::Status PostgresStore::Lock(PGconn* conn) {
   Result r(PQexec(conn, absl::StrCat("SET lock_timeout = ", absl::ToInt64Milliseconds(lock_wait_),
                                      "; SELECT pg_advisory_lock(hashtextextended("
                                      "'taskgrid:' || current_schema(), 0)); RESET lock_timeout")
@@ -183,8 +179,8 @@ absl::Status PostgresStore::TakeLock(PGconn* conn) {
   if (state != nullptr && std::string(state) == "55P03") {
     return absl::FailedPreconditionError(
         absl::StrCat(display_, " schema ", schema_,
-                     " is in use by another taskgrid-scheduler; two "
-                     "schedulers must never write one task table"));
+                     " is being migrated by another taskgrid-scheduler for longer than ",
+                     absl::FormatDuration(lock_wait_)));
   }
   return pg::Check(conn, r.get(), "locking the schema");
 }
@@ -224,19 +220,31 @@ absl::Status PostgresStore::Init() {
   if (absl::Status s = pg::Check(conn, r.get(), "reading the schema"); !s.ok()) return s;
   schema_ = PQgetisnull(r.get(), 0, 0) ? "" : PQgetvalue(r.get(), 0, 0);
   // The lock first, so two schedulers starting together do not both
-  // migrate. Session level: it lasts as long as the connection.
+  // migrate; let go once migrated (the lease guards the writes).
   if (!schema_.empty()) {
-    if (absl::Status s = TakeLock(conn); !s.ok()) return s;
+    if (absl::Status s = Lock(conn); !s.ok()) return s;
   }
   absl::StatusOr<int> version =
       pg::Migrate(conn, pg::Migrations(),
                   schema_.empty() ? display_ : absl::StrCat(display_, " schema ", schema_));
+  if (!schema_.empty()) {
+    Result u(PQexec(conn, "SELECT pg_advisory_unlock_all()"));
+    if (absl::Status s = pg::Check(conn, u.get(), "unlocking the schema"); !s.ok()) return s;
+  }
   if (!version.ok()) return version.status();
   schema_version_ = *version;
   return Prepare(conn);
 }
 
 absl::Status PostgresStore::Prepare(PGconn* conn) {
+  if (absl::Status s = pg::Exec(conn,
+                                absl::StrCat("SET idle_in_transaction_session_timeout = ",
+                                             absl::ToInt64Milliseconds(writer_idle_limit_))
+                                    .c_str(),
+                                "limiting idle transactions");
+      !s.ok()) {
+    return s;
+  }
   for (const Statement& st : kStatements) {
     Result p(PQprepare(conn, st.name, st.sql, 0, nullptr));
     if (absl::Status s = pg::Check(conn, p.get(), st.name); !s.ok()) return s;
@@ -248,11 +256,9 @@ absl::Status PostgresStore::EnsureWriter() {
   bool fresh = false;
   if (absl::Status s = writer_->Ensure(&fresh); !s.ok()) return s;
   if (!fresh) return absl::OkStatus();
-  // A new session: take the schema's lock again (another scheduler may
-  // have started meanwhile) and prepare the statements again.
-  PGconn* conn = writer_->get();
-  absl::Status s = TakeLock(conn);
-  if (s.ok()) s = Prepare(conn);
+  // A new session: prepare the statements again (the fence, not a
+  // session, says whether this scheduler may still write).
+  absl::Status s = Prepare(writer_->get());
   if (!s.ok()) writer_->Close();
   return s;
 }
@@ -279,6 +285,11 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
     p.what = std::move(what);
     return p.params;
   };
+
+  // The fence first: its row lock orders this transaction with a standby
+  // taking the lease.
+  const bool fenced = fence_epoch_ > 0;
+  if (fenced) add(kFence, "checking the lease", 1);
 
   // The (seqs, ids) arrays of the updates, kept to name a missing row.
   std::pair<std::string, std::string> updated;
@@ -536,8 +547,18 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
     const Pending* p = next >= 1 && next <= stmts.size() ? &stmts[next - 1] : nullptr;
     const std::string what = p != nullptr ? p->what : "beginning a transaction";
     if (st == PGRES_PIPELINE_ABORTED) continue;  // skipped after an earlier error
-    if (st != PGRES_COMMAND_OK) {
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
       if (status.ok()) status = pg::Error(conn, r.get(), what);
+      continue;
+    }
+    if (status.ok() && p != nullptr && p->st == &kFence) {
+      // The rest of the pipeline ran too; it is rolled back.
+      const int64_t now = PQntuples(r.get()) == 1 ? pg::GetInt8(r.get(), 0, 0) : -1;
+      if (now != fence_epoch_) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "this scheduler's lease epoch ", fence_epoch_, " was superseded by epoch ", now,
+            ": another scheduler leads ", schema_, "; nothing of the batch was written"));
+      }
       continue;
     }
     if (status.ok() && p != nullptr && p->expect >= 0 && pg::Affected(r.get()) != p->expect) {

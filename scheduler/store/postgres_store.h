@@ -8,10 +8,12 @@
 // current schema. They are versioned by a `schema_version` row in `meta`
 // and migrated forward at open; a newer schema is refused.
 //
-// One scheduler per schema: Open() takes a session advisory lock keyed by
-// the schema on the writer connection, so a second scheduler refuses to
-// start instead of writing beside the first; a writer that reconnects
-// takes it again before it writes.
+// One leader per schema: the lease (postgres_lease.h) says which scheduler
+// may write; once the store is told the leader's epoch (SetFence), every
+// Apply checks it in its own transaction, so a scheduler that lost the
+// lease (stopped, partitioned, superseded) can never commit again. Open()
+// itself takes a session advisory lock only while it migrates, so two
+// schedulers starting together do not both move the schema forward.
 //
 // Apply writes a batch in one transaction and one round trip for its rows:
 // each kind of row goes in one statement over arrays (unnest), the
@@ -55,9 +57,14 @@ struct PostgresOptions {
   // A libpq connection URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DB?...)
   // or key=value string.
   std::string url;
-  // How long Open waits for another scheduler's lock on the schema before
-  // it refuses (a scheduler that just died lets go once the server notices).
+  // How long Open waits for another scheduler migrating the schema before
+  // it refuses.
   absl::Duration lock_wait = absl::Seconds(5);
+  // The writer's idle_in_transaction_session_timeout: a leader stopped
+  // between a batch and its COMMIT holds the lease row's lock; the server
+  // ends its session after this long, so a standby can take the lease
+  // (and the stopped leader's COMMIT fails). At most the lease's TTL.
+  absl::Duration writer_idle_limit = absl::Seconds(6);
 };
 
 class PostgresStore final : public Store {
@@ -67,6 +74,14 @@ class PostgresStore final : public Store {
   // holds the schema or its version is newer than this build's.
   static absl::StatusOr<std::unique_ptr<PostgresStore>> Open(const PostgresOptions& opts);
   ~PostgresStore() override;
+
+  // From now on every Apply commits only while the lease's epoch is
+  // `epoch` (the one PostgresLease::TryAcquire took); otherwise it fails
+  // with FAILED_PRECONDITION naming both epochs and writes nothing. 0: no
+  // fence (tools and tests that own the schema). Call before the first
+  // Apply of the leader, from the thread that calls Apply.
+  void SetFence(int64_t epoch) { fence_epoch_ = epoch; }
+  int64_t fence() const { return fence_epoch_; }
 
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;
@@ -95,16 +110,18 @@ class PostgresStore final : public Store {
   explicit PostgresStore(const PostgresOptions& opts);
   absl::Status Init();
   absl::Status CreateSchemaIfNamed(PGconn* conn);
-  absl::Status TakeLock(PGconn* conn);
+  absl::Status Lock(PGconn* conn);
   absl::Status Prepare(PGconn* conn);
-  // Connects the writer if needed: takes the schema's lock and prepares
-  // Apply's statements on a fresh connection.
+  // Connects the writer if needed: prepares Apply's statements on a fresh
+  // connection.
   absl::Status EnsureWriter();
   absl::Status ApplyPipelined(const core::WriteBatch& batch);
 
   std::string url_;
   std::string display_;
   absl::Duration lock_wait_;
+  absl::Duration writer_idle_limit_;
+  int64_t fence_epoch_ = 0;  // Apply's thread
   std::string schema_;
   int schema_version_ = 0;
   std::unique_ptr<pg::Conn> writer_;  // Apply's thread, or recovery's

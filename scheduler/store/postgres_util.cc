@@ -3,6 +3,8 @@
 #include <endian.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -40,14 +42,17 @@ absl::Status Conn::Ensure(bool* fresh) {
   // Defaults first: the URL, expanded from dbname, overrides them. A
   // connect gives up after 10 s, and keepalives notice a server that went
   // away without closing the connection within about half a minute.
-  const char* keys[] = {"connect_timeout",
-                        "keepalives_idle",
-                        "keepalives_interval",
-                        "keepalives_count",
-                        "dbname",
-                        "fallback_application_name",
-                        nullptr};
-  const char* values[] = {"10", "15", "5", "3", url_.c_str(), "taskgrid-scheduler", nullptr};
+  const std::string connect_timeout =
+      io_limit_ > absl::ZeroDuration()
+          ? absl::StrCat(std::max<int64_t>(2, absl::ToInt64Seconds(io_limit_)))
+          : "10";
+  const std::string user_timeout = absl::StrCat(absl::ToInt64Milliseconds(io_limit_));
+  const char* keys[] = {
+      "connect_timeout",  "keepalives_idle", "keepalives_interval",       "keepalives_count",
+      "tcp_user_timeout", "dbname",          "fallback_application_name", nullptr};
+  const char* values[] = {
+      connect_timeout.c_str(), "15",   "5", "3", user_timeout.c_str(), url_.c_str(),
+      "taskgrid-scheduler",    nullptr};
   conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn_ == nullptr) return absl::ResourceExhaustedError("libpq: out of memory");
   if (PQstatus(conn_) != CONNECTION_OK) {

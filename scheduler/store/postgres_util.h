@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace taskgrid::store::pg {
 
@@ -39,7 +40,12 @@ class Conn {
  public:
   // `url`: a libpq connection string, URL or key=value. `role` names the
   // connection in errors ("writer", "event reader").
-  Conn(std::string url, std::string role) : url_(std::move(url)), role_(std::move(role)) {}
+  // `io_limit` (if not zero) bounds how long a connect, or a request the
+  // server does not acknowledge (a partition), may block: libpq's
+  // connect_timeout (at least 2 s) and the socket's tcp_user_timeout. For
+  // the lease, whose renewals must fail in time rather than hang.
+  Conn(std::string url, std::string role, absl::Duration io_limit = absl::ZeroDuration())
+      : url_(std::move(url)), role_(std::move(role)), io_limit_(io_limit) {}
   ~Conn() { Close(); }
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
@@ -56,6 +62,7 @@ class Conn {
  private:
   std::string url_;
   std::string role_;
+  absl::Duration io_limit_;
   PGconn* conn_ = nullptr;
 };
 

@@ -21,7 +21,8 @@ class BinariesTest(unittest.TestCase):
         res = run(binary("TASKGRID_SCHEDULER"), "--help")
         out = res.stdout + res.stderr
         for flag in ("--listen", "--data_dir", "--store", "--durability", "--queue_max_length",
-                     "--heartbeat_timeout", "--reconnect_grace"):
+                     "--heartbeat_timeout", "--reconnect_grace", "--standby", "--lease_ttl",
+                     "--advertise"):
             self.assertIn(flag, out)
 
     def test_agent_help_lists_its_flags(self):
@@ -50,6 +51,8 @@ class BinariesTest(unittest.TestCase):
                 (["--store=mysql://db/tasks"], "--store must be sqlite or a postgres:// URL"),
                 (["--store=postgres://db/tasks", "--durability=normal"],
                  "--durability is SQLite's"),
+                (["--store=postgres://db/tasks", "--lease_ttl=500ms"],
+                 "--lease_ttl must be at least 1s, not 500ms"),
                 (["--queue_max_length=emails"], "--queue_max_length"),
                 (["--queue_max_length=emails=-1"], "--queue_max_length"),
                 (["--default_max_attempts=0"], "--default_max_attempts"),

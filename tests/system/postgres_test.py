@@ -1,7 +1,9 @@
 """The scheduler on PostgreSQL (--store=postgres://...), with the real
 binaries: what it prints at start-up, kill -9 in the middle of a run and a
-restart (nothing acknowledged lost, each result committed once), one
-scheduler per schema, and the one-line refusals of a bad store.
+restart (nothing acknowledged lost, each result committed once), a
+standby scheduler on the same schema taking over from a leader killed or
+stopped (and the stopped one, continued, refused and exiting), and the
+one-line refusals of a bad store.
 
 The server is the tests' own (tests/testing/postgres.sh, started by ctest's
 fixture "postgres"); each test works in a schema of its own, which the
@@ -12,6 +14,7 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -53,7 +56,7 @@ class PostgresTest(unittest.TestCase):
             self.assertRegex(
                 c.scheduler.log(),
                 re.escape(f"task table postgres://127.0.0.1:{port}/taskgrid "
-                          f"(schema {schema}, schema version 1)"))
+                          f"(schema {schema}, schema version 2)"))
             c.start_agent("a1", slots=4)
             for i in range(4):
                 c.ctl("submit", f"--id=run-{i}", "--builtin=sleep", "--", "3", check=True)
@@ -114,17 +117,84 @@ class PostgresTest(unittest.TestCase):
                 res = c.ctl("get", "during")
                 self.assertNotEqual(res.returncode, 0, "a refused submit was stored")
 
-    def test_a_second_scheduler_on_the_same_schema_refuses_to_start(self):
+    def test_a_second_scheduler_with_standby_false_refuses_to_start(self):
         _, url = schema_url(self.base, "twice")
         with Cluster(scheduler_flags=[f"--store={url}"]) as c:
             c.start_scheduler()
             res = subprocess.run(
-                [binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0", f"--store={url}"],
+                [binary("TASKGRID_SCHEDULER"), "--listen=127.0.0.1:0", f"--store={url}",
+                 "--standby=false"],
                 capture_output=True, text=True, timeout=60)
-            self.assertNotEqual(res.returncode, 0)
-            self.assertIn("in use by another taskgrid-scheduler", res.stderr)
+            self.assertEqual(res.returncode, 1, res.stderr)
+            self.assertRegex(res.stderr, r"is led by \S+ at \S+ \(lease epoch 1\); "
+                             r"--standby=false: not waiting")
             self.assertTrue(c.scheduler.alive())
             c.ctl("submit", "--id=still-here", "--builtin=noop", check=True)
+
+    def _leader_and_standby(self, tag):
+        """A leader with 20 acknowledged tasks and a standby waiting."""
+        _, url = schema_url(self.base, tag)
+        first = Cluster(scheduler_flags=[f"--store={url}"])
+        second = Cluster(scheduler_flags=[f"--store={url}"])
+        self.addCleanup(second.close)
+        self.addCleanup(first.close)
+        first.start_scheduler()
+        for i in range(20):
+            first.ctl("submit", f"--id=acked-{i}", "--", "/bin/echo", f"acked {i}", check=True)
+        second.start_scheduler(wait=False)
+        wait_until(lambda: "standby: " in second.scheduler.log(), timeout=30,
+                   what="the second scheduler to wait as a standby")
+        self.assertRegex(second.scheduler.log(),
+                         r"is led by \S+ at \S+:%d \(lease epoch 1, " % first.port)
+        self.assertNotIn("serving on port", second.scheduler.log())
+        return first, second
+
+    def _takes_over(self, second, since):
+        # Within the bound: --lease_ttl (6 s) + a standby's poll (1 s).
+        wait_until(lambda: "serving on port" in second.scheduler.log(), timeout=30,
+                   what="the standby to take over")
+        took = time.monotonic() - since
+        with open(os.path.join(second.dir, "port")) as f:
+            second.port = int(f.read().strip())
+        print(f"took over in {took:.2f}s", file=sys.stderr)
+        self.assertLess(took, 10.0, second.scheduler.log())
+        self.assertIn("(lease epoch 2)", second.scheduler.log())
+        # Every acknowledged task is there, and runs on an agent pointed at
+        # the new leader.
+        second.start_agent("a1", slots=4)
+        for i in range(20):
+            task = second.wait_state(f"acked-{i}", "SUCCEEDED", timeout=60)
+            self.assertEqual(base64.b64decode(task["result"]["stdout_tail"]),
+                             f"acked {i}\n".encode())
+        return took
+
+    def test_a_standby_takes_over_from_a_killed_leader_with_every_acknowledged_task(self):
+        first, second = self._leader_and_standby("kill9")
+        since = time.monotonic()
+        first.scheduler.kill9()
+        self._takes_over(second, since)
+
+    def test_a_stopped_leader_is_replaced_and_once_continued_cannot_commit(self):
+        first, second = self._leader_and_standby("stop")
+        since = time.monotonic()
+        first.scheduler.signal(signal.SIGSTOP)
+        try:
+            self._takes_over(second, since)
+            second.ctl("submit", "--id=by-the-new-leader", "--builtin=noop", check=True)
+        finally:
+            first.scheduler.signal(signal.SIGCONT)
+        # Woken, it finds its lease gone (at its next renewal or its next
+        # commit, whichever comes first) and exits rather than serve.
+        first.ctl("submit", "--id=by-the-old-leader", "--builtin=noop", "--timeout=5s")
+        wait_until(lambda: not first.scheduler.alive(), timeout=30,
+                   what="the stopped leader to exit once continued")
+        self.assertEqual(first.scheduler.proc.returncode, 1, first.scheduler.log())
+        self.assertRegex(first.scheduler.log(),
+                         r"lease epoch 1 was superseded by epoch 2|cannot renew the lease")
+        self.assertNotEqual(second.ctl("get", "by-the-old-leader").returncode, 0,
+                            "the old leader committed after the takeover")
+        second.wait_state("by-the-new-leader", "SUCCEEDED", timeout=60)
+        self.assertTrue(second.scheduler.alive())
 
     def test_a_bad_store_is_refused_in_one_line_without_the_password(self):
         s = socket.socket()

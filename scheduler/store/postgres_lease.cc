@@ -1,0 +1,134 @@
+#include "scheduler/store/postgres_lease.h"
+
+#include <libpq-fe.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/store/postgres_util.h"
+
+namespace taskgrid::store {
+
+using pg::Params;
+using pg::Result;
+
+namespace {
+
+// Takes the row when it is free, expired or ours; the outer SELECT reads
+// the row as it was before (a data-modifying WITH's snapshot), so a row
+// not taken names the leader. Expiry by the server's clock.
+constexpr char kAcquire[] =
+    "WITH taken AS (UPDATE lease SET holder = $1::text, address = $2::text, epoch = epoch + 1, "
+    "expires_at = now() + $3::int8 * interval '1 microsecond' "
+    "WHERE id = 1 AND (expires_at <= now() OR holder = $1::text) RETURNING epoch) "
+    "SELECT (SELECT epoch FROM taken), l.holder, l.address, l.epoch, "
+    "(extract(epoch FROM greatest(l.expires_at, now()) - now()) * 1000000)::int8 "
+    "FROM lease l WHERE l.id = 1";
+// Extends only while the epoch is ours; the current epoch names the
+// successor when not.
+constexpr char kRenew[] =
+    "WITH r AS (UPDATE lease SET address = $2::text, "
+    "expires_at = now() + $3::int8 * interval '1 microsecond' "
+    "WHERE id = 1 AND epoch = $1::int8 RETURNING epoch) "
+    "SELECT (SELECT epoch FROM r), l.epoch, l.holder FROM lease l WHERE l.id = 1";
+constexpr char kRelease[] =
+    "UPDATE lease SET expires_at = '-infinity' WHERE id = 1 AND epoch = $1::int8";
+
+}  // namespace
+
+PostgresLease::PostgresLease(const LeaseOptions& opts)
+    : opts_(opts),
+      address_(opts.address),
+      conn_(std::make_unique<pg::Conn>(opts.url, "lease", opts.ttl / 3)) {}
+
+PostgresLease::~PostgresLease() = default;
+
+absl::StatusOr<std::unique_ptr<PostgresLease>> PostgresLease::Open(const LeaseOptions& opts) {
+  std::unique_ptr<PostgresLease> l(new PostgresLease(opts));
+  if (absl::Status s = l->Connect(); !s.ok()) return s;
+  return l;
+}
+
+absl::Status PostgresLease::Connect() {
+  bool fresh = false;
+  if (absl::Status s = conn_->Ensure(&fresh); !s.ok()) return s;
+  if (!fresh) return absl::OkStatus();
+  // A leader's commit holds the row for one round trip; one stopped
+  // mid-transaction holds it until the server ends its session (the
+  // store's writer_idle_limit): wait only so long, then answer "not now".
+  absl::Status s = pg::Exec(
+      conn_->get(),
+      absl::StrCat("SET lock_timeout = ", absl::ToInt64Milliseconds(opts_.lock_wait)).c_str(),
+      "setting the lease's lock wait");
+  if (!s.ok()) conn_->Close();
+  return s;
+}
+
+absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  Params p;
+  p.Bytes(opts_.holder);
+  p.Bytes(address_);
+  p.Int8(absl::ToInt64Microseconds(opts_.ttl));
+  Result r(pg::ExecParams(conn_->get(), kAcquire, p));
+  const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+  if (state != nullptr && std::string(state) == "55P03") {
+    return LeaseState{};  // the leader is committing: it is alive
+  }
+  if (absl::Status s = pg::Check(conn_->get(), r.get(), "taking the lease"); !s.ok()) {
+    if (PQstatus(conn_->get()) != CONNECTION_OK) conn_->Close();
+    return s;
+  }
+  if (PQntuples(r.get()) != 1) {
+    return absl::FailedPreconditionError("the lease row is missing: not a taskgrid schema");
+  }
+  LeaseState out;
+  out.ours = !PQgetisnull(r.get(), 0, 0);
+  if (out.ours) {
+    epoch_ = out.epoch = pg::GetInt8(r.get(), 0, 0);
+    out.holder = opts_.holder;
+    out.address = address_;
+    out.remaining = opts_.ttl;
+    return out;
+  }
+  out.holder = std::string(pg::GetBytes(r.get(), 0, 1));
+  out.address = std::string(pg::GetBytes(r.get(), 0, 2));
+  out.epoch = pg::GetInt8(r.get(), 0, 3);
+  out.remaining = absl::Microseconds(pg::GetInt8(r.get(), 0, 4));
+  return out;
+}
+
+absl::Status PostgresLease::Renew() {
+  if (epoch_ == 0) return absl::FailedPreconditionError("the lease was never taken");
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  Params p;
+  p.Int8(epoch_);
+  p.Bytes(address_);
+  p.Int8(absl::ToInt64Microseconds(opts_.ttl));
+  Result r(pg::ExecParams(conn_->get(), kRenew, p));
+  if (absl::Status s = pg::Check(conn_->get(), r.get(), "renewing the lease"); !s.ok()) {
+    if (PQstatus(conn_->get()) != CONNECTION_OK) conn_->Close();
+    return s;
+  }
+  if (PQntuples(r.get()) != 1) {
+    return absl::FailedPreconditionError("the lease row is missing: not a taskgrid schema");
+  }
+  if (PQgetisnull(r.get(), 0, 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease epoch ", epoch_, " was superseded by epoch ",
+                     pg::GetInt8(r.get(), 0, 1), " (", pg::GetBytes(r.get(), 0, 2), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PostgresLease::Release() {
+  if (epoch_ == 0) return absl::OkStatus();
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  Params p;
+  p.Int8(epoch_);
+  Result r(pg::ExecParams(conn_->get(), kRelease, p));
+  return pg::Check(conn_->get(), r.get(), "releasing the lease");
+}
+
+}  // namespace taskgrid::store

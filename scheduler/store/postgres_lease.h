@@ -1,0 +1,95 @@
+// PostgresLease: which of the schedulers pointed at one PostgreSQL schema
+// leads. The `lease` row of the store's schema (version 2) holds the
+// leader's id, its epoch, the address it serves on and when the lease
+// expires, by the server's clock (now()), so the schedulers' clocks do
+// not matter. A scheduler takes the row when it is free or expired,
+// bumping the epoch, and renews it before it expires; the store fences
+// every commit with that epoch (PostgresStore::SetFence), so a leader
+// that lost the lease (stopped, partitioned, too slow to renew) can never
+// commit after another took over.
+//
+// Timing, all set by the caller: a standby polls TryAcquire, the leader
+// renews every ttl / 3; a standby takes over within ttl + its poll period
+// of the leader's last renewal.
+//
+// Its connection's I/O is bounded by ttl / 3 (connect, and requests the
+// server does not acknowledge), so a leader cut off from the database
+// sees its renewal fail in time rather than hang past its lease.
+//
+// Thread contract: not thread-safe; one thread (or a mutex) at a time. It
+// has its own connection, apart from the store's, so renewing never waits
+// for a commit's round trips. Destroy it after the last call returned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace taskgrid::store {
+
+namespace pg {
+class Conn;
+}
+
+struct LeaseOptions {
+  // A libpq URL naming the store's schema (the store made the row: open
+  // the PostgresStore first).
+  std::string url;
+  // This scheduler, unique among those sharing the schema (host:pid:...).
+  std::string holder;
+  // Where this scheduler serves, for standbys to tell (may be set later
+  // with set_address; written by the next TryAcquire or Renew).
+  std::string address;
+  // How long a taking or a renewal holds, from the server's now().
+  absl::Duration ttl = absl::Seconds(6);
+  // How long TryAcquire waits for the leader's commit in flight (it holds
+  // the row's lock) before it answers "not now".
+  absl::Duration lock_wait = absl::Seconds(1);
+};
+
+// The lease as one TryAcquire saw it.
+struct LeaseState {
+  bool ours = false;         // this scheduler took it (epoch is now ours)
+  int64_t epoch = 0;         // ours, or the leader's
+  std::string holder;        // the leader ("" when none ever held it)
+  std::string address;       // where the leader serves
+  absl::Duration remaining;  // until the leader's lease expires (not ours)
+};
+
+class PostgresLease {
+ public:
+  // UNAVAILABLE when the server cannot be reached.
+  static absl::StatusOr<std::unique_ptr<PostgresLease>> Open(const LeaseOptions& opts);
+  ~PostgresLease();
+
+  // One statement: takes the lease when it is free, expired or already
+  // this holder's, bumping the epoch; otherwise reports the leader. A
+  // leader committing at the moment (its fence holds the row) reads as
+  // not ours, with the epoch unknown (0).
+  absl::StatusOr<LeaseState> TryAcquire();
+  // Extends the lease by ttl from the server's now(), and writes the
+  // address, only while the epoch is still ours: FAILED_PRECONDITION
+  // naming both epochs when another took it.
+  absl::Status Renew();
+  // Ends the lease at once (a clean stop), so a standby need not wait for
+  // it to expire; no-op when it is no longer ours.
+  absl::Status Release();
+
+  int64_t epoch() const { return epoch_; }
+  void set_address(std::string address) { address_ = std::move(address); }
+  const LeaseOptions& options() const { return opts_; }
+
+ private:
+  explicit PostgresLease(const LeaseOptions& opts);
+  absl::Status Connect();
+
+  LeaseOptions opts_;
+  std::string address_;
+  int64_t epoch_ = 0;
+  std::unique_ptr<pg::Conn> conn_;
+};
+
+}  // namespace taskgrid::store
