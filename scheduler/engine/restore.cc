@@ -61,13 +61,15 @@ absl::Status Engine::Restore() {
   // finished records into the scheduler's indexes; this thread parses the
   // other rows into records, with the attempts and merged payloads of the
   // few that have any (attempt > 0, a merge key), read by key a chunk at a
-  // time (a walk over every task's would read the whole table again). The parsing makes nearly all
-  // the allocations, and keeping them on this thread keeps them in malloc's main arena: a second
-  // thread's arena grows its heap an mprotect() call per page, which made a reader that parsed a
-  // quarter slower. Chunks go round in three queues: rows to parse, records to file, and parsed
-  // rows whose string buffers the reader fills again. The reader files every record chunk ready
-  // each time it has read one, so records waiting stay within the rows' bound too. An error on
-  // either side stops the other; the reader is always joined.
+  // time (a walk over every task's would read the whole table again). The
+  // parsing makes nearly all the allocations, and keeping them on this
+  // thread keeps them in malloc's main arena: a second thread's arena grows
+  // its heap an mprotect() call per page, which made a reader that parsed a
+  // quarter slower. Chunks go round in three queues: rows to parse, records
+  // to file, and parsed rows whose string buffers the reader fills again.
+  // The reader files every record chunk ready each time it has read one, so
+  // records waiting stay within the rows' bound too. An error on either
+  // side stops the other; the reader is always joined.
   using Rows = std::vector<core::TaskRow>;
   using Records = std::vector<std::unique_ptr<core::TaskRecord>>;
   BoundedQueue<Rows> to_parse(kRestoreChunksInFlight);

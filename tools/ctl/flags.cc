@@ -10,8 +10,8 @@ ABSL_FLAG(std::string, addr, "",
 ABSL_FLAG(bool, json, false,
           "Print the API's answer as proto3 JSON (snake_case names, every field)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
-          "Deadline of each call to the scheduler; wait and watch --follow keep trying a "
-          "scheduler they lost for this long");
+          "Deadline of each call to the scheduler; wait, watch --follow and logs -f keep "
+          "trying a scheduler they lost for this long");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate that signed the scheduler's certificate: connect with TLS "
           "(default: $TASKGRID_TLS_CA)");

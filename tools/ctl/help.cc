@@ -250,7 +250,7 @@ as its agent reads them from the running steps (about every 200 ms).
                              attempts (a retry, a task moved to another agent),
                              until the task is finished. A task that has not
                              started is waited for. If the scheduler goes away,
-                             it follows again once it is back (up to a minute).
+                             it follows again once it is back (for --timeout).
   --stdout, --stderr         only that stream (--stream=stdout|stderr)
 
 Where bytes were skipped (the agent keeps the newest 64 KiB of each stream,
@@ -649,8 +649,8 @@ std::string UsageText() {
       "\nGlobal flags (anywhere before `--`):\n"
       "  --addr=HOST:PORT  the scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)\n"
       "  --json            print the API's answer as proto3 JSON (snake_case, every field)\n"
-      "  --timeout=DUR     deadline of each call (default 30s); wait and watch --follow\n"
-      "                    keep trying a scheduler they lost for this long\n"
+      "  --timeout=DUR     deadline of each call (default 30s); wait, watch --follow and\n"
+      "                    logs -f keep trying a scheduler they lost for this long\n"
       "  --tls_ca=PEM      connect with TLS, trusting this CA (default: $TASKGRID_TLS_CA)\n"
       "  --tls_cert=PEM --tls_key=PEM\n"
       "                    client certificate for a scheduler that requires one\n"

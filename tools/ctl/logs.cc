@@ -3,7 +3,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,60 +11,34 @@
 #include "absl/time/clock.h"
 #include "tools/ctl/client.h"
 #include "tools/ctl/log_printer.h"
+#include "tools/ctl/lost_scheduler.h"
 #include "tools/ctl/output.h"
 
 namespace taskgrid::ctl {
 
-namespace {
-
-// A follow whose scheduler went away (UNAVAILABLE: killed, restarting, the
-// network) follows again, for as long as this passes without one call that
-// reached it.
-constexpr absl::Duration kReconnectFor = absl::Seconds(60);
-
-int TimedOut(const std::string& id, absl::Duration wait_timeout) {
-  std::cerr << "--- " << id
-            << " not finished within --wait_timeout=" << absl::FormatDuration(wait_timeout)
-            << " ---\n";
-  return kExitWaitTimedOut;
-}
-
-}  // namespace
-
 int Client::Logs(const v1::StreamTaskOutputRequest& req, absl::Duration wait_timeout) {
   // Without --follow the scheduler answers with what there is now: one
   // call's --timeout. A follow lasts until the task is finished, or
-  // --wait_timeout, across reconnects.
+  // --wait_timeout, across a scheduler lost and back (for up to --timeout).
   const absl::Duration limit = req.follow() ? wait_timeout : opts_.timeout;
   const absl::Time deadline =
       limit == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + limit;
   // Offsets per attempt and stream: what a reconnect sends again (the
   // agent's newest output) is printed once.
   LogPrinter printer(std::cout, std::cerr, req.id(), req.follow());
-  absl::Time reached = absl::Now();  // when a call last got a message
-  absl::Duration pause = absl::Milliseconds(200);
-  for (bool again = false;; again = true) {
-    if (again) {
-      // A reconnect waits for the scheduler to be back, for as long as the
-      // follow may still go on.
-      const absl::Time until = std::min(deadline, reached + kReconnectFor);
-      if (!channel_->WaitForConnected(absl::ToChronoTime(until))) {
-        if (until == deadline) return TimedOut(req.id(), wait_timeout);
-        std::cerr << "error: UNAVAILABLE: the scheduler at " << opts_.addr
-                  << " was not back within " << absl::FormatDuration(kReconnectFor) << "\n";
-        return kExitRpcFailed;
-      }
-    }
+  LostScheduler lost(opts_.timeout);
+  bool answered = false;  // a scheduler never reached is reported at once
+  for (;;) {
     grpc::ClientContext ctx;
     if (deadline != absl::InfiniteFuture()) ctx.set_deadline(absl::ToChronoTime(deadline));
     std::unique_ptr<grpc::ClientReader<v1::StreamTaskOutputResponse>> reader =
         stub_->StreamTaskOutput(&ctx, req);
     v1::StreamTaskOutputResponse r;
-    bool got = false;
     bool ended = false;
     v1::TaskState final_state = v1::TASK_STATE_UNSPECIFIED;
     while (reader->Read(&r)) {
-      got = true;
+      answered = true;
+      lost.Answered();
       if (r.kind() == v1::StreamTaskOutputResponse::KIND_END) {
         ended = true;
         final_state = r.state();
@@ -82,25 +55,24 @@ int Client::Logs(const v1::StreamTaskOutputRequest& req, absl::Duration wait_tim
     }
     const grpc::Status s = reader->Finish();
     if (!std::cout) return kExitOk;
-    if (got) reached = absl::Now();
     if (ended || s.ok()) {
       if (!req.follow() || !ended) return kExitOk;
       return final_state == v1::TASK_STATE_SUCCEEDED ? kExitOk : kExitTaskFailed;
     }
     if (req.follow() && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return TimedOut(req.id(), wait_timeout);
+      std::cerr << "--- " << req.id()
+                << " not finished within --wait_timeout=" << absl::FormatDuration(wait_timeout)
+                << " ---\n";
+      return kExitWaitTimedOut;
     }
-    if (!req.follow() || s.error_code() != grpc::StatusCode::UNAVAILABLE ||
-        absl::Now() - reached > kReconnectFor) {
-      Report(s);
-      return kExitRpcFailed;
+    if (req.follow() && answered && lost.TryAgain(s, deadline, [&] {
+          printer.Note(
+              absl::StrCat("the scheduler went away (", s.error_message(), "); following again"));
+        })) {
+      continue;
     }
-    printer.Note(
-        absl::StrCat("the scheduler went away (", s.error_message(), "); following again"));
-    // A scheduler that answers UNAVAILABLE at once (stopping) is not asked
-    // in a tight loop.
-    absl::SleepFor(got ? absl::Milliseconds(200) : pause);
-    pause = got ? absl::Milliseconds(200) : std::min(pause * 2, absl::Seconds(2));
+    Report(s);
+    return kExitRpcFailed;
   }
 }
 

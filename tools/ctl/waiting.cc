@@ -28,6 +28,7 @@
 #include "scheduler/core/state_machine.h"
 #include "tools/ctl/client.h"
 #include "tools/ctl/job_tree.h"
+#include "tools/ctl/lost_scheduler.h"
 #include "tools/ctl/output.h"
 
 namespace taskgrid::ctl {
@@ -252,38 +253,6 @@ class JobEndWatcher {
   bool ended_ = false;        // guarded by mu_
   int64_t events_ = 0;        // guarded by mu_
   int64_t consumed_ = 0;      // guarded by mu_: events_ at the last WaitEvent
-};
-
-bool IsLostScheduler(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::CANCELLED;
-}
-
-// Patience with a scheduler that answered before and is gone now: it is
-// most likely restarting, so keep asking for up to --timeout from the
-// first failure (and never past the wait's own deadline).
-class LostScheduler {
- public:
-  explicit LostScheduler(absl::Duration timeout) : timeout_(timeout) {}
-  void Answered() { since_ = absl::InfiniteFuture(); }
-  // After `s` failed the call waiting for `what`: true, after a short
-  // pause, when it should be asked again.
-  bool TryAgain(const grpc::Status& s, const std::string& what, absl::Time deadline) {
-    if (!IsLostScheduler(s)) return false;
-    if (since_ == absl::InfiniteFuture()) {
-      since_ = absl::Now();
-      std::cerr << "note: lost the scheduler while waiting for " << what << " ("
-                << s.error_message() << "); trying again for up to "
-                << absl::FormatDuration(timeout_) << "\n";
-    }
-    if (absl::Now() - since_ >= timeout_ || absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(250));
-    return true;
-  }
-
- private:
-  const absl::Duration timeout_;
-  absl::Time since_ = absl::InfiniteFuture();
 };
 
 }  // namespace
