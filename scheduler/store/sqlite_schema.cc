@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "scheduler/core/model.h"
 #include "scheduler/store/sqlite_store.h"
 #include "scheduler/store/sqlite_util.h"
@@ -16,6 +17,7 @@ namespace taskgrid::store {
 using sqlite::BindText;
 using sqlite::Exec;
 using sqlite::SqlError;
+using sqlite::Statement;
 using sqlite::Step;
 
 namespace {
@@ -205,13 +207,12 @@ const std::vector<const char*>& Migrations() {
 int SqliteStore::LatestSchemaVersion() { return static_cast<int>(Migrations().size()); }
 
 absl::Status SqliteStore::Migrate() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "reading the schema version");
+  {
+    ASSIGN_OR_RETURN(const Statement st,
+                     sqlite::Prepare(db_, "PRAGMA user_version", "reading the schema version"));
+    sqlite3_step(st.get());
+    schema_version_ = sqlite3_column_int(st.get(), 0);
   }
-  sqlite3_step(st);
-  schema_version_ = sqlite3_column_int(st, 0);
-  sqlite3_finalize(st);
   const int latest = LatestSchemaVersion();
   if (schema_version_ > latest) {
     return absl::FailedPreconditionError(absl::StrCat(db_path_, " has schema version ",
@@ -235,12 +236,9 @@ absl::Status SqliteStore::Migrate() {
 }
 
 absl::Status SqliteStore::BackfillV11() {
-  sqlite3_stmt* read = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT seq, spec, create_us FROM tasks", -1, &read, nullptr) !=
-      SQLITE_OK) {
-    return SqlError(db_, "reading specs for schema 11");
-  }
-  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> r(read, sqlite3_finalize);
+  ASSIGN_OR_RETURN(const Statement r, sqlite::Prepare(db_, "SELECT seq, spec, create_us FROM tasks",
+                                                      "reading specs for schema 11"));
+  sqlite3_stmt* const read = r.get();
   // Only tasks with a unique key or replicas change; collected first, so
   // the table is not written while it is read.
   struct Fill {
@@ -269,14 +267,13 @@ absl::Status SqliteStore::BackfillV11() {
     fills.push_back({sqlite3_column_int64(read, 0), spec.unique_key(), until, family});
   }
   if (rc != SQLITE_DONE) return SqlError(db_, "reading specs for schema 11");
-  sqlite3_stmt* write = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "UPDATE tasks SET unique_key = ?2, unique_until_us = ?3, family = ?4 "
-                         "WHERE seq = ?1",
-                         -1, &write, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "filling in schema 11");
-  }
-  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> w(write, sqlite3_finalize);
+  ASSIGN_OR_RETURN(
+      const Statement w,
+      sqlite::Prepare(db_,
+                      "UPDATE tasks SET unique_key = ?2, unique_until_us = ?3, family = ?4 "
+                      "WHERE seq = ?1",
+                      "filling in schema 11"));
+  sqlite3_stmt* const write = w.get();
   for (const Fill& f : fills) {
     sqlite3_bind_int64(write, 1, f.seq);
     BindText(write, 2, f.unique_key);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/store/sqlite_util.h"
 
@@ -29,6 +30,7 @@ using sqlite::BindText;
 using sqlite::ColumnString;
 using sqlite::Exec;
 using sqlite::SqlError;
+using sqlite::Statement;
 using sqlite::Step;
 
 namespace {
@@ -471,13 +473,11 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
 }
 
 absl::StatusOr<int64_t> SqliteStore::CountTasks() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM tasks", -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "counting tasks");
-  }
+  ASSIGN_OR_RETURN(const Statement stmt,
+                   sqlite::Prepare(db_, "SELECT count(*) FROM tasks", "counting tasks"));
+  sqlite3_stmt* const st = stmt.get();
   const int rc = sqlite3_step(st);
   const int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  sqlite3_finalize(st);
   if (rc != SQLITE_ROW) return SqlError(db_, "counting tasks");
   return n;
 }
@@ -493,13 +493,11 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink, bool light_finished) {
   const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
   if (open_rc != SQLITE_OK) return SqlError(db.get(), "opening a connection to load tasks");
   sqlite3_busy_timeout(db.get(), 5000);
-  sqlite3_stmt* raw_st = nullptr;
-  if (sqlite3_prepare_v2(db.get(),
-                         absl::StrCat("SELECT ", kTaskColumns, " FROM tasks ORDER BY seq").c_str(),
-                         -1, &raw_st, nullptr) != SQLITE_OK) {
-    return SqlError(db.get(), "loading tasks");
-  }
-  const std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw_st, sqlite3_finalize);
+  ASSIGN_OR_RETURN(
+      const Statement stmt,
+      sqlite::Prepare(db.get(),
+                      absl::StrCat("SELECT ", kTaskColumns, " FROM tasks ORDER BY seq").c_str(),
+                      "loading tasks"));
   sqlite3_stmt* const st = stmt.get();
   std::vector<core::TaskRow> rows(kScanChunkRows);
   size_t n = 0;
@@ -524,12 +522,11 @@ absl::Status SqliteStore::ScanTasks(const RowSink& sink, bool light_finished) {
 }
 
 absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
-                         -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading attempts");
-  }
+  ASSIGN_OR_RETURN(
+      const Statement stmt,
+      sqlite::Prepare(db_, "SELECT task_id, attempt, data FROM attempts ORDER BY task_id, attempt",
+                      "loading attempts"));
+  sqlite3_stmt* const st = stmt.get();
   std::vector<core::AttemptRow> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -538,17 +535,16 @@ absl::StatusOr<std::vector<core::AttemptRow>> SqliteStore::LoadAttempts() {
     a.attempt = sqlite3_column_int(st, 1);
     a.data = ColumnString(st, 2);
   }
-  sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading attempts");
   return out;
 }
 
 absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT task_id, n, payload FROM merged ORDER BY task_id, n", -1, &st,
-                         nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading merged payloads");
-  }
+  ASSIGN_OR_RETURN(
+      const Statement stmt,
+      sqlite::Prepare(db_, "SELECT task_id, n, payload FROM merged ORDER BY task_id, n",
+                      "loading merged payloads"));
+  sqlite3_stmt* const st = stmt.get();
   std::vector<core::MergedRow> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -557,7 +553,6 @@ absl::StatusOr<std::vector<core::MergedRow>> SqliteStore::LoadMerged() {
     m.n = sqlite3_column_int(st, 1);
     m.payload = ColumnString(st, 2);
   }
-  sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading merged payloads");
   return out;
 }
@@ -635,11 +630,10 @@ absl::StatusOr<std::vector<core::StoredTask>> SqliteStore::ReadTasks(
 }
 
 absl::StatusOr<std::vector<core::QueueRow>> SqliteStore::LoadQueues() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT name, settings FROM queues ORDER BY name", -1, &st,
-                         nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading queue settings");
-  }
+  ASSIGN_OR_RETURN(const Statement stmt,
+                   sqlite::Prepare(db_, "SELECT name, settings FROM queues ORDER BY name",
+                                   "loading queue settings"));
+  sqlite3_stmt* const st = stmt.get();
   std::vector<core::QueueRow> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -647,19 +641,18 @@ absl::StatusOr<std::vector<core::QueueRow>> SqliteStore::LoadQueues() {
     q.queue = ColumnString(st, 0);
     q.settings = ColumnString(st, 1);
   }
-  sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading queue settings");
   return out;
 }
 
 absl::StatusOr<std::vector<core::ScheduleRow>> SqliteStore::LoadSchedules() {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT id, definition, paused, next_fire_us, last_fire_us, last_task_id, "
-                         "fire_count, last_error, create_us, update_us FROM schedules ORDER BY id",
-                         -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(db_, "loading schedules");
-  }
+  ASSIGN_OR_RETURN(
+      const Statement stmt,
+      sqlite::Prepare(db_,
+                      "SELECT id, definition, paused, next_fire_us, last_fire_us, last_task_id, "
+                      "fire_count, last_error, create_us, update_us FROM schedules ORDER BY id",
+                      "loading schedules"));
+  sqlite3_stmt* const st = stmt.get();
   std::vector<core::ScheduleRow> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -675,7 +668,6 @@ absl::StatusOr<std::vector<core::ScheduleRow>> SqliteStore::LoadSchedules() {
     r.create_us = sqlite3_column_int64(st, 8);
     r.update_us = sqlite3_column_int64(st, 9);
   }
-  sqlite3_finalize(st);
   if (rc != SQLITE_DONE) return SqlError(db_, "loading schedules");
   return out;
 }
@@ -712,14 +704,13 @@ absl::StatusOr<EventSpan> SqliteStore::GetEventSpan() {
   std::lock_guard<std::mutex> lock(read_mu_);
   // One statement: one read transaction, so a prune between the parts
   // cannot be seen half.
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(read_db_,
-                         "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0), "
-                         "(SELECT ifnull(max(value), 0) FROM meta "
-                         "WHERE key = 'newest_pruned_revision') FROM events",
-                         -1, &st, nullptr) != SQLITE_OK) {
-    return SqlError(read_db_, "reading the event span");
-  }
+  ASSIGN_OR_RETURN(const Statement stmt,
+                   sqlite::Prepare(read_db_,
+                                   "SELECT ifnull(min(revision), 0), ifnull(max(revision), 0), "
+                                   "(SELECT ifnull(max(value), 0) FROM meta "
+                                   "WHERE key = 'newest_pruned_revision') FROM events",
+                                   "reading the event span"));
+  sqlite3_stmt* const st = stmt.get();
   const int rc = sqlite3_step(st);
   EventSpan span;
   if (rc == SQLITE_ROW) {
@@ -727,7 +718,6 @@ absl::StatusOr<EventSpan> SqliteStore::GetEventSpan() {
     span.newest_pruned = sqlite3_column_int64(st, 2);
     span.newest = std::max<int64_t>(sqlite3_column_int64(st, 1), span.newest_pruned);
   }
-  sqlite3_finalize(st);
   if (rc != SQLITE_ROW) return SqlError(read_db_, "reading the event span");
   return span;
 }

@@ -41,6 +41,12 @@ void AssignColumn(sqlite3_stmt* st, int i, std::string* out) {
   }
 }
 
+absl::StatusOr<Statement> Prepare(sqlite3* db, const char* sql, absl::string_view what) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) return SqlError(db, what);
+  return Statement(st, sqlite3_finalize);
+}
+
 absl::Status Step(sqlite3* db, sqlite3_stmt* st, absl::string_view what) {
   const int rc = sqlite3_step(st);
   sqlite3_reset(st);

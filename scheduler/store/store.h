@@ -7,7 +7,7 @@
 // shared conformance suite in tests/unit/store_test.cc.
 //
 // Thread contract: Apply is called by one writer thread at a time (the
-// GroupCommitWriter); the recovery reads (CountTasks, ScanTasks,
+// GroupCommitWriter); the whole-table reads (CountTasks, ScanTasks,
 // LoadAttempts, LoadMerged, LoadSchedules, LoadTasks) only before that
 // writer starts, from one thread at a time; ReadEvents and ReadTasks may be
 // called from any thread, at any time; ReadHistory too.
@@ -73,7 +73,8 @@ class Store {
   using RowSink = std::function<absl::Status(std::vector<core::TaskRow>* rows)>;
   virtual absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) = 0;
 
-  // Every finished attempt, by task id and then attempt number.
+  // Every finished attempt, by task id and then attempt number (for
+  // LoadTasks; recovery reads history per chunk with ReadHistory).
   virtual absl::StatusOr<std::vector<core::AttemptRow>> LoadAttempts() = 0;
   // Every merged payload, by task id and then number.
   virtual absl::StatusOr<std::vector<core::MergedRow>> LoadMerged() = 0;
