@@ -156,6 +156,7 @@ class Harness {
   }
   void AckHeartbeat(absl::Duration interval = absl::ZeroDuration()) {
     v1::SchedulerMessage m;
+    m.mutable_heartbeat_ack();
     if (interval > absl::ZeroDuration()) {
       *m.mutable_heartbeat_ack()->mutable_heartbeat_interval() = ToProto(interval);
     }
@@ -167,17 +168,17 @@ class Harness {
 
   // Plays the timer for `d` of fake time, from due time to due time as
   // TimerLoop() does. Each Heartbeat is acked at once while ack_heartbeats
-  // is on, with `ack_interval` when set.
+  // is on, with `ack_interval` when set (also one a task's thread wrote
+  // for the timer, which shows up a little later).
   void RunFor(absl::Duration d) {
     const absl::Duration end = now() + d;
     for (int passes = 0; passes < 100'000; ++passes) {
-      const size_t before = size();
       const absl::Duration due = core_->Tick();
-      if (ack_heartbeats) {
-        for (size_t i = before; i < size(); ++i) {
-          if (at(i).msg.has_heartbeat()) AckHeartbeat(ack_interval);
-        }
+      const size_t written = size();
+      for (size_t i = scanned_; i < written; ++i) {
+        if (ack_heartbeats && at(i).msg.has_heartbeat()) AckHeartbeat(ack_interval);
       }
+      scanned_ = written;
       const absl::Duration step = std::max(due - now(), Ms(1));
       if (now() + step > end) {
         clock_.Advance(end - now());
@@ -243,6 +244,7 @@ class Harness {
 
   const std::string dir_;
   FakeClock clock_;
+  size_t scanned_ = 0;  // RunFor() looked at the log up to here
   absl::Duration lease_ = absl::ZeroDuration();
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -342,6 +344,37 @@ TEST(AgentCore, SelfFencesWhenNothingAnswersForStopOnLostAfter) {
   EXPECT_EQ(h.core().unacked(), 1);
   h.AckResult("long");
   EXPECT_EQ(h.core().unacked(), 0);
+}
+
+TEST(AgentCore, EndsAStreamWhoseSchedulerStopsAnsweringOnceAtHalfStopOnLostAfter) {
+  Harness h;
+  h.Connect();  // stop_on_lost_after 1 s, heartbeats every 100 ms
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(5));
+  EXPECT_EQ(h.ended_streams(), 0) << "answered heartbeats end nothing";
+  h.ack_heartbeats = false;
+  const size_t from = h.size();
+  h.RunFor(Ms(100));
+  const int first = h.Find(IsHeartbeat(), from);
+  ASSERT_GE(first, 0);
+  const absl::Duration asked = h.at(first).at;
+  h.RunFor(asked + Ms(500) - h.now() - Ms(1));
+  EXPECT_EQ(h.ended_streams(), 0) << "ended before half of stop_on_lost_after";
+  h.RunFor(Ms(1));
+  EXPECT_EQ(h.ended_streams(), 1);
+  EXPECT_EQ(h.core().running(), 1) << "the task runs on while the agent looks elsewhere";
+  h.RunFor(Ms(300));
+  EXPECT_EQ(h.ended_streams(), 1) << "once per stream";
+}
+
+TEST(AgentCore, EndsAStreamWhoseHelloIsNeverWelcomed) {
+  Harness h;
+  h.core().StreamStarted();  // stop_on_lost_after: the default 4 s until a Welcome
+  h.RunFor(kDefaultStopOnLostAfter / 2 - Ms(1));
+  EXPECT_EQ(h.ended_streams(), 0);
+  h.RunFor(Ms(1));
+  EXPECT_EQ(h.ended_streams(), 1);
 }
 
 TEST(AgentCore, KeepsRunningWhileHeartbeatsAreAcked) {
