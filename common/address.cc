@@ -1,12 +1,17 @@
 #include "common/address.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace taskgrid {
 
@@ -35,6 +40,66 @@ std::string FlagOrEnv(const std::string& flag, const char* env, absl::string_vie
   if (!flag.empty()) return flag;
   const char* value = std::getenv(env);
   return value != nullptr && *value != '\0' ? std::string(value) : std::string(fallback);
+}
+
+std::string AdvertisedAddress(absl::string_view listen, int port) {
+  absl::string_view host = listen;
+  if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "[::0]") {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<SchedulerAddresses> SchedulerAddresses::Parse(absl::string_view list) {
+  std::vector<std::string> out;
+  for (absl::string_view a : absl::StrSplit(list, ',')) {
+    a = absl::StripAsciiWhitespace(a);
+    if (a.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", list, "' has an empty address: give HOST:PORT[,HOST:PORT...]"));
+    }
+    out.emplace_back(a);
+  }
+  return SchedulerAddresses(std::move(out));
+}
+
+std::string SchedulerAddresses::text() const { return absl::StrJoin(list_, ","); }
+
+void SchedulerAddresses::Failed(absl::string_view leader) {
+  if (leader.empty()) {
+    silent_[current_] = true;
+  } else {
+    silent_[current_] = false;  // a standby: it answered
+    if (leader != current()) {
+      size_t i = 0;
+      while (i < list_.size() && list_[i] != leader) ++i;
+      if (i == list_.size()) {
+        list_.emplace_back(leader);
+        silent_.push_back(false);
+      }
+      if (!silent_[i]) {
+        current_ = i;
+        return;
+      }
+      // Silent when last tried: this standby once more first.
+      silent_[i] = false;
+      return;
+    }
+  }
+  for (size_t step = 1; step <= list_.size(); ++step) {
+    const size_t next = (current_ + step) % list_.size();
+    if (!silent_[next]) {
+      current_ = next;
+      return;
+    }
+  }
+  silent_.assign(list_.size(), false);
+  current_ = (current_ + 1) % list_.size();
 }
 
 }  // namespace taskgrid

@@ -2,7 +2,10 @@
 // grpc::Status (on the wire).
 #pragma once
 
+#include <grpcpp/client_context.h>
 #include <grpcpp/support/status.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -14,6 +17,12 @@ namespace taskgrid {
 inline constexpr char kWatchStartsAfterKey[] = "taskgrid-watch-starts-after";
 // Trailing, on a watch ended for falling behind: the revision to resume after.
 inline constexpr char kResumeAfterKey[] = "taskgrid-resume-after";
+
+// Trailing metadata of a standby scheduler's UNAVAILABLE answer: the
+// address of the scheduler that leads (SchedulerAddresses, common/address.h).
+inline constexpr char kLeaderKey[] = "taskgrid-leader";
+// The leader a finished call's answer named, or "".
+std::string LeaderNamedBy(const grpc::ClientContext& ctx);
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s);

@@ -1,5 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/address.h"
 #include "common/builtins.h"
 #include "common/ids.h"
@@ -22,6 +24,70 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
+
+TEST(SchedulerAddresses, ParsesAListAndRefusesEmptyEntries) {
+  auto a = SchedulerAddresses::Parse("a:1, b:2,c:3");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->all(), (std::vector<std::string>{"a:1", "b:2", "c:3"}));
+  EXPECT_EQ(a->current(), "a:1");
+  EXPECT_EQ(a->text(), "a:1,b:2,c:3");
+  for (const char* bad : {"", "a:1,", ",a:1", "a:1,,b:2", " "}) {
+    auto b = SchedulerAddresses::Parse(bad);
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(SchedulerAddresses, GoesToTheLeaderAStandbyNamesElseTheNextThatAnswered) {
+  SchedulerAddresses a = *SchedulerAddresses::Parse("a:1,b:2,c:3");
+  a.Failed("");  // a:1 did not answer
+  EXPECT_EQ(a.current(), "b:2");
+  a.Failed("c:3");  // b:2 is a standby naming c:3
+  EXPECT_EQ(a.current(), "c:3");
+  a.Failed("");  // c:3 is gone too: a:1 is silent, b:2 is not
+  EXPECT_EQ(a.current(), "b:2");
+  a.Failed("d:4");  // a leader not in the list is added
+  EXPECT_EQ(a.current(), "d:4");
+  EXPECT_EQ(a.size(), 4u);
+}
+
+TEST(SchedulerAddresses, ASilentLeaderIsNotGoneBackToAtOnceButIsLater) {
+  SchedulerAddresses a = *SchedulerAddresses::Parse("a:1,b:2");
+  a.Failed("");  // the leader a:1 was killed
+  EXPECT_EQ(a.current(), "b:2");
+  a.Failed("a:1");  // the standby still names it: ask the standby again
+  EXPECT_EQ(a.current(), "b:2");
+  a.Failed("a:1");  // and again: now a:1 is tried once more
+  EXPECT_EQ(a.current(), "a:1");
+  a.Failed("");
+  EXPECT_EQ(a.current(), "b:2");
+  a.Answered();  // b:2 leads now
+  EXPECT_EQ(a.current(), "b:2");
+}
+
+TEST(SchedulerAddresses, WhenAllAreSilentEachIsTriedInTurnAgain) {
+  SchedulerAddresses a = *SchedulerAddresses::Parse("a:1,b:2,c:3");
+  a.Failed("");
+  a.Failed("");
+  EXPECT_EQ(a.current(), "c:3");
+  a.Failed("");  // all silent: the marks go, the turn goes on
+  EXPECT_EQ(a.current(), "a:1");
+  a.Failed("");
+  EXPECT_EQ(a.current(), "b:2");
+  SchedulerAddresses one = *SchedulerAddresses::Parse("a:1");
+  one.Failed("");
+  EXPECT_EQ(one.current(), "a:1");
+}
+
+TEST(Address, AdvertisesTheListenHostOrThisHostsNameForEveryInterface) {
+  EXPECT_EQ(AdvertisedAddress("127.0.0.1:0", 4321), "127.0.0.1:4321");
+  EXPECT_EQ(AdvertisedAddress("db1.example.com:7070", 7070), "db1.example.com:7070");
+  EXPECT_EQ(AdvertisedAddress("[::1]:0", 9), "[::1]:9");
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(AdvertisedAddress("0.0.0.0:7070", 7070), absl::StrCat(host, ":7070"));
+  EXPECT_EQ(AdvertisedAddress("[::]:0", 12), absl::StrCat(host, ":12"));
+  EXPECT_EQ(AdvertisedAddress(":7070", 7070), absl::StrCat(host, ":7070"));
+}
 
 TEST(Address, OnlyLoopbackAndUnixSocketsCountAsLocal) {
   for (const char* local : {"127.0.0.1:7070", "127.3.4.5:0", "localhost:7070", "LOCALHOST:1",
