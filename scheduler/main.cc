@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -32,7 +33,9 @@
 #include "scheduler/http/dashboard.h"
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/metrics_page.h"
+#include "scheduler/leadership.h"
 #include "scheduler/service/server.h"
+#include "scheduler/service/standby_server.h"
 #include "scheduler/store/postgres_lease.h"
 #include "scheduler/store/postgres_store.h"
 #include "scheduler/store/sqlite_store.h"
@@ -51,14 +54,16 @@ ABSL_FLAG(std::string, store, "",
           "of the search_path). Default: $TASKGRID_STORE, else sqlite");
 ABSL_FLAG(bool, standby, true,
           "With a PostgreSQL --store: when another scheduler leads the schema, wait as a standby "
-          "and take over once its lease expires (false: exit with status 1 instead)");
+          "and take over once its lease expires; meanwhile --listen answers every call "
+          "UNAVAILABLE naming the leader's address (false: exit with status 1 instead)");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(6),
           "With a PostgreSQL --store: how long the leader's lease lasts without a renewal (it "
           "renews every third of it; a standby polls every second, so it takes over within "
           "--lease_ttl + 1s of the leader's last renewal)");
 ABSL_FLAG(std::string, advertise, "",
           "With a PostgreSQL --store: the address standbys report for this scheduler while it "
-          "leads (default: this host's name and the gRPC port)");
+          "leads (default: the --listen host and its port, or this host's name when --listen is "
+          "every interface)");
 ABSL_FLAG(std::string, durability, "full",
           "full: every acknowledged change survives power loss (synchronous=FULL). normal: "
           "survives a crash of the process, may lose the last changes on power loss");
@@ -123,8 +128,10 @@ ABSL_FLAG(double, max_heartbeats_per_second, 1000,
           "Most heartbeats per second asked of all agents together (0: no bound): beyond "
           "heartbeat_interval x this many agents, the interval (and the timeout) grow by whole "
           "multiples, e.g. 10s for 10,000 agents");
-ABSL_FLAG(absl::Duration, reconnect_grace, absl::Seconds(5),
-          "A lost agent that reconnects within this keeps its tasks; after it they are retried");
+ABSL_FLAG(absl::Duration, reconnect_grace, absl::ZeroDuration(),
+          "A lost agent that reconnects within this keeps its tasks; after it they are retried. "
+          "0: 5s, or with a PostgreSQL --store --lease_ttl + 6s, so that agents keep their "
+          "running tasks through a standby's takeover");
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
 ABSL_FLAG(absl::Duration, event_retention, absl::Hours(24),
           "How long state changes are kept for WatchTasks to resume from");
@@ -204,102 +211,6 @@ void WritePortFile(const std::string& path, int port) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-struct StopSignal {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
-  int exit_code = 0;
-  void Fire(int code) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!stop) exit_code = code;
-    stop = true;
-    cv.notify_all();
-  }
-};
-
-// Takes the lease, or waits as a standby until it can (saying once who
-// leads), and fences the store with it. -1 once this scheduler leads,
-// else the exit code (a stop signal, an error, or a leader present with
-// --standby=false).
-// `*taken_at`: when the taking statement was sent (the lease lasts at
-// least its TTL from then).
-int LeadOrWait(taskgrid::store::PostgresLease* lease, taskgrid::store::PostgresStore* store,
-               bool standby, StopSignal* stop, std::chrono::steady_clock::time_point* taken_at) {
-  std::string said;
-  for (;;) {
-    *taken_at = std::chrono::steady_clock::now();
-    absl::StatusOr<taskgrid::store::LeaseState> st = lease->TryAcquire();
-    if (!st.ok()) {
-      spdlog::error("{}", std::string(st.status().message()));
-      return 1;
-    }
-    if (st->ours) break;
-    if (!st->holder.empty() && said != st->holder) {
-      said = st->holder;
-      const std::string where = absl::StrCat(store->display_name(), " schema ", store->schema());
-      if (!standby) {
-        spdlog::error("{} is led by {} at {} (lease epoch {}); --standby=false: not waiting", where,
-                      st->holder, st->address.empty() ? "(starting)" : st->address, st->epoch);
-        return 1;
-      }
-      spdlog::info(
-          "standby: {} is led by {} at {} (lease epoch {}, {} left); taking over if it "
-          "expires",
-          where, st->holder, st->address.empty() ? "(starting)" : st->address, st->epoch,
-          absl::FormatDuration(absl::Trunc(st->remaining, absl::Milliseconds(1))));
-    }
-    std::unique_lock<std::mutex> lock(stop->mu);
-    if (stop->cv.wait_for(lock, std::chrono::seconds(1), [stop] { return stop->stop; })) {
-      return stop->exit_code;
-    }
-  }
-  store->SetFence(lease->epoch());
-  spdlog::info("leading {} schema {} (lease epoch {})", store->display_name(), store->schema(),
-               lease->epoch());
-  return -1;
-}
-
-// Renews the lease every ttl / 3 until the stop; stops the scheduler (1)
-// when another took the lease, or when it could not renew and what is left
-// of the lease, counted from before the last renewal was sent, is less
-// than one more try: a leader that cannot renew must not serve on.
-void RenewLease(taskgrid::store::PostgresLease* lease, std::mutex* lease_mu, absl::Duration ttl,
-                std::chrono::steady_clock::time_point taken_at, StopSignal* stop) {
-  using Steady = std::chrono::steady_clock;
-  const auto every = absl::ToChronoMilliseconds(ttl / 3);
-  const auto ttl_ms = absl::ToChronoMilliseconds(ttl);
-  Steady::time_point valid_until = taken_at + ttl_ms;
-  std::unique_lock<std::mutex> lock(stop->mu);
-  while (!stop->cv.wait_for(lock, every, [stop] { return stop->stop; })) {
-    lock.unlock();
-    const Steady::time_point sent = Steady::now();
-    absl::Status s;
-    {
-      std::lock_guard<std::mutex> l(*lease_mu);
-      s = lease->Renew();
-    }
-    lock.lock();
-    if (s.ok()) {
-      valid_until = sent + ttl_ms;
-      continue;
-    }
-    if (s.code() == absl::StatusCode::kFailedPrecondition) {
-      lock.unlock();
-      spdlog::critical("lost the lease: {}; stopping", std::string(s.message()));
-      stop->Fire(1);
-      return;
-    }
-    if (Steady::now() + every >= valid_until) {
-      lock.unlock();
-      spdlog::critical("cannot renew the lease before it expires: {}; stopping",
-                       std::string(s.message()));
-      stop->Fire(1);
-      return;
-    }
-    spdlog::warn("renewing the lease: {}", std::string(s.message()));
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +253,8 @@ int main(int argc, char** argv) {
   so.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   so.max_heartbeats_per_second = absl::GetFlag(FLAGS_max_heartbeats_per_second);
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
+  const bool grace_given = so.reconnect_grace != absl::ZeroDuration();
+  if (!grace_given) so.reconnect_grace = absl::Seconds(5);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   so.event_retention = absl::GetFlag(FLAGS_event_retention);
   so.retention = absl::GetFlag(FLAGS_retention);
@@ -524,6 +437,18 @@ int main(int argc, char** argv) {
       spdlog::error("--lease_ttl must be at least 1s, not {}", absl::FormatDuration(lease_ttl));
       return 2;
     }
+    // A standby takes over within --lease_ttl + 1s of the last renewal,
+    // then restores and listens: agents must keep their tasks that long
+    // (they stop them after StopOnLostAfter() without a scheduler).
+    const absl::Duration failover_grace = lease_ttl + absl::Seconds(6);
+    if (!grace_given) {
+      so.reconnect_grace = std::max(so.reconnect_grace, failover_grace);
+    } else if (so.reconnect_grace < failover_grace) {
+      spdlog::warn(
+          "--reconnect_grace={} is shorter than --lease_ttl + 6s: agents stop their running "
+          "tasks before a standby can take over, and the new leader runs them again",
+          absl::FormatDuration(so.reconnect_grace));
+    }
     taskgrid::store::PostgresOptions pg_opts{store_url};
     pg_opts.writer_idle_limit = lease_ttl;
     auto pg = taskgrid::store::PostgresStore::Open(pg_opts);
@@ -564,7 +489,12 @@ int main(int argc, char** argv) {
     store = std::move(*lite);
   }
 
-  StopSignal stop;
+  taskgrid::StopSignal stop;
+  // Where standbys send callers to this scheduler once it leads.
+  auto advertised = [&listen](int port) {
+    const std::string flag = absl::GetFlag(FLAGS_advertise);
+    return flag.empty() ? taskgrid::AdvertisedAddress(listen, port) : flag;
+  };
   // From here on a stop signal ends the start too (a standby waits long).
   std::thread waiter([&stop, stop_signals] {
     int sig = 0;
@@ -583,16 +513,40 @@ int main(int argc, char** argv) {
   };
   std::mutex lease_mu;  // the lease: the renewer's, and the address's setter
   std::thread renewer;
+  // While another scheduler leads: answers callers on --listen with its
+  // address, until this one takes over and serves there itself.
+  std::unique_ptr<taskgrid::service::StandbyServer> standby;
   if (lease != nullptr) {
     std::chrono::steady_clock::time_point taken_at;
-    if (int code =
-            LeadOrWait(lease.get(), pg_store, absl::GetFlag(FLAGS_standby), &stop, &taken_at);
+    auto waiting = [&](const taskgrid::store::LeaseState& st) {
+      if (standby == nullptr) {
+        auto s = taskgrid::service::StandbyServer::Start(server_opts);
+        if (!s.ok()) {
+          spdlog::error("{}", std::string(s.status().message()));
+          return false;
+        }
+        standby = std::move(*s);
+        // From now on the same port, also once this one leads.
+        server_opts.listen =
+            absl::StrCat(listen.substr(0, listen.rfind(':')), ":", standby->port());
+        WritePortFile(absl::GetFlag(FLAGS_port_file), standby->port());
+        lease->set_address(advertised(standby->port()));
+        spdlog::info("standby: answering on port {} with the leader's address", standby->port());
+      }
+      standby->SetLeader(st.holder.empty() ? "" : st.address, st.epoch);
+      return true;
+    };
+    if (int code = taskgrid::LeadOrWait(lease.get(), pg_store, absl::GetFlag(FLAGS_standby),
+                                        waiting, &stop, &taken_at);
         code >= 0) {
       stop.Fire(code);
       return finish();
     }
-    renewer = std::thread(
-        [&, taken_at] { RenewLease(lease.get(), &lease_mu, lease_ttl, taken_at, &stop); });
+    // Until the real server listens: "taking over, try again".
+    if (standby != nullptr) standby->SetLeader("", lease->epoch());
+    renewer = std::thread([&, taken_at] {
+      taskgrid::RenewLease(lease.get(), &lease_mu, lease_ttl, taken_at, &stop);
+    });
   }
   // Ends the lease (at once, for the standbys) once nothing writes.
   auto let_go = [&] {
@@ -678,6 +632,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (standby != nullptr) standby->Shutdown();
   auto server = taskgrid::service::SchedulerServer::Start(&engine, server_opts);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -690,15 +645,9 @@ int main(int argc, char** argv) {
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   spdlog::info("serving on port {} (pid {})", (*server)->port(), getpid());
   if (lease != nullptr) {
-    std::string advertise = absl::GetFlag(FLAGS_advertise);
-    if (advertise.empty()) {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      advertise = absl::StrCat(host, ":", (*server)->port());
-    }
     // Written now, for standbys to tell; a failure is the renewer's to judge.
     std::lock_guard<std::mutex> lock(lease_mu);
-    lease->set_address(advertise);
+    lease->set_address(advertised((*server)->port()));
     if (absl::Status s = lease->Renew(); !s.ok()) {
       spdlog::warn("writing the lease's address: {}", std::string(s.message()));
     }

@@ -9,11 +9,8 @@
 
 namespace taskgrid::service {
 
-absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::Engine* engine,
-                                                                        const ServerOptions& opts) {
-  // Both must come before the builder exists.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
+    const ServerOptions& opts) {
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!opts.tls.cert.empty() || !opts.tls.key.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls = ServerCredentials(opts.tls);
@@ -27,10 +24,20 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
     if (opts.tls.cert.empty()) return absl::InvalidArgumentError("tokens need TLS (--tls_cert)");
     creds->SetAuthMetadataProcessor(opts.tokens);
   }
+  return creds;
+}
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::Engine* engine,
+                                                                        const ServerOptions& opts) {
+  // Both must come before the builder exists.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
+  if (!creds.ok()) return creds.status();
   std::unique_ptr<SchedulerServer> s(
       new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(opts.listen, creds, &s->port_);
+  builder.AddListeningPort(opts.listen, *creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
   builder.SetMaxSendMessageSize(opts.max_message_bytes + kReplyHeadroomBytes);
   // Agents send keepalive pings only after a stretch with nothing read (30 s

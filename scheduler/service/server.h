@@ -38,6 +38,11 @@ struct ServerOptions {
   std::shared_ptr<TokenAuth> tokens;
 };
 
+// The credentials `opts` asks for (plaintext, TLS, mTLS; with the tokens'
+// processor), or why they cannot be had.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
+    const ServerOptions& opts);
+
 class SchedulerServer {
  public:
   // Starts serving; the Engine must be started and outlive the server.

@@ -1,0 +1,96 @@
+#include "scheduler/service/standby_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace taskgrid::service {
+
+class StandbyServer::Service : public grpc::CallbackGenericService {
+ public:
+  void SetLeader(const std::string& address, int64_t epoch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ = address;
+    epoch_ = epoch;
+  }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    std::string leader;
+    grpc::Status st;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leader = leader_;
+      st = leader_.empty()
+               ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "this scheduler is a standby taking over as the leader; try again "
+                              "in a moment")
+               : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("this scheduler is a standby; the leader is at ",
+                                           leader_, " (lease epoch ", epoch_, ")"));
+    }
+    return new Answer(ctx, st, leader);
+  }
+
+ private:
+  // Answers at once; nothing the caller sends is read.
+  class Answer : public grpc::ServerGenericBidiReactor {
+   public:
+    Answer(grpc::GenericCallbackServerContext* ctx, const grpc::Status& st,
+           const std::string& leader) {
+      if (!leader.empty()) ctx->AddTrailingMetadata(kLeaderKey, leader);
+      Finish(st);
+    }
+    void OnDone() override { delete this; }
+  };
+
+  std::mutex mu_;
+  std::string leader_;  // guarded by mu_
+  int64_t epoch_ = 0;   // guarded by mu_
+};
+
+StandbyServer::StandbyServer() : service_(std::make_unique<Service>()) {}
+
+absl::StatusOr<std::unique_ptr<StandbyServer>> StandbyServer::Start(const ServerOptions& opts) {
+  // As SchedulerServer::Start: before the builder exists.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
+  if (!creds.ok()) return creds.status();
+  std::unique_ptr<StandbyServer> s(new StandbyServer());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(opts.listen, *creds, &s->port_);
+  // As the real server: a request it would take is answered UNAVAILABLE
+  // here, not refused for its size.
+  builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
+  // Agents' keepalive pings, as the real server allows them.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.RegisterCallbackGenericService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,
+                                               " (in use, or not a HOST:PORT this host has)"));
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(false);
+  return s;
+}
+
+void StandbyServer::SetLeader(const std::string& address, int64_t epoch) {
+  service_->SetLeader(address, epoch);
+}
+
+void StandbyServer::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  server_->Wait();
+  server_.reset();
+}
+
+StandbyServer::~StandbyServer() { Shutdown(); }
+
+}  // namespace taskgrid::service
