@@ -33,11 +33,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   if (creds == nullptr) creds = grpc::InsecureChannelCredentials();
   return grpc::CreateCustomChannel(target, creds, args);
 }
+
+SchedulerAddresses ParsedOrDie(const std::string& list) {
+  absl::StatusOr<SchedulerAddresses> a = SchedulerAddresses::Parse(list);
+  if (!a.ok()) {
+    spdlog::critical("AgentOptions::scheduler: {}", std::string(a.status().message()));
+    std::abort();
+  }
+  return *std::move(a);
+}
 }  // namespace
 
 Agent::Agent(AgentOptions opts)
     : opts_(std::move(opts)),
       clock_(opts_.clock != nullptr ? opts_.clock : RealClock::Get()),
+      addresses_(ParsedOrDie(opts_.scheduler)),
       core_(opts_, [this] { EndStream(); }) {}
 
 Agent::~Agent() { Stop(); }
@@ -78,8 +88,21 @@ void Agent::Session() {
   // A fresh channel per attempt: a channel that saw the scheduler go away
   // keeps failing calls fast for its own backoff (seconds), while ours is
   // bounded by reconnect_max, well inside the scheduler's reconnect grace.
-  std::unique_ptr<v1::AgentService::Stub> stub =
-      v1::AgentService::NewStub(MakeChannel(opts_.scheduler, opts_.credentials));
+  const std::string target = addresses_.current();
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(target, opts_.credentials);
+  // With standbys to try: one that is up connects in milliseconds; one
+  // that does not (frozen, or its host gone) is passed over.
+  if (addresses_.size() > 1 &&
+      !channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(2)))) {
+    if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
+      spdlog::warn("cannot connect to the scheduler at {} within 2s; trying the next of {}", target,
+                   addresses_.text());
+      last_unreachable_log_ = Now();
+    }
+    addresses_.Failed("");
+    return;
+  }
+  std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(channel);
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
@@ -96,7 +119,8 @@ void Agent::Session() {
   while (ok && stream->Read(&msg)) {
     core_.Handle(msg);
     if (msg.has_welcome()) {
-      spdlog::info("connected to {} as {} (session {})", opts_.scheduler, opts_.id,
+      addresses_.Answered();
+      spdlog::info("connected to {} as {} (session {})", target, opts_.id,
                    msg.welcome().session_id());
     }
   }
@@ -115,8 +139,17 @@ void Agent::Session() {
   if (core_.exiting()) {
     return;  // the final line of Run() says what was left unacknowledged
   }
-  if (welcomed) {
-    spdlog::warn("stream to {} ended ({}: {}); reconnecting", opts_.scheduler,
+  // A stream that was welcomed came from the leader: back to it first.
+  // Else a standby named the leader, or the next address may lead.
+  const std::string leader = LeaderNamedBy(ctx);
+  if (!welcomed) addresses_.Failed(leader);
+  if (!leader.empty()) {
+    if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
+      spdlog::info("{} is a standby; the leader is at {}", target, leader);
+      last_unreachable_log_ = Now();
+    }
+  } else if (welcomed) {
+    spdlog::warn("stream to {} ended ({}: {}); reconnecting", target,
                  static_cast<int>(st.error_code()), st.error_message());
     last_unreachable_log_ = Now();
   } else if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
@@ -125,7 +158,7 @@ void Agent::Session() {
                          st.error_code() == grpc::StatusCode::PERMISSION_DENIED;
     spdlog::warn("{} at {}: {}",
                  refused ? "the scheduler refused this agent" : "cannot reach the scheduler",
-                 opts_.scheduler, FromGrpcStatus(st).ToString());
+                 target, FromGrpcStatus(st).ToString());
     last_unreachable_log_ = Now();
   }
 }

@@ -26,6 +26,12 @@
 //   5. A finished TaskRun's Result is sent and kept until ResultAck.
 //   6. When the stream breaks it reconnects with exponential backoff and
 //      jitter; running tasks keep running meanwhile (and chains go on).
+//      Given several scheduler addresses (a leader and its standbys), it
+//      reconnects to the same one after a stream that was welcomed, to
+//      the leader a standby named after its UNAVAILABLE answer, and to the
+//      next address after any other failure; with more than one address,
+//      one that does not finish connecting within 2 s (a frozen process)
+//      counts as failed.
 //   7. Self-fencing: the agent cancels its running tasks itself, before the
 //      scheduler gives them to another agent, and drops the waiting links;
 //      the Results (OUTCOME_CANCELLED) wait for the next stream like any
@@ -71,12 +77,17 @@
 
 #include "absl/time/time.h"
 #include "agent/core.h"
+#include "common/address.h"
 
 namespace taskgrid::agent {
 
 // What AgentCore takes (id, slots, labels, exec, stop_flush,
 // stop_on_lost_after, clock), and how to reach the scheduler.
 struct AgentOptions : CoreOptions {
+  // The scheduler, or the list of a leader and its standbys
+  // ("a:7070,b:7070", see SchedulerAddresses): a standby's answer names
+  // the leader, which is tried next; any other failure moves on to the
+  // next address. Must parse (main() checks the flag).
   std::string scheduler = "127.0.0.1:7070";
   // How the channel to the scheduler is secured (common/tls.h
   // ChannelCredentials); null: plaintext.
@@ -127,6 +138,7 @@ class Agent {
   const AgentOptions opts_;
   Clock* const clock_;
   // Touched only by the Run() thread.
+  SchedulerAddresses addresses_;
   absl::Duration last_unreachable_log_ = -absl::InfiniteDuration();
   std::mutex ctx_mu_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by ctx_mu_; the live stream's

@@ -203,6 +203,7 @@ v1::AgentMessage AgentCore::StreamStarted() {
   }
   stream_open_ = true;
   welcomed_ = false;
+  silence_ended_ = false;
   lease_.HelloSent(Now());
   return hello;
 }
@@ -470,6 +471,17 @@ absl::Duration AgentCore::Tick() {
             "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)", silent,
             n);
       }
+      // A scheduler that stops answering (frozen, or cut off while the
+      // connection looks open) is left for the next one well before the
+      // tasks must stop: a standby may lead by now.
+      const std::optional<absl::Duration> asked = lease_.OldestUnanswered();
+      const absl::Duration silence_limit = lease_.StopOnLostAfter() / 2;
+      if (stream_open_ && !silence_ended_ && asked.has_value() && now >= *asked + silence_limit) {
+        silence_ended_ = true;
+        end_stream = true;
+        spdlog::warn("the scheduler has not answered for {}; reconnecting",
+                     DurationText(absl::Trunc(now - *asked, absl::Milliseconds(100))));
+      }
       if (now >= last_heartbeat_ + heartbeat_interval_) {
         last_heartbeat_ = now;
         v1::Heartbeat* hb = out.emplace().mutable_heartbeat();
@@ -482,6 +494,9 @@ absl::Duration AgentCore::Tick() {
       due = std::min(
           {last_heartbeat_ + heartbeat_interval_, drain_.NextDeadline(), watches_.NextDue()});
       if (slots_.AnyUnstopped()) due = std::min(due, lease_.FenceAt());
+      if (stream_open_ && !silence_ended_ && asked.has_value()) {
+        due = std::min(due, *asked + silence_limit);
+      }
     }
     timer_due_ = due;
   }

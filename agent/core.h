@@ -29,7 +29,10 @@
 //     that is due, self-fencing at the lease's end
 //     (running tasks cancelled and reported OUTCOME_CANCELLED, waiting
 //     links dropped), the drain's release deadline (running tasks
-//     cancelled and sent as Release), and the Goodbye at the end.
+//     cancelled and sent as Release), the Goodbye at the end, and the end
+//     of a stream whose Hello or a Heartbeat has had no answer for half of
+//     StopOnLostAfter() (a frozen or cut-off scheduler: the Agent goes to
+//     the next address while the tasks may still run).
 //
 // Thread-safe.
 #pragma once
@@ -185,7 +188,10 @@ class AgentCore {
   absl::Duration last_heartbeat_;                         // guarded by mu_
   int64_t welcome_max_output_bytes_ = 0;                  // guarded by mu_; 0: none
   bool stream_open_ = false;                              // guarded by mu_
-  bool welcomed_ = false;       // guarded by mu_; the open stream had its Welcome
+  bool welcomed_ = false;  // guarded by mu_; the open stream had its Welcome
+  // Guarded by mu_: the open stream was ended for an unanswered Hello or
+  // Heartbeat (once per stream).
+  bool silence_ended_ = false;
   bool timer_stopped_ = false;  // guarded by mu_
   uint64_t changes_ = 0;        // guarded by mu_; bumped by WakeTimerLocked()
   // Guarded by mu_: when the timer's last pass said it is due again.

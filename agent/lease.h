@@ -55,6 +55,12 @@ class Lease {
   }
   absl::Duration StopOnLostAfter() const;
   absl::Duration last_heard() const { return last_heard_; }
+  // When the oldest Hello or Heartbeat of the live stream that no answer
+  // has come for went out, if any.
+  std::optional<absl::Duration> OldestUnanswered() const {
+    if (unanswered_.empty()) return std::nullopt;
+    return unanswered_.front();
+  }
 
  private:
   std::optional<absl::Duration> TakeUnanswered();

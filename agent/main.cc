@@ -22,7 +22,9 @@
 #include "common/tls.h"
 
 ABSL_FLAG(std::string, scheduler, "",
-          "HOST:PORT of the taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
+          "HOST:PORT of the taskgrid-scheduler, or a comma-separated list of a leader and its "
+          "standbys, which the agent follows to whichever leads (default: $TASKGRID_ADDR, else "
+          "127.0.0.1:7070)");
 ABSL_FLAG(std::string, id, "",
           "This agent's id, unique in the cluster (default: HOSTNAME-PID). Keep it across "
           "restarts so the scheduler can hand running tasks back after a reconnect");
@@ -97,6 +99,10 @@ int main(int argc, char** argv) {
   taskgrid::agent::AgentOptions opts;
   opts.scheduler = taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_scheduler), "TASKGRID_ADDR",
                                        taskgrid::kDefaultAddress);
+  if (auto list = taskgrid::SchedulerAddresses::Parse(opts.scheduler); !list.ok()) {
+    spdlog::error("--scheduler: {}", std::string(list.status().message()));
+    return 2;
+  }
   opts.id = absl::GetFlag(FLAGS_id);
   if (opts.id.empty()) {
     char host[256] = {0};
