@@ -607,6 +607,9 @@ int Run(int argc, char** argv) {
     std::cerr << "error: " << creds.status().message() << "\n";
     return kExitUsage;
   }
+  if (auto list = taskgrid::SchedulerAddresses::Parse(ResolveAddr()); !list.ok()) {
+    return UsageError(absl::StrCat("--addr: ", list.status().message()));
+  }
   taskgrid::ctl::Client client(
       {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
 

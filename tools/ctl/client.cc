@@ -18,31 +18,78 @@
 
 namespace taskgrid::ctl {
 
-Client::Client(ClientOptions opts) : opts_(std::move(opts)) {
-  // gRPC's reconnect backoff grows to 2 minutes; a client that waits or
-  // follows a watch across a scheduler restart wants to be back in a second.
-  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: it is also the connect timeout.)
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
-  std::shared_ptr<grpc::ChannelCredentials> creds =
-      opts_.credentials != nullptr ? opts_.credentials : grpc::InsecureChannelCredentials();
-  channel_ = grpc::CreateCustomChannel(opts_.addr, creds, args);
-  stub_ = v1::TaskService::NewStub(channel_);
-  cluster_stub_ = v1::ClusterService::NewStub(channel_);
-  job_stub_ = v1::JobService::NewStub(channel_);
-  board_stub_ = v1::BoardService::NewStub(channel_);
-  schedule_stub_ = v1::ScheduleService::NewStub(channel_);
+namespace {
+SchedulerAddresses ParsedOrDie(const std::string& list) {
+  absl::StatusOr<SchedulerAddresses> a = SchedulerAddresses::Parse(list);
+  if (!a.ok()) {
+    std::cerr << "error: --addr: " << a.status().message() << "\n";
+    std::abort();
+  }
+  return *std::move(a);
+}
+}  // namespace
+
+Client::Client(ClientOptions opts) : opts_(std::move(opts)), addresses_(ParsedOrDie(opts_.addr)) {
+  UseCurrent();
+}
+
+void Client::UseCurrent() {
+  Endpoint& e = endpoints_[addresses_.current()];
+  if (e.channel == nullptr) {
+    // gRPC's reconnect backoff grows to 2 minutes; a client that waits or
+    // follows a watch across a scheduler restart wants to be back in a
+    // second. (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: it is also the
+    // connect timeout.)
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetMaxReceiveMessageSize(kMaxReplyBytes);
+    std::shared_ptr<grpc::ChannelCredentials> creds =
+        opts_.credentials != nullptr ? opts_.credentials : grpc::InsecureChannelCredentials();
+    e.channel = grpc::CreateCustomChannel(addresses_.current(), creds, args);
+    e.tasks = v1::TaskService::NewStub(e.channel);
+    e.cluster = v1::ClusterService::NewStub(e.channel);
+    e.jobs = v1::JobService::NewStub(e.channel);
+    e.board = v1::BoardService::NewStub(e.channel);
+    e.schedules = v1::ScheduleService::NewStub(e.channel);
+  }
+  channel_ = e.channel;
+  stub_ = e.tasks.get();
+  cluster_stub_ = e.cluster.get();
+  job_stub_ = e.jobs.get();
+  board_stub_ = e.board.get();
+  schedule_stub_ = e.schedules.get();
+}
+
+grpc::Status Client::Reach() {
+  if (addresses_.size() < 2 || channel_->GetState(true) == GRPC_CHANNEL_READY) {
+    return grpc::Status::OK;
+  }
+  const absl::Duration bound = std::min(opts_.timeout, absl::Seconds(2));
+  if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + bound))) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      absl::StrCat("cannot connect to ", addresses_.current(), " within ",
+                                   absl::FormatDuration(bound)));
+}
+
+bool Client::NextScheduler(const grpc::ClientContext& ctx, const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+  const std::string leader = LeaderNamedBy(ctx);
+  if (addresses_.size() < 2 && leader.empty()) return false;
+  addresses_.Failed(leader);
+  UseCurrent();
+  return ++follows_ <= addresses_.size() + 1;
 }
 
 void Client::Report(const grpc::Status& gs) const {
   const absl::Status s = FromGrpcStatus(gs);
   std::string msg = absl::StrCat("error: ", absl::StatusCodeToString(s.code()), ": ", s.message());
   if (s.code() == absl::StatusCode::kUnavailable) {
-    absl::StrAppend(&msg, " (is taskgrid-scheduler running at ", opts_.addr, "?)");
+    absl::StrAppend(&msg, " (is taskgrid-scheduler running at ", addresses_.text(), "?)");
   } else if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-    absl::StrAppend(&msg, " (no answer from ", opts_.addr,
+    absl::StrAppend(&msg, " (no answer from ", addresses_.current(),
                     " within --timeout=", absl::FormatDuration(opts_.timeout), ")");
   }
   std::cerr << msg << "\n";
@@ -75,17 +122,17 @@ int Client::Get(const std::string& id) {
 }
 
 namespace {
-// The page-at-a-time calls FetchPages makes, and where their items are.
-auto ListTasksRpc(v1::TaskService::Stub* stub) {
-  return [stub](grpc::ClientContext* ctx, const v1::ListTasksRequest& req,
-                v1::ListTasksResponse* page) { return stub->ListTasks(ctx, req, page); };
-}
+// Where a ListTasks page's items are.
 auto TasksOf = [](v1::ListTasksResponse* r) { return r->mutable_tasks(); };
 }  // namespace
 
 int Client::List(v1::ListTasksRequest req, bool all) {
   v1::ListTasksResponse merged;
-  if (!FetchPages(std::move(req), all, ListTasksRpc(stub_.get()), TasksOf, &merged)) {
+  if (!FetchPages(
+          std::move(req), all,
+          [this](grpc::ClientContext* ctx, const v1::ListTasksRequest& r,
+                 v1::ListTasksResponse* page) { return stub_->ListTasks(ctx, r, page); },
+          TasksOf, &merged)) {
     return kExitRpcFailed;
   }
   if (opts_.json) {
@@ -347,7 +394,11 @@ int Client::GetJob(const std::string& id) {
   list.set_job_id(id);
   list.set_page_size(1000);
   v1::ListTasksResponse all;
-  if (!FetchPages(std::move(list), true, ListTasksRpc(stub_.get()), TasksOf, &all)) {
+  if (!FetchPages(
+          std::move(list), true,
+          [this](grpc::ClientContext* ctx, const v1::ListTasksRequest& r,
+                 v1::ListTasksResponse* page) { return stub_->ListTasks(ctx, r, page); },
+          TasksOf, &all)) {
     return kExitRpcFailed;
   }
   std::vector<v1::Task> tasks(std::make_move_iterator(all.mutable_tasks()->begin()),

@@ -11,12 +11,14 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/address.h"
 #include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
@@ -41,7 +43,10 @@ enum class ScheduleAction { kPause, kResume, kDelete };
 enum class BulkChange { kCancel, kRetry, kDelete };
 
 struct ClientOptions {
-  std::string addr;                            // HOST:PORT of the scheduler
+  // HOST:PORT of the scheduler, or a comma-separated list of a leader and
+  // its standbys (SchedulerAddresses): each call goes to the one that
+  // leads. Must parse (taskgridctl.cc checks it).
+  std::string addr;
   bool json = false;                           // print proto3 JSON instead of tables
   absl::Duration timeout = absl::Seconds(30);  // deadline of each RPC
   // TLS, client certificate, bearer token (common/tls.h); null: plaintext.
@@ -138,10 +143,31 @@ class Client {
   int PrintAgent(const v1::Agent& agent);
   // The queue's line of Stats, or the QueueStats as JSON.
   int PrintQueue(const v1::QueueStats& stats);
-  // Runs `rpc` with a fresh context carrying the deadline. On failure prints
-  // "error: CODE: message" on stderr and returns false.
+  // Runs `rpc` with a fresh context carrying the deadline, on the
+  // scheduler that leads (NextScheduler). On failure prints "error: CODE:
+  // message" on stderr and returns false.
   template <typename Rpc>
   bool Call(Rpc&& rpc);
+  // OK when the current scheduler can be called now. With several
+  // addresses, one that does not finish connecting within 2 s (a frozen
+  // process, a host gone) is UNAVAILABLE at once rather than at the
+  // call's deadline.
+  grpc::Status Reach();
+  // After a call to the current scheduler failed with `s` (`ctx` its
+  // context): when it was UNAVAILABLE and a standby named the leader, or
+  // other addresses are there to try, makes the next one current
+  // (SchedulerAddresses::Failed). True when the call should be made again
+  // at once: at most size() + 1 times in a row without an answer; after
+  // that the next address is still made current, for the caller's own
+  // patience (LostScheduler) to use.
+  bool NextScheduler(const grpc::ClientContext& ctx, const grpc::Status& s);
+  // A call was answered: the current scheduler is the one to keep.
+  void Reached() {
+    addresses_.Answered();
+    follows_ = 0;
+  }
+  // Points channel_ and the stubs at addresses_.current().
+  void UseCurrent();
   // A list call, page after page: `rpc(ctx, req, &page)` for the first page
   // and (when `all`) every next one, moving the items of each page
   // (`items(&page)`, a repeated field) into `merged`, which ends with the
@@ -168,25 +194,47 @@ class Client {
   // with GetJob as the judge. False on an error (reported).
   bool WaitJob(const std::string& id, absl::Time deadline, v1::Job* job);
 
+  // One scheduler's channel and stubs, made when first used and kept (a
+  // stub handed out stays valid).
+  struct Endpoint {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::TaskService::Stub> tasks;
+    std::unique_ptr<v1::ClusterService::Stub> cluster;
+    std::unique_ptr<v1::JobService::Stub> jobs;
+    std::unique_ptr<v1::BoardService::Stub> board;
+    std::unique_ptr<v1::ScheduleService::Stub> schedules;
+  };
+
   ClientOptions opts_;
+  SchedulerAddresses addresses_;
+  size_t follows_ = 0;  // NextScheduler() calls since the last answer
+  std::map<std::string, Endpoint> endpoints_;
+  // The current scheduler's (UseCurrent()).
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::TaskService::Stub> stub_;
-  std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;    // same channel as stub_
-  std::unique_ptr<v1::JobService::Stub> job_stub_;            // same channel as stub_
-  std::unique_ptr<v1::BoardService::Stub> board_stub_;        // same channel as stub_
-  std::unique_ptr<v1::ScheduleService::Stub> schedule_stub_;  // same channel as stub_
+  v1::TaskService::Stub* stub_ = nullptr;
+  v1::ClusterService::Stub* cluster_stub_ = nullptr;
+  v1::JobService::Stub* job_stub_ = nullptr;
+  v1::BoardService::Stub* board_stub_ = nullptr;
+  v1::ScheduleService::Stub* schedule_stub_ = nullptr;
 };
 
 // The templates every command file uses.
 
 template <typename Rpc>
 bool Client::Call(Rpc&& rpc) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
-  const grpc::Status s = rpc(&ctx);
-  if (s.ok()) return true;
-  Report(s);
-  return false;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
+    grpc::Status s = Reach();
+    if (s.ok()) s = rpc(&ctx);
+    if (s.ok()) {
+      Reached();
+      return true;
+    }
+    if (NextScheduler(ctx, s)) continue;
+    Report(s);
+    return false;
+  }
 }
 
 template <typename Req, typename Resp, typename Rpc, typename Items>

@@ -6,7 +6,9 @@
 
 // Global.
 ABSL_FLAG(std::string, addr, "",
-          "HOST:PORT of taskgrid-scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)");
+          "HOST:PORT of taskgrid-scheduler, or a comma-separated list of a leader and its "
+          "standbys: each call goes to whichever leads (default: $TASKGRID_ADDR, else "
+          "127.0.0.1:7070)");
 ABSL_FLAG(bool, json, false,
           "Print the API's answer as proto3 JSON (snake_case names, every field)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),

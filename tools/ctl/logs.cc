@@ -39,6 +39,7 @@ int Client::Logs(const v1::StreamTaskOutputRequest& req, absl::Duration wait_tim
     while (reader->Read(&r)) {
       answered = true;
       lost.Answered();
+      Reached();
       if (r.kind() == v1::StreamTaskOutputResponse::KIND_END) {
         ended = true;
         final_state = r.state();
@@ -65,6 +66,7 @@ int Client::Logs(const v1::StreamTaskOutputRequest& req, absl::Duration wait_tim
                 << " ---\n";
       return kExitWaitTimedOut;
     }
+    if (NextScheduler(ctx, s)) continue;
     if (req.follow() && answered && lost.TryAgain(s, deadline, [&] {
           printer.Note(
               absl::StrCat("the scheduler went away (", s.error_message(), "); following again"));

@@ -341,14 +341,17 @@ bool Client::WaitOne(const std::string& id, absl::Time deadline, v1::WaitTaskRes
     // The wait itself, plus --timeout for the call to come and go.
     ctx.set_deadline(absl::ToChronoTime(now + chunk + opts_.timeout));
     v1::WaitTaskResponse resp;
-    const grpc::Status s = stub_->WaitTask(&ctx, req, &resp);
+    grpc::Status s = Reach();
+    if (s.ok()) s = stub_->WaitTask(&ctx, req, &resp);
     if (s.ok()) {
       *out = std::move(resp);
       answered = true;
       lost.Answered();
+      Reached();
       if (out->done() || absl::Now() >= deadline) return true;
       continue;
     }
+    if (NextScheduler(ctx, s)) continue;
     if (answered && lost.TryAgain(s, id, deadline)) continue;
     Report(s);
     return false;
@@ -425,13 +428,16 @@ int Client::Watch(const WatchOptions& o) {
       if (got_events) backoff = absl::Milliseconds(100);
       if (!got_events && interrupt.SleepFor(backoff)) return kExitOk;
       backoff = std::min(backoff * 2, absl::Seconds(2));
-      // Back when the channel connects again, within --timeout.
+      // A standby's answer names the leader; else the next address.
+      NextScheduler(ctx, s);
+      // Back when a channel connects again, within --timeout.
       const absl::Time give_up = absl::Now() + opts_.timeout;
       while (!channel_->WaitForConnected(
           absl::ToChronoTime(std::min(give_up, absl::Now() + absl::Milliseconds(200))))) {
         if (interrupt.interrupted()) return kExitOk;
+        NextScheduler(grpc::ClientContext(), grpc::Status(grpc::StatusCode::UNAVAILABLE, ""));
         if (absl::Now() >= give_up) {
-          std::cerr << "error: UNAVAILABLE: no scheduler at " << opts_.addr << " for "
+          std::cerr << "error: UNAVAILABLE: no scheduler at " << addresses_.text() << " for "
                     << absl::FormatDuration(opts_.timeout) << " (--timeout); resume with:\n  "
                     << WatchCommand(after, o.filter_flags) << " --follow\n";
           return kExitRpcFailed;
@@ -513,8 +519,13 @@ bool Client::GetJobPatiently(const std::string& id, absl::Time deadline, v1::Job
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
-    const grpc::Status s = job_stub_->GetJob(&ctx, req, job);
-    if (s.ok()) return true;
+    grpc::Status s = Reach();
+    if (s.ok()) s = job_stub_->GetJob(&ctx, req, job);
+    if (s.ok()) {
+      Reached();
+      return true;
+    }
+    if (NextScheduler(ctx, s)) continue;
     // The scheduler answered the submit before, so it was there.
     if (lost.TryAgain(s, "job " + id, deadline)) continue;
     Report(s);
@@ -526,7 +537,7 @@ bool Client::WaitJob(const std::string& id, absl::Time deadline, v1::Job* job) {
   // The watch is registered before the first GetJob, so no task can end
   // unseen between the two: an end before it shows in GetJob, one after it
   // wakes the loop.
-  auto watcher = std::make_unique<JobEndWatcher>(stub_.get(), id);
+  auto watcher = std::make_unique<JobEndWatcher>(stub_, id);
   watcher->WaitEstablished(std::min(deadline, absl::Now() + opts_.timeout));
   absl::Duration poll = kJobPollMin;  // backoff while there is no watch
   while (true) {
@@ -537,7 +548,7 @@ bool Client::WaitJob(const std::string& id, absl::Time deadline, v1::Job* job) {
       // Lost (e.g. a scheduler restart): back off, then watch again.
       absl::SleepFor(std::min(poll, deadline - absl::Now()));
       poll = std::min(poll * 2, kJobPollMax);
-      watcher = std::make_unique<JobEndWatcher>(stub_.get(), id);
+      watcher = std::make_unique<JobEndWatcher>(stub_, id);
       watcher->WaitEstablished(std::min(deadline, absl::Now() + opts_.timeout));
       continue;
     }
