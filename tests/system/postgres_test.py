@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -147,6 +148,8 @@ class PostgresTest(unittest.TestCase):
         self.assertRegex(second.scheduler.log(),
                          r"is led by \S+ at \S+:%d \(lease epoch 1, " % first.port)
         self.assertNotIn("serving on port", second.scheduler.log())
+        with open(os.path.join(second.dir, "port")) as f:
+            second.port = int(f.read().strip())
         return first, second
 
     def _takes_over(self, second, since):
@@ -195,6 +198,113 @@ class PostgresTest(unittest.TestCase):
                             "the old leader committed after the takeover")
         second.wait_state("by-the-new-leader", "SUCCEEDED", timeout=60)
         self.assertTrue(second.scheduler.alive())
+
+    def test_a_standby_answers_with_the_leaders_address(self):
+        first, second = self._leader_and_standby("answer")
+        # The standby listens from the start, on the port it keeps.
+        self.assertIn("standby: answering on port %d" % second.port, second.scheduler.log())
+        # Given only the standby, taskgridctl is sent on to the leader.
+        task = second.ctl_json("get", "acked-0")
+        self.assertEqual(task["spec"]["id"], "acked-0")
+        # An agent given only the standby is sent on too, and runs the work.
+        second.start_agent("a1", slots=4)
+        first.wait_state("acked-0", "SUCCEEDED", timeout=60)
+        wait_until(lambda: "the leader is at 127.0.0.1:%d" % first.port in
+                   second.agents["a1"].log(), timeout=30, what="the agent to hear of the leader")
+        self.assertIn("connected to 127.0.0.1:%d" % first.port, second.agents["a1"].log())
+
+    def _failover_under_load(self, tag, freeze):
+        """A leader and a standby, two agents and taskgridctl given both
+        addresses, long tasks running and a submit load going on while the
+        leader is killed (or frozen): every acknowledged task succeeds once,
+        and the long tasks are re-adopted, not run again."""
+        _, url = schema_url(self.base, tag)
+        first = Cluster(scheduler_flags=[f"--store={url}"])
+        second = Cluster(scheduler_flags=[f"--store={url}"])
+        self.addCleanup(second.close)
+        self.addCleanup(first.close)
+        try:
+            first.start_scheduler()
+            second.start_scheduler()  # a standby: its port answers at once
+            both = f"{first.addr},{second.addr}"
+            for a in ("a1", "a2"):
+                first.start_agent(a, slots=4, scheduler_addr=both)
+            for i in range(4):
+                first.ctl("submit", f"--id=long-{i}", "--builtin=sleep", "--", "15", check=True)
+            for i in range(4):
+                first.wait_state(f"long-{i}", "RUNNING")
+            acked = []
+            stop = threading.Event()
+
+            def load():
+                i = 0
+                while not stop.is_set():
+                    res = subprocess.run(
+                        [binary("TASKGRID_CTL"), f"--addr={both}", "--timeout=5s", "submit",
+                         f"--id=load-{i}", "--", "/bin/echo", f"load {i}"],
+                        capture_output=True, text=True, timeout=60)
+                    if res.returncode == 0:
+                        acked.append(f"load-{i}")
+                    i += 1
+            loader = threading.Thread(target=load)
+            loader.start()
+            try:
+                wait_until(lambda: len(acked) >= 10, timeout=60, what="submits before the loss")
+                before = len(acked)
+                since = time.monotonic()
+                if freeze:
+                    first.scheduler.signal(signal.SIGSTOP)
+                else:
+                    first.scheduler.kill9()
+                wait_until(lambda: "serving on port" in second.scheduler.log(), timeout=30,
+                           what="the standby to take over")
+                took = time.monotonic() - since
+                print(f"took over in {took:.2f}s", file=sys.stderr)
+                self.assertLess(took, 10.0)
+                # The load goes on through the new leader.
+                wait_until(lambda: len(acked) >= before + 10, timeout=60,
+                           what="submits after the takeover")
+            finally:
+                stop.set()
+                loader.join(timeout=120)
+                if freeze:
+                    first.scheduler.signal(signal.SIGCONT)
+            if freeze:
+                # Woken, the old leader finds its lease gone and exits.
+                wait_until(lambda: not first.scheduler.alive(), timeout=30,
+                           what="the frozen leader to exit once continued")
+                self.assertEqual(first.scheduler.proc.returncode, 1)
+            for i in range(4):
+                task = second.wait_state(f"long-{i}", "SUCCEEDED", timeout=60)
+                # Re-adopted through the reconnect grace: still attempt 1.
+                self.assertEqual(len(task["attempts"]), 1, task)
+            for task_id in acked:
+                second.wait_state(task_id, "SUCCEEDED", timeout=60)
+            # Every task in the table (acknowledged or not) succeeded, and
+            # its result was committed once: one SUCCEEDED event each.
+            tasks = second.tasks()
+            ids = sorted(t["spec"]["id"] for t in tasks)
+            self.assertTrue(set(acked) <= set(ids))
+            for t in tasks:
+                self.assertEqual(t["state"], "TASK_STATE_SUCCEEDED", t)
+            res = second.ctl("watch", "--after=0", "--state=succeeded", f"--count={len(ids)}",
+                             "--json", timeout=30, check=True)
+            events = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+            self.assertEqual(sorted(e["task_id"] for e in events), ids)
+            # The agents followed by themselves.
+            for a in ("a1", "a2"):
+                self.assertIn(f"connected to {second.addr}", first.agents[a].log())
+            return acked
+        except BaseException:
+            first.dump_logs()
+            second.dump_logs()
+            raise
+
+    def test_failover_under_load_after_kill9_loses_nothing_and_commits_once(self):
+        self._failover_under_load("loadkill", freeze=False)
+
+    def test_failover_under_load_after_sigstop_loses_nothing_and_commits_once(self):
+        self._failover_under_load("loadstop", freeze=True)
 
     def test_a_bad_store_is_refused_in_one_line_without_the_password(self):
         s = socket.socket()
