@@ -39,9 +39,10 @@ InProcessCluster::~InProcessCluster() {
 }
 
 agent::Agent* InProcessCluster::AddAgent(const std::string& id, int slots,
-                                         std::map<std::string, std::string> labels) {
+                                         std::map<std::string, std::string> labels,
+                                         const std::string& scheduler) {
   agent::AgentOptions o;
-  o.scheduler = addr();
+  o.scheduler = scheduler.empty() ? addr() : scheduler;
   o.id = id;
   o.slots = slots;
   o.labels = std::move(labels);

@@ -30,9 +30,11 @@ class InProcessCluster {
 
   static engine::EngineOptions DefaultOptions();
 
-  // Starts an agent in this process (its Run() on a thread).
+  // Starts an agent in this process (its Run() on a thread), connecting
+  // to `scheduler` ("": this cluster's address).
   agent::Agent* AddAgent(const std::string& id, int slots,
-                         std::map<std::string, std::string> labels = {});
+                         std::map<std::string, std::string> labels = {},
+                         const std::string& scheduler = "");
   void StopAgent(const std::string& id);
 
   v1::TaskService::Stub& tasks() { return *stub_; }

@@ -6,9 +6,12 @@
 
 #include <set>
 
+#include "common/grpc_status.h"
 #include "common/proto_time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "scheduler/service/standby_server.h"
+#include "taskgrid/v1/agent_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "tests/integration/cluster.h"
 
@@ -249,6 +252,77 @@ TEST(Scheduler, TasksSpreadOverAgentsAndLabelsAreHonoured) {
   (*g.mutable_placement()->mutable_required_labels())["kind"] = "gpu";
   ASSERT_TRUE(c.Submit({g}).ok());
   EXPECT_EQ(c.WaitFor("needs-gpu", v1::TASK_STATE_SUCCEEDED).attempts(0).agent_id(), "gpu");
+}
+
+TEST(StandbyServer, AnswersEveryCallUnavailableNamingTheLeaderAndIsNotServing) {
+  service::ServerOptions opts;
+  opts.listen = "127.0.0.1:0";
+  auto standby = service::StandbyServer::Start(opts);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*standby)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckResponse h;
+  ASSERT_TRUE(health->Check(InProcessCluster::Ctx().get(), {}, &h).ok());
+  EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  auto tasks = v1::TaskService::NewStub(channel);
+  v1::GetTaskRequest get;
+  get.set_id("t");
+  v1::Task task;
+  {
+    // No leader known (this one is taking over): no address to name.
+    auto ctx = InProcessCluster::Ctx();
+    grpc::Status s = tasks->GetTask(ctx.get(), get, &task);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("taking over"));
+    EXPECT_EQ(LeaderNamedBy(*ctx), "");
+  }
+  (*standby)->SetLeader("10.1.2.3:7070", 3);
+  {
+    auto ctx = InProcessCluster::Ctx();
+    grpc::Status s = tasks->GetTask(ctx.get(), get, &task);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(s.error_message(),
+              "this scheduler is a standby; the leader is at 10.1.2.3:7070 (lease epoch 3)");
+    EXPECT_EQ(LeaderNamedBy(*ctx), "10.1.2.3:7070");
+  }
+  {
+    // A large request is answered the same, not refused for its size.
+    v1::SubmitTasksRequest big;
+    big.add_tasks()->set_payload(std::string(1 << 20, 'x'));
+    v1::SubmitTasksResponse resp;
+    auto ctx = InProcessCluster::Ctx();
+    EXPECT_EQ(tasks->SubmitTasks(ctx.get(), big, &resp).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(LeaderNamedBy(*ctx), "10.1.2.3:7070");
+  }
+  {
+    // An agent's stream too.
+    auto agents = v1::AgentService::NewStub(channel);
+    auto ctx = InProcessCluster::Ctx();
+    auto stream = agents->Connect(ctx.get());
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_agent_id("a1");
+    stream->Write(hello);
+    v1::SchedulerMessage m;
+    EXPECT_FALSE(stream->Read(&m));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(LeaderNamedBy(*ctx), "10.1.2.3:7070");
+  }
+  (*standby)->Shutdown();
+}
+
+TEST(StandbyServer, AnAgentGivenOnlyAStandbyIsSentToTheLeaderAndRunsItsWork) {
+  InProcessCluster c;
+  service::ServerOptions opts;
+  opts.listen = "127.0.0.1:0";
+  auto standby = service::StandbyServer::Start(opts);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  (*standby)->SetLeader(c.addr(), 1);
+  c.AddAgent("a1", 1, {}, "127.0.0.1:" + std::to_string((*standby)->port()));
+  ASSERT_TRUE(c.Submit({ExecSpec("t", {"/bin/echo", "led"})}).ok());
+  EXPECT_EQ(c.WaitFor("t", v1::TASK_STATE_SUCCEEDED).result().stdout_tail(), "led\n");
 }
 
 TEST(Scheduler, HealthAndReflectionAreServed) {
