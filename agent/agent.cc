@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "common/connect.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
@@ -92,10 +93,9 @@ void Agent::Session() {
   std::shared_ptr<grpc::Channel> channel = MakeChannel(target, opts_.credentials);
   // With standbys to try: one that is up connects in milliseconds; one
   // that does not (frozen, or its host gone) is passed over.
-  if (addresses_.size() > 1 &&
-      !channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(2)))) {
+  if (addresses_.size() > 1 && !ConnectsWithin(channel.get(), absl::Seconds(2))) {
     if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
-      spdlog::warn("cannot connect to the scheduler at {} within 2s; trying the next of {}", target,
+      spdlog::warn("cannot connect to the scheduler at {}; trying the next of {}", target,
                    addresses_.text());
       last_unreachable_log_ = Now();
     }
@@ -116,7 +116,11 @@ void Agent::Session() {
     outbox.Attach([s = stream.get()](const v1::AgentMessage& m) { return s->Write(m); });
   }
   v1::SchedulerMessage msg;
-  while (ok && stream->Read(&msg)) {
+  // A Hello that could not be written means the call is over already (a
+  // standby answers at once): reading to its end, which comes at once,
+  // keeps its status. (EndStream() can still cancel it.)
+  while (stream->Read(&msg)) {
+    if (!ok) continue;
     core_.Handle(msg);
     if (msg.has_welcome()) {
       addresses_.Answered();
@@ -133,8 +137,7 @@ void Agent::Session() {
   }
   const bool welcomed = core_.StreamEnded();
   // After Read() returned false the call is over and Finish() gives the
-  // scheduler's status; a failed Hello needs the call cancelled first.
-  if (!ok) ctx.TryCancel();
+  // scheduler's status and trailing metadata (a standby's names the leader).
   grpc::Status st = stream->Finish();
   if (core_.exiting()) {
     return;  // the final line of Run() says what was left unacknowledged

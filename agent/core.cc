@@ -475,7 +475,10 @@ absl::Duration AgentCore::Tick() {
       // connection looks open) is left for the next one well before the
       // tasks must stop: a standby may lead by now.
       const std::optional<absl::Duration> asked = lease_.OldestUnanswered();
-      const absl::Duration silence_limit = lease_.StopOnLostAfter() / 2;
+      // Two heartbeats and a second, or half of what the tasks have left
+      // when the stream ends, whichever is shorter.
+      const absl::Duration silence_limit =
+          std::min(lease_.StopOnLostAfter() / 2, 2 * heartbeat_interval_ + absl::Seconds(1));
       if (stream_open_ && !silence_ended_ && asked.has_value() && now >= *asked + silence_limit) {
         silence_ended_ = true;
         end_stream = true;

@@ -30,9 +30,10 @@
 //     (running tasks cancelled and reported OUTCOME_CANCELLED, waiting
 //     links dropped), the drain's release deadline (running tasks
 //     cancelled and sent as Release), the Goodbye at the end, and the end
-//     of a stream whose Hello or a Heartbeat has had no answer for half of
-//     StopOnLostAfter() (a frozen or cut-off scheduler: the Agent goes to
-//     the next address while the tasks may still run).
+//     of a stream whose Hello or a Heartbeat has had no answer for two
+//     heartbeat intervals and a second, or half of StopOnLostAfter() if
+//     shorter (a frozen or cut-off scheduler: the Agent goes to the next
+//     address while the tasks may still run).
 //
 // Thread-safe.
 #pragma once

@@ -16,6 +16,10 @@ absl::Status FromGrpcStatus(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+bool AnsweredByStandby(const grpc::ClientContext& ctx) {
+  return ctx.GetServerTrailingMetadata().count(kStandbyKey) > 0;
+}
+
 std::string LeaderNamedBy(const grpc::ClientContext& ctx) {
   const auto& md = ctx.GetServerTrailingMetadata();
   auto it = md.find(kLeaderKey);

@@ -42,6 +42,7 @@ class StandbyServer::Service : public grpc::CallbackGenericService {
    public:
     Answer(grpc::GenericCallbackServerContext* ctx, const grpc::Status& st,
            const std::string& leader) {
+      ctx->AddTrailingMetadata(kStandbyKey, "1");
       if (!leader.empty()) ctx->AddTrailingMetadata(kLeaderKey, leader);
       Finish(st);
     }

@@ -1,7 +1,8 @@
 // What a standby scheduler serves on its --listen address while another
 // scheduler leads the same PostgreSQL schema: every call is answered
 // UNAVAILABLE, naming the leader's address in the message and in the
-// trailing metadata kLeaderKey (common/grpc_status.h), so agents and
+// trailing metadata kLeaderKey, with kStandbyKey (common/grpc_status.h:
+// the call was not run and may be made again), so agents and
 // taskgridctl given the list of schedulers go to the leader at once. The
 // standard health service says NOT_SERVING, for load balancers and probes.
 // The same credentials and tokens as the real server guard it: a caller

@@ -277,6 +277,7 @@ TEST(StandbyServer, AnswersEveryCallUnavailableNamingTheLeaderAndIsNotServing) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_THAT(s.error_message(), HasSubstr("taking over"));
     EXPECT_EQ(LeaderNamedBy(*ctx), "");
+    EXPECT_TRUE(AnsweredByStandby(*ctx));
   }
   (*standby)->SetLeader("10.1.2.3:7070", 3);
   {
@@ -286,6 +287,7 @@ TEST(StandbyServer, AnswersEveryCallUnavailableNamingTheLeaderAndIsNotServing) {
     EXPECT_EQ(s.error_message(),
               "this scheduler is a standby; the leader is at 10.1.2.3:7070 (lease epoch 3)");
     EXPECT_EQ(LeaderNamedBy(*ctx), "10.1.2.3:7070");
+    EXPECT_TRUE(AnsweredByStandby(*ctx));
   }
   {
     // A large request is answered the same, not refused for its size.

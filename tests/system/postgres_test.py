@@ -233,18 +233,20 @@ class PostgresTest(unittest.TestCase):
                 first.ctl("submit", f"--id=long-{i}", "--builtin=sleep", "--", "15", check=True)
             for i in range(4):
                 first.wait_state(f"long-{i}", "RUNNING")
-            acked = []
+            acked, failed = [], []
             stop = threading.Event()
 
             def load():
                 i = 0
                 while not stop.is_set():
                     res = subprocess.run(
-                        [binary("TASKGRID_CTL"), f"--addr={both}", "--timeout=5s", "submit",
+                        [binary("TASKGRID_CTL"), f"--addr={both}", "--timeout=20s", "submit",
                          f"--id=load-{i}", "--", "/bin/echo", f"load {i}"],
                         capture_output=True, text=True, timeout=60)
                     if res.returncode == 0:
                         acked.append(f"load-{i}")
+                    else:
+                        failed.append((f"load-{i}", res.stderr.strip()))
                     i += 1
             loader = threading.Thread(target=load)
             loader.start()
@@ -269,6 +271,10 @@ class PostgresTest(unittest.TestCase):
                 loader.join(timeout=120)
                 if freeze:
                     first.scheduler.signal(signal.SIGCONT)
+            # taskgridctl rides out the failover: only a submit the old
+            # leader had in hand when it went (its answer lost) may fail.
+            print(f"{len(acked)} submits acknowledged, {len(failed)} failed", file=sys.stderr)
+            self.assertLessEqual(len(failed), 1, failed)
             if freeze:
                 # Woken, the old leader finds its lease gone and exits.
                 wait_until(lambda: not first.scheduler.alive(), timeout=30,

@@ -368,6 +368,22 @@ TEST(AgentCore, EndsAStreamWhoseSchedulerStopsAnsweringOnceAtHalfStopOnLostAfter
   EXPECT_EQ(h.ended_streams(), 1) << "once per stream";
 }
 
+TEST(AgentCore, ALongStopOnLostAfterEndsASilentStreamAfterTwoHeartbeatsAndASecond) {
+  Harness h;
+  WelcomeOpts w;
+  w.interval = absl::Seconds(1);
+  w.stop_on_lost_after = absl::Seconds(11);  // a failover's grace
+  h.Connect(w);
+  h.ack_heartbeats = false;
+  h.RunFor(absl::Seconds(1));  // the first heartbeat goes out unanswered
+  const int first = h.Find(IsHeartbeat());
+  ASSERT_GE(first, 0);
+  h.RunFor(h.at(first).at + absl::Seconds(3) - h.now() - Ms(1));
+  EXPECT_EQ(h.ended_streams(), 0);
+  h.RunFor(Ms(1));
+  EXPECT_EQ(h.ended_streams(), 1) << "3 s of silence, not 5.5";
+}
+
 TEST(AgentCore, EndsAStreamWhoseHelloIsNeverWelcomed) {
   Harness h;
   h.core().StreamStarted();  // stop_on_lost_after: the default 4 s until a Welcome

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/connect.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
 #include "common/proto_time.h"
@@ -62,16 +63,20 @@ void Client::UseCurrent() {
 }
 
 grpc::Status Client::Reach() {
-  if (addresses_.size() < 2 || channel_->GetState(true) == GRPC_CHANNEL_READY) {
-    return grpc::Status::OK;
-  }
+  if (addresses_.size() < 2) return grpc::Status::OK;
   const absl::Duration bound = std::min(opts_.timeout, absl::Seconds(2));
-  if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + bound))) {
-    return grpc::Status::OK;
-  }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      absl::StrCat("cannot connect to ", addresses_.current(), " within ",
-                                   absl::FormatDuration(bound)));
+  if (ConnectsWithin(channel_.get(), bound)) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("cannot connect to ", addresses_.current(), " (refused, or no answer within ",
+                   absl::FormatDuration(bound), ")"));
+}
+
+void Client::NoteFailover(const grpc::Status& s) const {
+  std::cerr << "note: no scheduler of " << addresses_.text() << " leads at the moment ("
+            << s.error_message()
+            << "); trying again for up to --timeout=" << absl::FormatDuration(opts_.timeout)
+            << "\n";
 }
 
 bool Client::NextScheduler(const grpc::ClientContext& ctx, const grpc::Status& s) {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/address.h"
+#include "common/grpc_status.h"
 #include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "taskgrid/v1/job_service.grpc.pb.h"
@@ -168,6 +169,8 @@ class Client {
   }
   // Points channel_ and the stubs at addresses_.current().
   void UseCurrent();
+  // Says on stderr, once per call, that no scheduler leads at the moment.
+  void NoteFailover(const grpc::Status& s) const;
   // A list call, page after page: `rpc(ctx, req, &page)` for the first page
   // and (when `all`) every next one, moving the items of each page
   // (`items(&page)`, a repeated field) into `merged`, which ends with the
@@ -222,16 +225,28 @@ class Client {
 
 template <typename Rpc>
 bool Client::Call(Rpc&& rpc) {
+  const absl::Time give_up = absl::Now() + opts_.timeout;
+  bool said = false;
   for (;;) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
     grpc::Status s = Reach();
-    if (s.ok()) s = rpc(&ctx);
+    const bool sent = s.ok();
+    if (sent) s = rpc(&ctx);
     if (s.ok()) {
       Reached();
       return true;
     }
     if (NextScheduler(ctx, s)) continue;
+    // A failover under way: a standby answered, or the list's schedulers
+    // did not connect. The call was not run anywhere: ask again, within
+    // --timeout, until one leads.
+    if ((!sent || AnsweredByStandby(ctx)) && absl::Now() < give_up) {
+      if (!said) NoteFailover(s);
+      said = true;
+      absl::SleepFor(absl::Milliseconds(250));
+      continue;
+    }
     Report(s);
     return false;
   }
