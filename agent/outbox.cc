@@ -51,6 +51,7 @@ bool Outbox::WriteAll(std::vector<v1::AgentMessage> msgs) {
       std::lock_guard<std::mutex> lock(out_mu_);
       if (out_.empty()) {
         writing_ = false;
+        idle_.notify_all();
         return true;
       }
       next = TakeBatch(out_, batches_);
@@ -58,6 +59,11 @@ bool Outbox::WriteAll(std::vector<v1::AgentMessage> msgs) {
     // A broken stream ends the session's read too, which detaches it.
     if (writer_ != nullptr) writer_(next);
   }
+}
+
+void Outbox::WaitIdle() {
+  std::unique_lock<std::mutex> lock(out_mu_);
+  idle_.wait(lock, [this] { return !writing_; });
 }
 
 }  // namespace taskgrid::agent

@@ -13,6 +13,7 @@
 // Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -40,6 +41,10 @@ class Outbox {
   // along. False when no stream is attached: they were dropped.
   bool WriteAll(std::vector<v1::AgentMessage> msgs);
   bool Write(v1::AgentMessage msg);
+  // Blocks until nothing is queued or being written. For tests that move
+  // a FakeClock: time must not run ahead of a write another thread took
+  // on.
+  void WaitIdle();
 
  private:
   // Held while writing; Attach() and Detach() take it to change writer_.
@@ -49,6 +54,7 @@ class Outbox {
   std::mutex out_mu_;
   std::deque<v1::AgentMessage> out_;  // guarded by out_mu_; queued, not yet written
   bool writing_ = false;              // guarded by out_mu_; a thread drains out_
+  std::condition_variable idle_;      // writing_ went false
   bool batches_ = false;              // guarded by out_mu_
   bool attached_ = false;             // guarded by out_mu_
 };

@@ -485,26 +485,49 @@ TEST(Agent, AcceptPrecedesResultAndUnackedResultIsResent) {
   EXPECT_FALSE(agent.returned());
 }
 
-TEST(Agent, SelfFencesWithoutHeartbeatAcks) {
+TEST(Agent, LeavesASchedulerThatStopsAnsweringAndSelfFencesWhenNoneTakesItBack) {
   FakeScheduler fake;
   fake.set_ack_heartbeats(false);  // stop_on_lost_after is 1 s in Welcome
   RunningAgent agent(Options(fake.addr()));
   WaitHello(fake, 1);
   fake.Push(Assign({Sleep("long", "60")}));
-  const int accept = WaitFind(fake, IsAccept("long"), "accept");
-  const int result = WaitFind(fake, IsResult("long"), "the self-fenced result");
-  ASSERT_GE(accept, 0);
+  WaitFind(fake, IsAccept("long"), "accept");
+  // From now on nothing answers: no heartbeat ack, no new stream.
+  fake.set_refuse(true);
+  const absl::Duration assigned = Mono();
+  ASSERT_TRUE(RunningAgent::Eventually(
+      [&] { return agent->running() == 0 && agent->unacked() == 1; }, absl::Seconds(4)))
+      << "the agent did not stop its task";
+  EXPECT_GE(Mono() - assigned, absl::Milliseconds(900));
+  EXPECT_LT(Mono() - assigned, absl::Seconds(3));
+  // It left the silent stream (half of stop_on_lost_after without an
+  // ack) and tried to connect again.
+  EXPECT_TRUE(RunningAgent::Eventually([&] { return fake.refused() > 0; }, absl::Seconds(4)));
+  EXPECT_GE(Count(fake.log(), IsHeartbeat()), 3) << "heartbeats went out meanwhile";
+
+  fake.set_refuse(false);
+  WaitHello(fake, 2);
+  const int result = WaitFind(fake, InSession(2, IsResult("long")), "the self-fenced result");
   ASSERT_GE(result, 0);
   const Log log = fake.log();
   const v1::TaskResult& r = log[result].msg.result().result();
   EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
   EXPECT_EQ(r.error(), "stopped: no contact with the scheduler for 1s");
-  const absl::Duration after = log[result].at - log[accept].at;
-  EXPECT_GE(after, absl::Milliseconds(900));
-  EXPECT_LT(after, absl::Seconds(3));
-  EXPECT_GE(Count(log, IsHeartbeat()), 5) << "heartbeats went out meanwhile";
-  EXPECT_EQ(Count(log, IsHello()), 1) << "the stream stayed up";
   EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
+}
+
+TEST(Agent, AWelcomeOnANewStreamIsContactEvenWhenHeartbeatsGoUnanswered) {
+  FakeScheduler fake;
+  fake.set_ack_heartbeats(false);  // stop_on_lost_after is 1 s in Welcome
+  RunningAgent agent(Options(fake.addr()));
+  WaitHello(fake, 1);
+  fake.Push(Assign({Sleep("long", "60")}));
+  WaitFind(fake, IsAccept("long"), "accept");
+  // Each silent stream is left after 0.5 s; the next one's Welcome
+  // answers the Hello that listed the task, so it runs on.
+  WaitHello(fake, 4);
+  EXPECT_EQ(agent->running(), 1);
+  EXPECT_EQ(Find(fake.log(), IsResult("long")), -1);
 }
 
 TEST(Agent, StreamEndCutsTheLease) {
@@ -922,6 +945,9 @@ TEST(Agent, SelfFencingDropsWaitingLinks) {
   WaitHello(fake, 1);
   fake.Push(Assign({Sleep("a", "60"), After("a", Task("b", "noop"))}));
   WaitFind(fake, IsAccept("a"), "accept of a");
+  fake.set_refuse(true);  // and nothing takes the agent back
+  ASSERT_TRUE(RunningAgent::Eventually([&] { return agent->running() == 0; }, absl::Seconds(4)));
+  fake.set_refuse(false);
   const int result = WaitFind(fake, IsResult("a"), "the self-fenced result of a");
   ASSERT_GE(result, 0);
   EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);

@@ -168,12 +168,13 @@ class Harness {
 
   // Plays the timer for `d` of fake time, from due time to due time as
   // TimerLoop() does. Each Heartbeat is acked at once while ack_heartbeats
-  // is on, with `ack_interval` when set (also one a task's thread wrote
-  // for the timer, which shows up a little later).
+  // is on, with `ack_interval` when set.
   void RunFor(absl::Duration d) {
     const absl::Duration end = now() + d;
     for (int passes = 0; passes < 100'000; ++passes) {
       const absl::Duration due = core_->Tick();
+      // A task thread may be writing, and the timer's messages with it.
+      core_->outbox().WaitIdle();
       const size_t written = size();
       for (size_t i = scanned_; i < written; ++i) {
         if (ack_heartbeats && at(i).msg.has_heartbeat()) AckHeartbeat(ack_interval);
