@@ -526,9 +526,11 @@ int main(int argc, char** argv) {
           return false;
         }
         standby = std::move(*s);
-        // From now on the same port, also once this one leads.
-        server_opts.listen =
-            absl::StrCat(listen.substr(0, listen.rfind(':')), ":", standby->port());
+        // A free port picked now is kept, also once this one leads.
+        if (absl::EndsWith(listen, ":0")) {
+          server_opts.listen =
+              absl::StrCat(listen.substr(0, listen.size() - 2), ":", standby->port());
+        }
         WritePortFile(absl::GetFlag(FLAGS_port_file), standby->port());
         lease->set_address(advertised(standby->port()));
         spdlog::info("standby: answering on port {} with the leader's address", standby->port());

@@ -647,7 +647,9 @@ std::string UsageText() {
   absl::StrAppend(
       &out,
       "\nGlobal flags (anywhere before `--`):\n"
-      "  --addr=HOST:PORT  the scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070)\n"
+      "  --addr=HOST:PORT  the scheduler (default: $TASKGRID_ADDR, else 127.0.0.1:7070); a\n"
+      "                    list A,B,... of a leader and its standbys: calls go to whichever\n"
+      "                    leads, and wait for a takeover for up to --timeout\n"
       "  --json            print the API's answer as proto3 JSON (snake_case, every field)\n"
       "  --timeout=DUR     deadline of each call (default 30s); wait, watch --follow and\n"
       "                    logs -f keep trying a scheduler they lost for this long\n"
