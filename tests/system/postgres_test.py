@@ -213,6 +213,35 @@ class PostgresTest(unittest.TestCase):
                    second.agents["a1"].log(), timeout=30, what="the agent to hear of the leader")
         self.assertIn("connected to 127.0.0.1:%d" % first.port, second.agents["a1"].log())
 
+    def test_a_standby_behind_tls_and_tokens_names_the_leader_only_to_callers_it_admits(self):
+        from tls_test import make_certs, server_tls, write_secret
+        d = make_certs(type(self))
+        tokens = write_secret(os.path.join(d, "tokens"),
+                              "rita reader reader-token-rita-0123456789\n")
+        rita = write_secret(os.path.join(d, "rita.token"), "reader-token-rita-0123456789\n")
+        _, url = schema_url(self.base, "tls")
+        flags = [f"--store={url}", f"--tokens_file={tokens}"] + server_tls(d, ca=False)
+        first = Cluster(scheduler_flags=flags)
+        second = Cluster(scheduler_flags=flags)
+        self.addCleanup(second.close)
+        self.addCleanup(first.close)
+        first.start_scheduler()
+        second.start_scheduler()  # a standby
+
+        def ctl(*args):
+            return subprocess.run(
+                [binary("TASKGRID_CTL"), f"--addr={second.addr}", "--timeout=10s",
+                 f"--tls_ca={d}/ca.pem"] + list(args),
+                capture_output=True, text=True, timeout=60)
+        # With a token: sent on to the leader over TLS, and answered.
+        res = ctl(f"--token_file={rita}", "list")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        # Without one: refused by the standby, which names no leader.
+        res = ctl("list")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("UNAUTHENTICATED", res.stderr)
+        self.assertNotIn(str(first.port), res.stderr)
+
     def _failover_under_load(self, tag, freeze):
         """A leader and a standby, two agents and taskgridctl given both
         addresses, long tasks running and a submit load going on while the
