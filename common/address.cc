@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -43,10 +44,7 @@ std::string FlagOrEnv(const std::string& flag, const char* env, absl::string_vie
 }
 
 std::string AdvertisedAddress(absl::string_view listen, int port) {
-  absl::string_view host = listen;
-  if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
+  std::string host(listen.substr(0, std::min(listen.size(), listen.rfind(':'))));
   if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "[::0]") {
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
