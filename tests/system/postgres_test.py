@@ -262,6 +262,12 @@ class PostgresTest(unittest.TestCase):
                 first.ctl("submit", f"--id=long-{i}", "--builtin=sleep", "--", "15", check=True)
             for i in range(4):
                 first.wait_state(f"long-{i}", "RUNNING")
+            # A wait that outlasts the loss: with the leader frozen, its
+            # connection stays open; the wait must notice and go on.
+            waiter = subprocess.Popen(
+                [binary("TASKGRID_CTL"), f"--addr={both}", "--timeout=40s", "wait", "long-0"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(lambda: waiter.poll() is None and waiter.kill())
             acked, failed = [], []
             stop = threading.Event()
 
@@ -295,6 +301,11 @@ class PostgresTest(unittest.TestCase):
                 # The load goes on through the new leader.
                 wait_until(lambda: len(acked) >= before + 10, timeout=60,
                            what="submits after the takeover")
+                # The wait ends with the task, while the old leader is
+                # still frozen.
+                out, err = waiter.communicate(timeout=60)
+                self.assertEqual(waiter.returncode, 0, err)
+                self.assertEqual(out.strip(), "long-0 SUCCEEDED", err)
             finally:
                 stop.set()
                 loader.join(timeout=120)

@@ -44,6 +44,13 @@ void Client::UseCurrent() {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // A scheduler that stops answering (frozen, or cut off with the
+    // connection open) ends the long waits and watches within 20 s, so
+    // they go on with the next scheduler: a ping after 15 s without
+    // anything read (the scheduler accepts one every 10 s), 5 s for its
+    // answer.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 15'000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetMaxReceiveMessageSize(kMaxReplyBytes);
     std::shared_ptr<grpc::ChannelCredentials> creds =
         opts_.credentials != nullptr ? opts_.credentials : grpc::InsecureChannelCredentials();
