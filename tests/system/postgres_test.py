@@ -143,7 +143,9 @@ class PostgresTest(unittest.TestCase):
         for i in range(20):
             first.ctl("submit", f"--id=acked-{i}", "--", "/bin/echo", f"acked {i}", check=True)
         second.start_scheduler(wait=False)
-        wait_until(lambda: "standby: " in second.scheduler.log(), timeout=30,
+        # Said once the standby listens (after it said who leads), and
+        # after its port file is written.
+        wait_until(lambda: "standby: answering on port" in second.scheduler.log(), timeout=30,
                    what="the second scheduler to wait as a standby")
         self.assertRegex(second.scheduler.log(),
                          r"is led by \S+ at \S+:%d \(lease epoch 1, " % first.port)
