@@ -518,15 +518,18 @@ TEST(Agent, LeavesASchedulerThatStopsAnsweringAndSelfFencesWhenNoneTakesItBack) 
 
 TEST(Agent, AWelcomeOnANewStreamIsContactEvenWhenHeartbeatsGoUnanswered) {
   FakeScheduler fake;
-  fake.set_ack_heartbeats(false);  // stop_on_lost_after is 1 s in Welcome
+  fake.set_ack_heartbeats(false);
+  fake.set_stop_on_lost_after(absl::Seconds(2));
   RunningAgent agent(Options(fake.addr()));
   WaitHello(fake, 1);
   fake.Push(Assign({Sleep("long", "60")}));
   WaitFind(fake, IsAccept("long"), "accept");
-  // Each silent stream is left after 0.5 s; the next one's Welcome
-  // answers the Hello that listed the task, so it runs on.
-  WaitHello(fake, 4);
-  EXPECT_EQ(agent->running(), 1);
+  // Each silent stream is left after 1 s; the next one's Welcome answers
+  // the Hello that listed the task, so it runs on past stop_on_lost_after.
+  EXPECT_FALSE(
+      RunningAgent::Eventually([&] { return agent->running() == 0; }, absl::Milliseconds(2500)))
+      << "stopped although each new stream's Welcome was contact";
+  EXPECT_GE(Count(fake.log(), IsHello()), 2) << "it left the silent stream";
   EXPECT_EQ(Find(fake.log(), IsResult("long")), -1);
 }
 
