@@ -35,20 +35,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   return grpc::CreateCustomChannel(target, creds, args);
 }
 
-SchedulerAddresses ParsedOrDie(const std::string& list) {
-  absl::StatusOr<SchedulerAddresses> a = SchedulerAddresses::Parse(list);
-  if (!a.ok()) {
-    spdlog::critical("AgentOptions::scheduler: {}", std::string(a.status().message()));
-    std::abort();
-  }
-  return *std::move(a);
-}
 }  // namespace
 
 Agent::Agent(AgentOptions opts)
     : opts_(std::move(opts)),
       clock_(opts_.clock != nullptr ? opts_.clock : RealClock::Get()),
-      addresses_(ParsedOrDie(opts_.scheduler)),
+      addresses_(SchedulerAddresses::ParseChecked(opts_.scheduler, "AgentOptions::scheduler")),
       core_(opts_, [this] { EndStream(); }) {}
 
 Agent::~Agent() { Stop(); }

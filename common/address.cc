@@ -1,6 +1,7 @@
 #include "common/address.h"
 
 #include <arpa/inet.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +65,16 @@ absl::StatusOr<SchedulerAddresses> SchedulerAddresses::Parse(absl::string_view l
     out.emplace_back(a);
   }
   return SchedulerAddresses(std::move(out));
+}
+
+SchedulerAddresses SchedulerAddresses::ParseChecked(absl::string_view list,
+                                                    absl::string_view what) {
+  absl::StatusOr<SchedulerAddresses> a = Parse(list);
+  if (!a.ok()) {
+    spdlog::critical("{}: {}", std::string(what), std::string(a.status().message()));
+    std::abort();
+  }
+  return *std::move(a);
 }
 
 std::string SchedulerAddresses::text() const { return absl::StrJoin(list_, ","); }

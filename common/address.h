@@ -41,6 +41,9 @@ class SchedulerAddresses {
  public:
   // "HOST:PORT[,HOST:PORT...]"; an empty entry is an error.
   static absl::StatusOr<SchedulerAddresses> Parse(absl::string_view list);
+  // Parse() of a list its caller checked already: a bad one is a bug
+  // (logged, then abort). `what` names it in the log line.
+  static SchedulerAddresses ParseChecked(absl::string_view list, absl::string_view what);
 
   const std::string& current() const { return list_[current_]; }
   const std::vector<std::string>& all() const { return list_; }

@@ -19,18 +19,8 @@
 
 namespace taskgrid::ctl {
 
-namespace {
-SchedulerAddresses ParsedOrDie(const std::string& list) {
-  absl::StatusOr<SchedulerAddresses> a = SchedulerAddresses::Parse(list);
-  if (!a.ok()) {
-    std::cerr << "error: --addr: " << a.status().message() << "\n";
-    std::abort();
-  }
-  return *std::move(a);
-}
-}  // namespace
-
-Client::Client(ClientOptions opts) : opts_(std::move(opts)), addresses_(ParsedOrDie(opts_.addr)) {
+Client::Client(ClientOptions opts)
+    : opts_(std::move(opts)), addresses_(SchedulerAddresses::ParseChecked(opts_.addr, "--addr")) {
   UseCurrent();
 }
 

@@ -25,6 +25,7 @@
 #include "taskgrid/v1/job_service.grpc.pb.h"
 #include "taskgrid/v1/schedule_service.grpc.pb.h"
 #include "taskgrid/v1/task_service.grpc.pb.h"
+#include "tools/ctl/lost_scheduler.h"
 
 namespace taskgrid::ctl {
 
@@ -225,8 +226,7 @@ class Client {
 
 template <typename Rpc>
 bool Client::Call(Rpc&& rpc) {
-  const absl::Time give_up = absl::Now() + opts_.timeout;
-  bool said = false;
+  LostScheduler failover(opts_.timeout);
   for (;;) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.timeout));
@@ -241,10 +241,8 @@ bool Client::Call(Rpc&& rpc) {
     // A failover under way: a standby answered, or the list's schedulers
     // did not connect. The call was not run anywhere: ask again, within
     // --timeout, until one leads.
-    if ((!sent || AnsweredByStandby(ctx)) && absl::Now() < give_up) {
-      if (!said) NoteFailover(s);
-      said = true;
-      absl::SleepFor(absl::Milliseconds(250));
+    if ((!sent || AnsweredByStandby(ctx)) &&
+        failover.TryAgain(s, absl::InfiniteFuture(), [&] { NoteFailover(s); })) {
       continue;
     }
     Report(s);
