@@ -15,6 +15,18 @@ add_library(taskgrid_agent_exec STATIC
   ${CMAKE_CURRENT_LIST_DIR}/live_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/process.cc)
 add_library(taskgrid::agent_exec ALIAS taskgrid_agent_exec)
+# The process every exec step runs under (agent/step_supervisor.h): plain
+# C++ and the C library, beside the agent in <build>/bin (where the agent
+# looks for it first) and installed with it. The executor also knows this
+# build's copy, which is what tests that run steps in-process use.
+add_executable(taskgrid-step-supervisor ${CMAKE_CURRENT_LIST_DIR}/step_supervisor_main.cc)
+target_include_directories(taskgrid-step-supervisor PRIVATE ${PROJECT_SOURCE_DIR})
+set_target_properties(taskgrid-step-supervisor PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+install(TARGETS taskgrid-step-supervisor RUNTIME DESTINATION bin)
+add_dependencies(taskgrid_agent_exec taskgrid-step-supervisor)
+target_compile_definitions(taskgrid_agent_exec PRIVATE
+  TASKGRID_BUILD_BIN_DIR="${CMAKE_BINARY_DIR}/bin")
 target_include_directories(taskgrid_agent_exec PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(taskgrid_agent_exec
   PUBLIC taskgrid_proto taskgrid_common absl::time absl::strings absl::status

@@ -15,12 +15,14 @@
 #include <map>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "agent/builtins.h"
 #include "agent/http_step.h"
 #include "agent/process.h"
+#include "agent/step_supervisor.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
@@ -115,6 +117,23 @@ std::string DefaultWorkDir(const std::string& agent_id) {
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   if (base == "/") base.clear();
   return agent_id.empty() ? base + "/taskgrid-agent" : base + "/taskgrid-agent-" + agent_id;
+}
+
+std::string FindStepSupervisor() {
+  static const std::string found = [] {
+    std::vector<std::string> places;
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) places.push_back((self.parent_path() / supervisor::kBinaryName).string());
+#ifdef TASKGRID_BUILD_BIN_DIR
+    places.push_back(std::string(TASKGRID_BUILD_BIN_DIR) + "/" + supervisor::kBinaryName);
+#endif
+    for (const std::string& place : places) {
+      if (access(place.c_str(), X_OK) == 0) return place;
+    }
+    return std::string();
+  }();
+  return found;
 }
 
 // How one step ended. SUCCEEDED: go on with the next step.
@@ -422,6 +441,7 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   for (const auto& [name, value] : vars) spec.env.push_back(absl::StrCat(name, "=", value));
   spec.cwd = exec.cwd();
   spec.shell_path = opts_.shell_path;
+  spec.supervisor = opts_.step_supervisor.empty() ? FindStepSupervisor() : opts_.step_supervisor;
   if (index == 0) spec.stdin_data = assignment_.payload();
 
   internal::ChildControl ctl;

@@ -17,11 +17,14 @@
 // Process hygiene, per exec step:
 //   - the child is the leader of a new process group; stop = SIGTERM (plus
 //     SIGCONT) to the whole group, SIGKILL after kill_grace;
-//   - when the step's main process ends, whatever it left running in its
-//     group is killed with SIGKILL: a step never outlives itself;
+//   - it runs under a taskgrid-step-supervisor (agent/step_supervisor.h), a
+//     child subreaper: when the step's main process ends, whatever it left
+//     running is killed with SIGKILL, in its group or not (setsid, daemons):
+//     a step never outlives itself; and when the agent process ends, however
+//     it ends, the whole tree is killed at once: a step never outlives its
+//     agent;
 //   - the child gets default signal dispositions, an empty signal mask and
 //     only fds 0, 1, 2; its exit status is always collected (no zombies).
-//   Processes that left the group (setsid, daemons) are out of reach.
 //
 // The calling process must not change its environment (setenv, putenv)
 // while any TaskRun runs: each exec step reads `environ`.
@@ -64,7 +67,14 @@ struct ExecutorOptions {
   // The newest bytes of each stream kept for live output (LiveOutput),
   // whatever max_output_bytes says; 0: none kept.
   int64_t live_output_bytes = 64 << 10;
+  // The taskgrid-step-supervisor binary every exec step runs under. Empty:
+  // FindStepSupervisor(); an exec step fails to start when there is none.
+  std::string step_supervisor;
 };
+
+// The taskgrid-step-supervisor next to this process's own binary, else the
+// one this build made; empty when neither is an executable file.
+std::string FindStepSupervisor();
 
 // The most TaskResult.output may hold: a larger $TASKGRID_OUTPUT file fails
 // the attempt.

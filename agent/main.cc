@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, work_dir, "",
           "Each attempt runs with a directory of its own under this one (its inputs and its "
           "output file), removed when the attempt ends. Default: $TMPDIR (or /tmp), then "
           "taskgrid-agent-<id>");
+ABSL_FLAG(std::string, step_supervisor, "",
+          "The taskgrid-step-supervisor binary each step runs under; it kills the step, with "
+          "every process the step started, when the step ends or this agent dies. Default: "
+          "the one next to taskgrid-agent");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate that signed the scheduler's certificate: connect with TLS");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -145,6 +149,17 @@ int main(int argc, char** argv) {
   opts.exec.kill_grace = absl::GetFlag(FLAGS_kill_grace);
   opts.exec.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (opts.exec.work_dir.empty()) opts.exec.work_dir = taskgrid::agent::DefaultWorkDir(opts.id);
+  opts.exec.step_supervisor = absl::GetFlag(FLAGS_step_supervisor);
+  if (opts.exec.step_supervisor.empty()) {
+    opts.exec.step_supervisor = taskgrid::agent::FindStepSupervisor();
+  }
+  if (opts.exec.step_supervisor.empty() || access(opts.exec.step_supervisor.c_str(), X_OK) != 0) {
+    spdlog::error(
+        "cannot run steps: {} is not an executable file (install taskgrid-step-supervisor next "
+        "to taskgrid-agent, or name it with --step_supervisor)",
+        opts.exec.step_supervisor.empty() ? "taskgrid-step-supervisor" : opts.exec.step_supervisor);
+    return 2;
+  }
   opts.stop_on_lost_after = absl::GetFlag(FLAGS_stop_on_lost_after);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   if (opts.stop_on_lost_after < absl::ZeroDuration() || drain_timeout < absl::ZeroDuration()) {

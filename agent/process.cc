@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/step_supervisor.h"
 #include "common/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -28,12 +30,7 @@ constexpr absl::Duration kDrainLimit = absl::Milliseconds(500);
 // Poll period when no fd tells us about the child's end or about Cancel().
 constexpr absl::Duration kFallbackPoll = absl::Milliseconds(20);
 
-// What the child reports through the CLOEXEC pipe when it cannot exec.
-enum ChildStage : int { kSetup = 1, kChdir = 2, kExec = 3 };
-struct ChildReport {
-  int stage;
-  int err;
-};
+namespace sv = supervisor;
 
 class Fd {
  public:
@@ -61,12 +58,22 @@ std::string ErrnoText(int err) {
   return strerror_r(err, buf, sizeof(buf));  // the GNU variant: returns the text
 }
 
+// Both ends close-on-exec and above 2, so that the child's dup2() calls onto
+// 0, 1 and 2 cannot overwrite one it still needs (only an agent started
+// with stdio closed gets such low numbers).
 bool MakePipe(Fd* read_end, Fd* write_end) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  for (int& fd : fds) {
+    if (fd < 3) {
+      const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      ::close(fd);
+      fd = moved;
+    }
+  }
   read_end->Reset(fds[0]);
   write_end->Reset(fds[1]);
-  return true;
+  return fds[0] >= 0 && fds[1] >= 0;
 }
 
 void SetNonBlocking(const Fd& fd) {
@@ -106,72 +113,81 @@ class ScopedSigpipeBlock {
 
 // Everything the child needs, prepared before fork(): between fork() and
 // exec the child of a multithreaded process may only make async-signal-safe
-// calls, so it must not allocate.
+// calls, so it must not allocate. The child execs the step supervisor
+// (agent/step_supervisor.h), which runs the program.
 struct ExecPlan {
-  std::vector<std::string> candidates;  // where argv[0] may be, in PATH order
-  std::vector<char*> argv;              // null-terminated
-  std::vector<char*> envp;              // null-terminated
-  std::vector<char*> shell_argv;        // {shell, <candidate>, argv[1..], nullptr}
+  std::vector<std::string> strings;  // what argv points into
+  std::vector<char*> argv;           // the supervisor's, null-terminated
+  std::vector<char*> envp;           // null-terminated
+  const char* supervisor = nullptr;
   const char* cwd = nullptr;
   int max_fd = 1024;  // for closing fds when close_range() is missing
 };
 
 char* Mutable(const std::string& s) { return const_cast<char*>(s.c_str()); }
 
-void MakePlan(const ChildSpec& spec, ExecPlan* plan) {
+void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, ExecPlan* plan) {
+  std::vector<std::string> candidates;
   const std::string& name = spec.argv[0];
   if (name.find('/') != std::string::npos) {
-    plan->candidates.push_back(name);
+    candidates.push_back(name);
   } else {
     for (absl::string_view dir : absl::StrSplit(spec.search_path, ':')) {
       // An empty PATH entry means the current directory, as for execvp().
-      plan->candidates.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", name));
+      candidates.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", name));
     }
   }
-  for (const std::string& a : spec.argv) plan->argv.push_back(Mutable(a));
+  std::vector<std::string>& s = plan->strings;
+  s.push_back(spec.supervisor);
+  s.resize(sv::kArgCount + 1);
+  s[sv::kArgLifeline] = absl::StrCat(lifeline_fd);
+  s[sv::kArgReport] = absl::StrCat(report_fd);
+  s[sv::kArgShell] = spec.shell_path;
+  s[sv::kArgCount] = absl::StrCat(candidates.size());
+  s.insert(s.end(), candidates.begin(), candidates.end());
+  s.push_back("--");
+  s.insert(s.end(), spec.argv.begin(), spec.argv.end());
+  for (const std::string& a : s) plan->argv.push_back(Mutable(a));
   plan->argv.push_back(nullptr);
   for (const std::string& e : spec.env) plan->envp.push_back(Mutable(e));
   plan->envp.push_back(nullptr);
-  plan->shell_argv.push_back(Mutable(spec.shell_path));
-  plan->shell_argv.push_back(nullptr);  // the candidate, set in the child
-  for (size_t i = 1; i < spec.argv.size(); ++i) plan->shell_argv.push_back(Mutable(spec.argv[i]));
-  plan->shell_argv.push_back(nullptr);
+  plan->supervisor = spec.supervisor.c_str();
   if (!spec.cwd.empty()) plan->cwd = spec.cwd.c_str();
   const long open_max = sysconf(_SC_OPEN_MAX);
   if (open_max > 0) plan->max_fd = static_cast<int>(std::min<long>(open_max, 1 << 20));
 }
 
-// The child, from fork() to exec. Async-signal-safe calls only.
-[[noreturn]] void ExecChild(ExecPlan& plan, int in_fd, int out_fd, int err_fd, int report_fd) {
-  auto fail = [&report_fd](int stage) {
-    const ChildReport report = {stage, errno};
+// The child, from fork() to exec of the supervisor. Async-signal-safe calls
+// only. Every fd it is given is above 2 (MakePipe).
+[[noreturn]] void ExecChild(const ExecPlan& plan, int in_fd, int out_fd, int err_fd, int report_fd,
+                            int lifeline_fd) {
+  auto fail = [report_fd](int stage) {
+    const sv::Report report = {stage, errno};
     ssize_t n;
     do {
       n = write(report_fd, &report, sizeof(report));
     } while (n < 0 && errno == EINTR);
     _exit(127);
   };
-  if (setpgid(0, 0) != 0) fail(kSetup);
-  // Move every fd we still need above 2, so that the dup2() calls below cannot
-  // overwrite one another (only if the agent runs with stdio closed).
-  if (report_fd < 3 && (report_fd = fcntl(report_fd, F_DUPFD_CLOEXEC, 3)) < 0) fail(kSetup);
-  int fds[3] = {in_fd, out_fd, err_fd};
-  for (int& fd : fds) {
-    if (fd < 3 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) fail(kSetup);
-  }
+  if (setpgid(0, 0) != 0) fail(sv::kSetup);
+  const int fds[3] = {in_fd, out_fd, err_fd};
   for (int target = 0; target < 3; ++target) {
-    if (dup2(fds[target], target) < 0) fail(kSetup);  // dup2 clears FD_CLOEXEC
+    if (dup2(fds[target], target) < 0) fail(sv::kSetup);  // dup2 clears FD_CLOEXEC
   }
-  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) fail(kChdir);
-  // Nothing of the agent's leaks into the step: keep 0, 1, 2 and the report
-  // pipe (close-on-exec).
-  bool closed = report_fd == 3 || close_range(3, report_fd - 1, 0) == 0;
-  closed = closed && close_range(report_fd + 1, ~0U, 0) == 0;
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) fail(sv::kChdir);
+  // Nothing of the agent's leaks into the step: keep 0, 1, 2, the report
+  // pipe and the lifeline, which the supervisor takes over.
+  const int lo = std::min(report_fd, lifeline_fd);
+  const int hi = std::max(report_fd, lifeline_fd);
+  bool closed = (lo == 3 || close_range(3, lo - 1, 0) == 0) &&
+                (hi == lo + 1 || close_range(lo + 1, hi - 1, 0) == 0) &&
+                close_range(hi + 1, ~0U, 0) == 0;
   if (!closed) {
     for (int fd = 3; fd < plan.max_fd; ++fd) {
-      if (fd != report_fd) close(fd);
+      if (fd != report_fd && fd != lifeline_fd) close(fd);
     }
   }
+  if (fcntl(report_fd, F_SETFD, 0) != 0 || fcntl(lifeline_fd, F_SETFD, 0) != 0) fail(sv::kSetup);
   // Handlers are reset by exec, ignored signals are not: give the program
   // the defaults it expects, then unblock everything (the parent blocked all
   // signals around fork()).
@@ -188,42 +204,23 @@ void MakePlan(const ChildSpec& spec, ExecPlan* plan) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-
-  // The PATH search of execvp(), over the candidates computed by the parent.
-  int err = ENOENT;
-  bool saw_eacces = false;
-  for (const std::string& candidate : plan.candidates) {
-    execve(candidate.c_str(), plan.argv.data(), plan.envp.data());
-    err = errno;
-    if (err == ENOEXEC) {  // no "#!": run it with the shell, as execvp() does
-      plan.shell_argv[1] = Mutable(candidate);
-      execve(plan.shell_argv[0], plan.shell_argv.data(), plan.envp.data());
-      err = ENOEXEC;
-      break;
-    }
-    if (err == EACCES) {
-      saw_eacces = true;
-      continue;
-    }
-    if (err != ENOENT && err != ENOTDIR && err != ESTALE && err != ENODEV && err != ETIMEDOUT &&
-        err != ELOOP && err != ENAMETOOLONG) {
-      break;
-    }
-  }
-  errno = saw_eacces ? EACCES : err;
-  fail(kExec);
+  execve(plan.supervisor, plan.argv.data(), plan.envp.data());
+  fail(sv::kSupervisor);
   _exit(127);  // not reached
 }
 
-std::string DescribeReport(const ChildSpec& spec, const ChildReport& report) {
+std::string DescribeReport(const ChildSpec& spec, const sv::Report& report) {
   switch (report.stage) {
-    case kChdir:
-      return absl::StrCat("cannot change directory to ", spec.cwd, ": ", ErrnoText(report.err));
-    case kExec:
-      return absl::StrCat("cannot run ", spec.argv[0], ": ", ErrnoText(report.err));
+    case sv::kChdir:
+      return absl::StrCat("cannot change directory to ", spec.cwd, ": ", ErrnoText(report.value));
+    case sv::kExec:
+      return absl::StrCat("cannot run ", spec.argv[0], ": ", ErrnoText(report.value));
+    case sv::kSupervisor:
+      return absl::StrCat("cannot start the step supervisor ", spec.supervisor, ": ",
+                          ErrnoText(report.value));
     default:
       return absl::StrCat("cannot set up the process for ", spec.argv[0], ": ",
-                          ErrnoText(report.err));
+                          ErrnoText(report.value));
   }
 }
 
@@ -233,8 +230,9 @@ void KillGroup(pid_t pgid, int sig) {
   }
 }
 
-// True once `pid` has ended. Leaves it a zombie, so that its pid (and so its
-// process group id) cannot be reused while we still signal the group.
+// True once `pid` (the supervisor) has ended. Leaves it a zombie. The step's
+// group is signalled only before that: the supervisor keeps the step's pid
+// (its group's id) from being reused until the step's whole tree is gone.
 bool HasEnded(pid_t pid) {
   siginfo_t info;
   memset(&info, 0, sizeof(info));
@@ -294,15 +292,21 @@ std::string OutputTail::Take() {
 ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
                    OutputTail* err) {
   ChildExit result;
-  ExecPlan plan;
-  MakePlan(spec, &plan);
-
-  Fd in_r, in_w, out_r, out_w, err_r, err_w, report_r, report_w;
+  if (spec.supervisor.empty()) {
+    result.start_error = absl::StrCat("cannot run ", spec.argv[0], ": no ", sv::kBinaryName,
+                                      " was found to run it under");
+    return result;
+  }
+  // The lifeline's write end stays here, close-on-exec: when this process
+  // ends, the supervisor reads EOF and kills the step's whole tree.
+  Fd in_r, in_w, out_r, out_w, err_r, err_w, report_r, report_w, lifeline_r, lifeline_w;
   if (!MakePipe(&in_r, &in_w) || !MakePipe(&out_r, &out_w) || !MakePipe(&err_r, &err_w) ||
-      !MakePipe(&report_r, &report_w)) {
+      !MakePipe(&report_r, &report_w) || !MakePipe(&lifeline_r, &lifeline_w)) {
     result.start_error = absl::StrCat("cannot create pipes: ", ErrnoText(errno));
     return result;
   }
+  ExecPlan plan;
+  MakePlan(spec, lifeline_r.get(), report_w.get(), &plan);
   ScopedSigpipeBlock sigpipe;
 
   // All signals blocked across fork(): no handler of the agent runs in the
@@ -310,44 +314,64 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   sigset_t all, old_mask;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old_mask);
-  const pid_t pid = fork();
-  if (pid == 0) ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get());
+  const pid_t supervisor = fork();
+  if (supervisor == 0) {
+    ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get(), lifeline_r.get());
+  }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (pid < 0) {
+  if (supervisor < 0) {
     result.start_error = absl::StrCat("cannot fork: ", ErrnoText(fork_errno));
     return result;
   }
   // The child does the same; whichever runs first, the group exists before
-  // we may signal it. Fails harmlessly once the child has exec'd.
-  setpgid(pid, pid);
+  // anyone may signal it. Fails harmlessly once the child has exec'd.
+  setpgid(supervisor, supervisor);
   in_r.Reset();
   out_w.Reset();
   err_w.Reset();
   report_w.Reset();
+  lifeline_r.Reset();
 
-  // EOF (the pipe closed by a successful exec) or the child's report.
-  ChildReport report;
-  size_t got = 0;
-  while (got < sizeof(report)) {
-    const ssize_t n =
-        read(report_r.get(), reinterpret_cast<char*>(&report) + got, sizeof(report) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  report_r.Reset();
-  if (got == sizeof(report)) {
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // The supervisor's records (the step's pid; or why nothing runs), then
+  // EOF once the step's program was exec'd (the pipe is close-on-exec).
+  pid_t pid = 0;  // the step: its pid and its process group's id
+  sv::Report failure = {0, 0};
+  {
+    sv::Report report;
+    size_t got = 0;
+    for (;;) {
+      const ssize_t n =
+          read(report_r.get(), reinterpret_cast<char*>(&report) + got, sizeof(report) - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+      if (got < sizeof(report)) continue;
+      got = 0;
+      if (report.stage == sv::kRunning) {
+        pid = report.value;
+      } else if (failure.stage == 0) {
+        failure = report;
+      }
     }
-    result.start_error = DescribeReport(spec, report);
+    report_r.Reset();
+  }
+  if (failure.stage != 0 || pid <= 0) {
+    int status = 0;
+    while (waitpid(supervisor, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.start_error =
+        failure.stage != 0
+            ? DescribeReport(spec, failure)
+            : absl::StrCat("the step supervisor ", spec.supervisor,
+                           " ended before it started the step (wait status ", status, ")");
     return result;
   }
   if (ctl.on_pid) ctl.on_pid(pid);
 
-  // Readable once the child ended (Linux 5.3+); without it we poll.
-  Fd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  // Readable once the supervisor ended, which it does once the step and
+  // everything it started are gone (Linux 5.3+); without it we poll.
+  Fd pidfd(static_cast<int>(syscall(SYS_pidfd_open, supervisor, 0)));
   SetNonBlocking(in_w);
   SetNonBlocking(out_r);
   SetNonBlocking(err_r);
@@ -394,7 +418,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       KillGroup(pid, SIGKILL);
       killed = true;
     }
-    if (HasEnded(pid)) break;
+    if (HasEnded(supervisor)) break;
 
     absl::Duration wake_at = absl::InfiniteDuration();
     if (result.stopped_by == StopReason::kNone) {
@@ -429,10 +453,8 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     if (p_wake != nullptr && (p_wake->revents & POLLIN) != 0) ctl.ClearWake();
   }
 
-  // The child ended (still a zombie, so `pid` is still our group's id): what
-  // it left running in its group goes too, then we reap it.
-  KillGroup(pid, SIGKILL);
-  while (waitpid(pid, &result.wait_status, 0) < 0 && errno == EINTR) {
+  // The supervisor killed what the step left running before it ended.
+  while (waitpid(supervisor, &result.wait_status, 0) < 0 && errno == EINTR) {
   }
   if (ctl.on_pid) ctl.on_pid(0);
   in_w.Reset();

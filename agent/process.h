@@ -1,5 +1,7 @@
 // The mechanism under TaskRun's exec steps: run one child process in a
-// process group of its own, feed its stdin, keep the tails of its stdout and
+// process group of its own, under a taskgrid-step-supervisor
+// (agent/step_supervisor.h) that kills it with everything it started when
+// this process ends, feed its stdin, keep the tails of its stdout and
 // stderr, and stop it on cancel or at a deadline. Internal to the executor.
 //
 // Thread contract: RunChild() blocks its calling thread; several may run at
@@ -54,6 +56,7 @@ struct ChildSpec {
   std::string cwd;               // empty: the agent's own
   std::string search_path;
   std::string shell_path;        // runs scripts that execve() calls ENOEXEC
+  std::string supervisor;        // the taskgrid-step-supervisor binary
   absl::string_view stdin_data;  // empty: stdin is a pipe closed at once
 };
 
@@ -83,7 +86,8 @@ int PollTimeoutMs(absl::Duration d);
 // When and how to stop the child. Borrowed for the duration of RunChild().
 struct ChildControl : StopControl {
   absl::Duration kill_grace = absl::Seconds(2);
-  // Told the child's pid once it runs, and 0 once it was reaped.
+  // Told the child's pid (its process group's id) once it runs, and 0 once
+  // it and its supervisor were reaped.
   std::function<void(pid_t)> on_pid;
 };
 
@@ -97,8 +101,9 @@ struct ChildExit {
 };
 
 // Runs `spec` to its end (or until `ctl` stops it), appending its output to
-// `out` and `err`. Always reaps the child, and kills what is left of its
-// process group once the child itself ended. While it runs, SIGPIPE is
+// `out` and `err`. Always reaps the child; its supervisor kills whatever the
+// child started (in its group or not) once the child itself ended, and all
+// of it at once if this process dies. While it runs, SIGPIPE is
 // blocked in the calling thread (a child that does not read its stdin is
 // not an error), the child gets default signal dispositions and an empty mask.
 ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
