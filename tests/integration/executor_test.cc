@@ -520,6 +520,108 @@ TEST(TaskRun, KillsWhatTheStepLeftBehind) {
   EXPECT_TRUE(IsGone(orphan));
 }
 
+TEST(TaskRun, KillsWhatTheStepLeftBehindInANewSession) {
+  // setsid takes the sleep out of the step's process group and session; the
+  // step's supervisor still finds it (it is the subreaper of the step).
+  const absl::Time start = absl::Now();
+  const v1::TaskResult r = RunTask(Assignment({Sh("setsid sleep 600 >/dev/null & echo $!")}));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  pid_t orphan = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(r.stdout_tail(), &orphan)) << r.stdout_tail();
+  EXPECT_TRUE(WaitFor([&] { return IsGone(orphan); })) << "pid " << orphan << " survived";
+  if (!IsGone(orphan)) kill(orphan, SIGKILL);
+}
+
+TEST(TaskRun, ReportsTheStepsOwnExitStatusThroughItsSupervisor) {
+  const v1::TaskResult code = RunTask(Assignment({Sh("exit 7")}));
+  EXPECT_EQ(code.exit_code(), 7);
+  EXPECT_EQ(code.error(), "step 0 exited with code 7");
+  const v1::TaskResult signalled = RunTask(Assignment({Sh("kill -USR1 $$")}));
+  EXPECT_EQ(signalled.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(signalled.error(), absl::StrCat("step 0 killed by signal ", SIGUSR1));
+}
+
+TEST(TaskRun, AMissingSupervisorFailsTheStepWithoutRunningIt) {
+  TempDir dir;
+  const std::string marker = dir.path() + "/marker";
+  ExecutorOptions opts = Options();
+  opts.step_supervisor = dir.path() + "/no-such-supervisor";
+  const v1::TaskResult r = RunTask(Assignment({Sh("touch '" + marker + "'")}), opts);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(r.error(), absl::StrCat("step 0: cannot start the step supervisor ", dir.path(),
+                                    "/no-such-supervisor: No such file or directory"));
+  EXPECT_NE(access(marker.c_str(), F_OK), 0);
+}
+
+// The supervisor on its own, as the agent starts it: when the lifeline's
+// write end closes (the agent process died), the step and everything it
+// started, in a new session too, are killed at once.
+TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
+  const std::string supervisor = FindStepSupervisor();
+  ASSERT_FALSE(supervisor.empty());
+  TempDir dir;
+  const std::string gc_file = dir.path() + "/gc";
+  int lifeline[2], report[2];
+  ASSERT_EQ(pipe2(lifeline, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  const std::string script = "setsid sleep 600 >/dev/null & echo $! > '" + gc_file + "'; sleep 600";
+  std::vector<std::string> args = {supervisor,
+                                   absl::StrCat(lifeline[0]),
+                                   absl::StrCat(report[1]),
+                                   "/bin/sh",
+                                   "1",
+                                   "/bin/sh",
+                                   "--",
+                                   "sh",
+                                   "-c",
+                                   script};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ScopedSubreaper subreaper;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    fcntl(lifeline[0], F_SETFD, 0);
+    fcntl(report[1], F_SETFD, 0);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  close(lifeline[0]);
+  close(report[1]);
+  int rec[2] = {0, 0};  // supervisor::Report: the kRunning record, the step's pid
+  ASSERT_EQ(read(report[0], rec, sizeof(rec)), static_cast<ssize_t>(sizeof(rec)));
+  close(report[0]);
+  const pid_t step = rec[1];
+  pid_t gc = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(gc_file);
+    return static_cast<bool>(in >> gc) && gc > 0;
+  }));
+  EXPECT_EQ(getpgid(step), step);
+  EXPECT_NE(getsid(gc), getsid(step));
+  EXPECT_FALSE(IsGone(step));
+  EXPECT_FALSE(IsGone(gc));
+
+  close(lifeline[1]);  // what the kernel does when the agent dies
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status;
+  EXPECT_TRUE(IsGone(step)) << "the step survived its agent";
+  EXPECT_TRUE(IsGone(gc)) << "the step's grandchild in a new session survived its agent";
+  for (pid_t p : {step, gc}) {
+    if (!IsGone(p)) kill(p, SIGKILL);
+  }
+}
+
+TEST(StepSupervisor, RefusesToRunByHand) {
+  const std::string supervisor = FindStepSupervisor();
+  ASSERT_FALSE(supervisor.empty());
+  const int rc = std::system((supervisor + " 2>/dev/null").c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 125) << rc;
+}
+
 TEST(TaskRun, CancelBeforeRunStartsNothing) {
   TempDir dir;
   const std::string marker = dir.path() + "/marker";

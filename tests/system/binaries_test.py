@@ -28,7 +28,8 @@ class BinariesTest(unittest.TestCase):
     def test_agent_help_lists_its_flags(self):
         res = run(binary("TASKGRID_AGENT"), "--help")
         out = res.stdout + res.stderr
-        for flag in ("--scheduler", "--slots", "--labels", "--id", "--max_output_bytes"):
+        for flag in ("--scheduler", "--slots", "--labels", "--id", "--max_output_bytes",
+                     "--step_supervisor"):
             self.assertIn(flag, out)
 
     def test_version_names_the_build_and_help_no_build_paths(self):
@@ -119,6 +120,10 @@ class BinariesTest(unittest.TestCase):
             (["--slots=0"], "--slots must be at least 1"),
             (["--labels=gpu"], "--labels"),
             (["--id=has space"], "--id"),
+            # No step supervisor, no steps: the agent would not be able to
+            # kill a step's processes should it die.
+            (["--step_supervisor=/nonexistent/taskgrid-step-supervisor"],
+             "cannot run steps: /nonexistent/taskgrid-step-supervisor is not an executable file"),
         ]
         for flags, message in cases:
             res = run(binary("TASKGRID_AGENT"), "--scheduler=127.0.0.1:1", *flags)

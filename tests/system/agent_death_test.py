@@ -1,0 +1,111 @@
+"""A step never outlives its agent: kill -9 of an agent kills each of its
+steps, with every process the step started (also those that moved to a
+session of their own), before the scheduler gives the task to another
+agent; and a step's leftovers go when the step ends.
+
+Every step here writes timestamps of its own (`date +%s.%N`) to files in
+the test's directory, so what ran when is read from the steps themselves,
+not from the scheduler's view.
+
+Run through ctest (system.agent_death), or by hand with TASKGRID_SCHEDULER,
+TASKGRID_AGENT and TASKGRID_CTL set.
+"""
+import json
+import os
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, wait_until  # noqa: E402
+
+# The first attempt starts a grandchild in a new session that ticks every
+# 50 ms, then waits for ever; a later attempt does the same, but ends after
+# a second (its grandchild must go with it).
+STEP = r"""
+d="$1"; a="$TASKGRID_ATTEMPT"
+date +%s.%N > "$d/start.$a"
+setsid sh -c 'echo $$ > "$0/gc.$1"; while :; do date +%s.%N >> "$0/ticks.$1"; sleep 0.05; done' "$d" "$a" &
+echo $$ > "$d/step.$a"
+if [ "$a" = 1 ]; then sleep 600; else sleep 1; fi
+"""
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def alive(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class AgentDeathTest(unittest.TestCase):
+    def setUp(self):
+        self.pids = []
+
+    def tearDown(self):
+        for pid in self.pids:  # a failed test must not leave its steps behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def test_kill9_agent_kills_its_steps_before_the_task_moves(self):
+        with Cluster() as c:
+            c.start_scheduler()
+            c.start_agent("doomed", slots=1)
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+            spec = {"id": "survivor-of-kill", "queue": "agent-death",
+                    "steps": [{"exec": {"argv": ["sh", "-c", STEP, "step", d]}}]}
+            c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
+
+            # Attempt 1 runs on the doomed agent, its grandchild ticking.
+            wait_until(lambda: os.path.exists(f"{d}/gc.1") and os.path.exists(f"{d}/step.1")
+                       and os.path.exists(f"{d}/ticks.1"), what="attempt 1's processes")
+            step1, gc1 = int(read(f"{d}/step.1")), int(read(f"{d}/gc.1"))
+            self.pids += [step1, gc1]
+            self.assertTrue(alive(step1) and alive(gc1))
+            self.assertNotEqual(os.getsid(gc1), os.getsid(step1), "the grandchild left the session")
+            c.start_agent("heir", slots=1)
+            wait_until(lambda: len(c.agents_info()) == 2, what="the heir to connect")
+
+            kill_time = time.time()
+            c.agents["doomed"].kill9()
+            wait_until(lambda: not alive(step1) and not alive(gc1), timeout=5,
+                       what="attempt 1's step and grandchild to die with their agent")
+            gone_after = time.time() - kill_time
+
+            # The task moves after the reconnect grace and runs on the heir.
+            wait_until(lambda: os.path.exists(f"{d}/start.2"), timeout=60,
+                       what="attempt 2 to start on the heir")
+            c.wait_state("survivor-of-kill", ["SUCCEEDED"], timeout=60)
+            start2 = float(read(f"{d}/start.2"))
+            last_tick1 = float(read(f"{d}/ticks.1").split()[-1])
+            self.assertLess(last_tick1, start2, "attempt 1 still ran when attempt 2 started")
+            self.assertLess(last_tick1 - kill_time, 2.0,
+                            "attempt 1's grandchild ticked on well after its agent died")
+            task = c.task("survivor-of-kill")
+            self.assertEqual(task["attempt"], 2)
+            self.assertEqual([(a["attempt"], a["agent_id"]) for a in task["attempts"]],
+                             [(1, "doomed"), (2, "heir")])
+
+            # Attempt 2's grandchild went with its step.
+            gc2 = int(read(f"{d}/gc.2"))
+            self.pids.append(gc2)
+            wait_until(lambda: not alive(gc2), timeout=5, what="attempt 2's grandchild to go")
+            print(f"\n[agent_death] kill -9 of an agent: its step and a grandchild in a new "
+                  f"session gone {gone_after * 1000:.0f} ms after the kill (last tick "
+                  f"{(last_tick1 - kill_time) * 1000:.0f} ms after it); the task started again "
+                  f"{start2 - kill_time:.1f} s after the kill", flush=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
