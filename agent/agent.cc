@@ -9,6 +9,7 @@
 #include "common/connect.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
+#include "common/tcp_probe.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
 namespace taskgrid::agent {
@@ -44,6 +45,30 @@ Agent::Agent(AgentOptions opts)
       core_(opts_, [this] { EndStream(); }) {}
 
 Agent::~Agent() { Stop(); }
+
+void Agent::Classify(const std::string& target, const grpc::Status& st, bool standby) {
+  // A standby's answer: a takeover may be on its way; neither way.
+  if (standby) return;
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // Could not connect, or the connection broke: ask the address itself.
+    switch (ProbeTcp(target, absl::Seconds(1))) {
+      case TcpProbe::kRefused:
+        if (core_.SchedulerRefused()) {
+          spdlog::warn(
+              "the scheduler at {} refuses connections (restarting?): its running tasks go on "
+              "for up to {} while it comes back",
+              target, DurationText(absl::Trunc(core_.restart_hold_left(), absl::Seconds(1))));
+        }
+        return;
+      case TcpProbe::kAccepted:
+        return;  // something listens now: the next try tells more
+      case TcpProbe::kNoAnswer:
+        break;
+    }
+  }
+  // No answer at all, or a scheduler that answers but did not welcome us.
+  core_.SchedulerNotRestarting();
+}
 
 void Agent::EndStream() {
   std::lock_guard<std::mutex> lock(ctx_mu_);
@@ -92,6 +117,8 @@ void Agent::Session() {
       last_unreachable_log_ = Now();
     }
     addresses_.Failed("");
+    Classify(target, grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not connect"),
+             /*standby=*/false);
     return;
   }
   std::unique_ptr<v1::AgentService::Stub> stub = v1::AgentService::NewStub(channel);
@@ -137,7 +164,10 @@ void Agent::Session() {
   // A stream that was welcomed came from the leader: back to it first.
   // Else a standby named the leader, or the next address may lead.
   const std::string leader = LeaderNamedBy(ctx);
-  if (!welcomed) addresses_.Failed(leader);
+  if (!welcomed) {
+    addresses_.Failed(leader);
+    Classify(target, st, AnsweredByStandby(ctx));
+  }
   if (!leader.empty()) {
     if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
       spdlog::info("{} is a standby; the leader is at {}", target, leader);

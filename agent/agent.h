@@ -133,6 +133,10 @@ class Agent {
   void Session();
   // Cancels the live stream, if any (the drain is complete).
   void EndStream();
+  // After a stream to `target` that got no Welcome ended with `st`: tells
+  // the core whether the scheduler looks like it is restarting (its host
+  // refuses the connection) or not (agent/lease.h).
+  void Classify(const std::string& target, const grpc::Status& st, bool standby);
   absl::Duration Now() const { return clock_->Monotonic(); }
 
   const AgentOptions opts_;

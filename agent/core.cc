@@ -208,12 +208,40 @@ v1::AgentMessage AgentCore::StreamStarted() {
   return hello;
 }
 
+bool AgentCore::SchedulerRefused() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool before = lease_.HoldingForRestart();
+  lease_.Refused();
+  WakeTimerLocked();
+  return !before && lease_.HoldingForRestart() && slots_.AnyUnstopped();
+}
+
+void AgentCore::SchedulerNotRestarting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lease_.HoldingForRestart() && slots_.AnyUnstopped()) {
+    spdlog::warn(
+        "the scheduler answers otherwise than a restarting one does: its running tasks are no "
+        "longer held for its restart");
+  }
+  lease_.RestartRuledOut();
+  WakeTimerLocked();
+}
+
+absl::Duration AgentCore::restart_hold_left() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!lease_.HoldingForRestart()) return absl::ZeroDuration();
+  return std::max(lease_.FenceAt() - Now(), absl::ZeroDuration());
+}
+
 bool AgentCore::StreamEnded() {
   std::lock_guard<std::mutex> lock(mu_);
   const bool welcomed = welcomed_;
   // The scheduler may have seen the stream end too, and then moves the
   // tasks after its grace, however long the lease.
   lease_.StreamEnded(Now(), welcomed);
+  // Left for not answering: whatever the outage is, it is not a restart
+  // that refuses connections.
+  if (silence_ended_) lease_.RestartRuledOut();
   // Whoever followed output here asks again on the next stream.
   watches_.Clear();
   stream_open_ = false;
@@ -273,6 +301,7 @@ void AgentCore::OnWelcome(const v1::Welcome& welcome) {
     // It answers the Hello.
     lease_.Welcomed(Now(), FromProto(welcome.stop_on_lost_after()),
                     FromProto(welcome.heartbeat_lease()));
+    lease_.SetRestartGrace(FromProto(welcome.restart_grace()));
     welcome_max_output_bytes_ = welcome.max_output_bytes();
     draining = drain_.draining();
     welcomed_ = true;
@@ -463,10 +492,13 @@ absl::Duration AgentCore::Tick() {
         // By now the scheduler may have given these tasks to another agent.
         const std::string silent =
             DurationText(absl::Trunc(now - lease_.last_heard(), absl::Milliseconds(100)));
-        const int n =
-            StopAllLocked(StopCause::kFenced,
-                          "stopped: no contact with the scheduler for " +
-                              (lease_.ByLease() ? silent : DurationText(lease_.StopOnLostAfter())));
+        const std::string note =
+            lease_.HoldingForRestart()
+                ? "stopped: the scheduler refused connections for longer than its restart grace (" +
+                      DurationText(lease_.restart_grace()) + ")"
+                : "stopped: no contact with the scheduler for " +
+                      (lease_.ByLease() ? silent : DurationText(lease_.StopOnLostAfter()));
+        const int n = StopAllLocked(StopCause::kFenced, note);
         spdlog::warn(
             "self-fenced: no contact with the scheduler for {}; stopped {} running task(s)", silent,
             n);

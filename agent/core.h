@@ -26,8 +26,9 @@
 //     steps write it (OutputWatches decides when; its last output goes
 //     before its Result). Watches end with the stream.
 //   - Tick: a Heartbeat each interval, the output of watched attempts
-//     that is due, self-fencing at the lease's end
-//     (running tasks cancelled and reported OUTCOME_CANCELLED, waiting
+//     that is due, self-fencing at the lease's end, or at the end of the
+//     restart grace while the scheduler refuses connections (running tasks
+//     cancelled and sent as Release: not counted as attempts; waiting
 //     links dropped), the drain's release deadline (running tasks
 //     cancelled and sent as Release), the Goodbye at the end, and the end
 //     of a stream whose Hello or a Heartbeat has had no answer for two
@@ -100,6 +101,16 @@ class AgentCore {
   void Handle(const v1::SchedulerMessage& msg);
   // The stream ended; returns whether it had got its Welcome.
   bool StreamEnded();
+  // After a stream that got no Welcome, what the transport learnt of the
+  // scheduler's address (agent/lease.h, "a restart of the scheduler"):
+  // refused (its host up, nothing listening) returns true when that starts
+  // holding the running tasks through a restart (to say so once); or
+  // anything that rules a restart out (no answer at all, an answer that
+  // is not a Welcome nor a standby's).
+  bool SchedulerRefused();
+  void SchedulerNotRestarting();
+  // While tasks are held through a restart, how long they may still run.
+  absl::Duration restart_hold_left() const;
 
   // One pass of the timer at the clock's now: heartbeat, fencing, drain
   // deadlines, Goodbye. Returns the monotonic time it is due again (a

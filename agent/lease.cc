@@ -7,6 +7,7 @@ namespace taskgrid::agent {
 void Lease::HelloSent(absl::Duration now) { unanswered_.assign(1, now); }
 
 void Lease::Welcomed(absl::Duration now, absl::Duration stop_on_lost_after, absl::Duration lease) {
+  outage_start_.reset();
   welcome_stop_on_lost_after_ = std::max(stop_on_lost_after, absl::ZeroDuration());
   lease_ = std::max(lease, absl::ZeroDuration());
   lease_until_ = TakeUnanswered().value_or(now) + lease_;
@@ -28,9 +29,26 @@ void Lease::HeartbeatAcked(absl::Duration lease) {
 
 void Lease::StreamEnded(absl::Duration now, bool welcomed) {
   unanswered_.clear();
+  if (welcomed) {
+    outage_start_ = now;
+    refused_ = false;
+    ruled_out_ = false;
+  }
   if (welcomed && lease_ > absl::ZeroDuration()) {
     lease_until_ = std::min(lease_until_, now + StopOnLostAfter());
   }
+}
+
+void Lease::SetRestartGrace(absl::Duration grace) {
+  restart_grace_ = std::max(grace, absl::ZeroDuration());
+}
+
+void Lease::Refused() {
+  if (outage_start_.has_value()) refused_ = true;
+}
+
+void Lease::RestartRuledOut() {
+  if (outage_start_.has_value()) ruled_out_ = true;
 }
 
 absl::Duration Lease::StopOnLostAfter() const {

@@ -12,8 +12,20 @@
 // seen it end too, and moves the tasks after its grace).
 // Without a lease (an older scheduler), or with a fixed stop_on_lost_after
 // of the agent's own: no message from the scheduler for that long.
+//
+// A restart of the scheduler is the exception (Welcome.restart_grace):
+// after a stream that had its Welcome ended, while the tries to reach the
+// scheduler are refused (its host answers, nothing listens: the process is
+// gone, being restarted or upgraded) and nothing rules a restart out, the
+// tasks run on until the stream's end + the restart grace - 1 s: the
+// restarted scheduler keeps every attempt in flight for the restart grace
+// from when it is back, which is later. Anything that says the scheduler
+// is not restarting (no answer at all, our own silence watchdog, a
+// scheduler that answers but does not welcome) ends that hold, and the
+// usual rule applies again, counted from the stream's end as before.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 
@@ -22,6 +34,9 @@
 namespace taskgrid::agent {
 
 inline constexpr absl::Duration kDefaultStopOnLostAfter = absl::Seconds(4);
+// Tasks held through a restart stop this much before the restart grace
+// ends (as stop_on_lost_after is the reconnect grace less a second).
+inline constexpr absl::Duration kRestartMargin = absl::Seconds(1);
 
 class Lease {
  public:
@@ -42,13 +57,29 @@ class Lease {
   void HeartbeatNotSent(absl::Duration at);
   // A HeartbeatAck, maybe with a new lease (zero: the same).
   void HeartbeatAcked(absl::Duration lease);
-  // The stream ended at `now`; `welcomed`: it had got its Welcome.
+  // The stream ended at `now`; `welcomed`: it had got its Welcome (then
+  // an outage begins).
   void StreamEnded(absl::Duration now, bool welcomed);
+  // Welcome.restart_grace (zero or less: no hold through restarts).
+  void SetRestartGrace(absl::Duration grace);
+  // During an outage: a try to reach the scheduler was refused, or
+  // something ruled a restart out (see above). Outside one: no effect.
+  void Refused();
+  void RestartRuledOut();
 
   // Running tasks must stop at this time.
   absl::Duration FenceAt() const {
-    return ByLease() ? lease_until_ : last_heard_ + StopOnLostAfter();
+    const absl::Duration usual = ByLease() ? lease_until_ : last_heard_ + StopOnLostAfter();
+    return HoldingForRestart() ? std::max(usual, *outage_start_ + restart_grace_ - kRestartMargin)
+                               : usual;
   }
+  // The tasks are held through what looks like a restart of the scheduler.
+  bool HoldingForRestart() const {
+    return outage_start_.has_value() && refused_ && !ruled_out_ && restart_grace_ > kRestartMargin;
+  }
+  // When the outage began (the welcomed stream ended), if one is on.
+  std::optional<absl::Duration> outage_start() const { return outage_start_; }
+  absl::Duration restart_grace() const { return restart_grace_; }
   // The lease decides (else the silence since last_heard()).
   bool ByLease() const {
     return lease_ > absl::ZeroDuration() && own_stop_on_lost_after_ <= absl::ZeroDuration();
@@ -73,6 +104,11 @@ class Lease {
   // When each Hello or Heartbeat of the live stream not yet answered was
   // sent, oldest first.
   std::deque<absl::Duration> unanswered_;
+  absl::Duration restart_grace_ = absl::ZeroDuration();
+  // From the end of a welcomed stream to the next Welcome.
+  std::optional<absl::Duration> outage_start_;
+  bool refused_ = false;    // this outage: a try was refused
+  bool ruled_out_ = false;  // this outage: something said no restart
 };
 
 }  // namespace taskgrid::agent

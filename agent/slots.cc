@@ -158,10 +158,11 @@ Slots::Ended Slots::Finish(const std::shared_ptr<TaskRun>& run, v1::TaskResult r
   // real result.
   const bool stopped_by_us = result.outcome() == v1::OUTCOME_CANCELLED;
   const bool succeeded = result.outcome() == v1::OUTCOME_SUCCEEDED;
-  if (cause == StopCause::kReleased && stopped_by_us) {
+  // Stopped by the agent, not by what the task did: the scheduler takes a
+  // Release back without counting it as an attempt.
+  if ((cause == StopCause::kReleased || cause == StopCause::kFenced) && stopped_by_us) {
     out.report = ReleaseMsg(a.task_id(), a.attempt(), note);
   } else {
-    if (cause == StopCause::kFenced && stopped_by_us) result.set_error(note);
     v1::Result* r = out.report.mutable_result();
     r->set_task_id(a.task_id());
     r->set_attempt(a.attempt());

@@ -28,8 +28,11 @@ namespace taskgrid::agent {
 // Why the agent itself stopped a running attempt, which decides what its
 // end is reported as.
 enum class StopCause {
-  kNone,      // not stopped (or by the scheduler's Cancel): a Result
-  kFenced,    // no contact with the scheduler: a Result, OUTCOME_CANCELLED with the note
+  kNone,  // not stopped (or by the scheduler's Cancel): a Result
+  // No contact with the scheduler (self-fencing): a Release with the note,
+  // which the scheduler does not count as an attempt (it was the
+  // scheduler's outage, not the task, that stopped it).
+  kFenced,
   kReleased,  // the drain ran out of time: a Release with the note
 };
 

@@ -132,6 +132,12 @@ ABSL_FLAG(absl::Duration, reconnect_grace, absl::ZeroDuration(),
           "A lost agent that reconnects within this keeps its tasks; after it they are retried. "
           "0: 5s, or with a PostgreSQL --store --lease_ttl + 6s, so that agents keep their "
           "running tasks through a standby's takeover");
+ABSL_FLAG(absl::Duration, restart_grace, absl::Minutes(10),
+          "After a restart of the scheduler (a crash, kill -9, an upgrade) or a standby's "
+          "takeover, how long each agent has to come back with the tasks it was running. Agents "
+          "keep running their tasks this long while the scheduler refuses connections (its "
+          "process gone, its host up), so an outage shorter than this re-runs nothing. At least "
+          "--reconnect_grace");
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10, "Bytes of stdout and of stderr kept per attempt");
 ABSL_FLAG(absl::Duration, event_retention, absl::Hours(24),
           "How long state changes are kept for WatchTasks to resume from");
@@ -144,6 +150,10 @@ ABSL_FLAG(absl::Duration, failed_retention, absl::Hours(24 * 30),
 ABSL_FLAG(absl::Duration, finished_in_memory, absl::Seconds(5),
           "A finished task stays in memory this long, then lives on disk only (reads of it "
           "go to the store), once nothing unfinished needs it");
+ABSL_FLAG(absl::Duration, schedule_catch_up, absl::Minutes(1),
+          "Schedules with the catch_up misfire policy (the default): after the scheduler was "
+          "down, the latest fire it missed runs once if it is at most this late; older ones "
+          "are skipped (and counted)");
 ABSL_FLAG(int64_t, max_watches, 10'000,
           "Most WatchTasks streams open at once; past it a new one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_waits, 100'000,
@@ -255,11 +265,13 @@ int main(int argc, char** argv) {
   so.reconnect_grace = absl::GetFlag(FLAGS_reconnect_grace);
   const bool grace_given = so.reconnect_grace != absl::ZeroDuration();
   if (!grace_given) so.reconnect_grace = absl::Seconds(5);
+  so.restart_grace = absl::GetFlag(FLAGS_restart_grace);
   so.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   so.event_retention = absl::GetFlag(FLAGS_event_retention);
   so.retention = absl::GetFlag(FLAGS_retention);
   so.failed_retention = absl::GetFlag(FLAGS_failed_retention);
   so.finished_in_memory = absl::GetFlag(FLAGS_finished_in_memory);
+  so.schedule_catch_up = absl::GetFlag(FLAGS_schedule_catch_up);
   for (const auto& [flag, d] : {std::pair<const char*, absl::Duration>{"retention", so.retention},
                                 {"failed_retention", so.failed_retention},
                                 {"finished_in_memory", so.finished_in_memory}}) {
@@ -381,6 +393,16 @@ int main(int argc, char** argv) {
         "--heartbeat_interval (got {}, {} and {})",
         absl::FormatDuration(so.heartbeat_timeout), absl::FormatDuration(so.reconnect_grace),
         absl::FormatDuration(so.heartbeat_interval));
+    return 2;
+  }
+  if (so.schedule_catch_up < absl::ZeroDuration()) {
+    spdlog::error("--schedule_catch_up must not be negative, not {}",
+                  absl::FormatDuration(so.schedule_catch_up));
+    return 2;
+  }
+  if (so.restart_grace < so.reconnect_grace) {
+    spdlog::error("--restart_grace must be at least --reconnect_grace (got {} and {})",
+                  absl::FormatDuration(so.restart_grace), absl::FormatDuration(so.reconnect_grace));
     return 2;
   }
   if (!(so.max_heartbeats_per_second >= 0)) {

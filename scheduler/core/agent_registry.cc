@@ -32,6 +32,7 @@ uint64_t AgentRegistry::Bind(AgentRecord& a, uint64_t conn) {
   const uint64_t old = a.conn;
   if (old != 0) by_conn_.erase(old);
   a.conn = conn;
+  a.restored = false;
   by_conn_[conn] = &a;
   UpdateHeartbeatFactor();
   return old;
@@ -72,6 +73,7 @@ AgentRecord& AgentRegistry::Restored(const std::string& id, absl::Duration now,
   AgentRecord& a = FindOrAdd(id);
   if (!known) {
     a.last_seen = now;
+    a.restored = true;
     deadlines_.Set(id, grace_end);
   }
   return a;

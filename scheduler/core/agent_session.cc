@@ -128,6 +128,9 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   // The agent stops its tasks itself before the grace ends and they move.
   *w->mutable_stop_on_lost_after() = ToProto(opts_.StopOnLostAfter());
   *w->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
+  // And keeps them while a restarting scheduler refuses it, for as long as
+  // the restarted one will wait for it.
+  *w->mutable_restart_grace() = ToProto(std::max(opts_.restart_grace, opts_.reconnect_grace));
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.
@@ -191,9 +194,10 @@ void Scheduler::Disconnect(uint64_t conn) {
   agents_.Unbind(*a, Mono() + opts_.reconnect_grace);
 }
 
-void Scheduler::LoseAgent(AgentRecord& a, const std::string& why) {
+void Scheduler::LoseAgent(AgentRecord& a, const std::string& why, bool interrupted) {
   // Chain heads first would end their links anyway; EndHeld skips those.
-  EndHeld(a, std::vector<std::string>(a.tasks.begin(), a.tasks.end()), LostResult(why));
+  EndHeld(a, std::vector<std::string>(a.tasks.begin(), a.tasks.end()), LostResult(why),
+          interrupted);
   // Listed as LOST for a while, then forgotten.
   agents_.MarkLost(a, Mono() + opts_.lost_agent_retention);
 }

@@ -79,12 +79,12 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
 }
 
 void Scheduler::EndHeld(AgentRecord& a, const std::vector<std::string>& ids,
-                        const v1::TaskResult& result) {
+                        const v1::TaskResult& result, bool interrupted) {
   for (const std::string& id : ids) {
     TaskRecord* t = Mutable(id);
     // Ending one task may already have ended the chain links behind it.
     if (t == nullptr || !IsInFlight(t->state) || t->agent_id != a.id) continue;
-    FinishAttempt(*t, result);
+    FinishAttempt(*t, result, interrupted);
   }
 }
 

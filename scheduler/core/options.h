@@ -52,6 +52,10 @@ struct SchedulerOptions {
   // Schedules fired (or skipped by their misfire policy) per Tick at most:
   // many due at once are spread over ticks instead of holding up one.
   int max_schedule_fires_per_tick = 100;
+  // MISFIRE_POLICY_CATCH_UP (the default): after a restart, a schedule's
+  // latest missed fire runs once when it is at most this old
+  // (--schedule_catch_up); older ones are skipped.
+  absl::Duration schedule_catch_up = absl::Minutes(1);
   // Delivery by merge key: what one task may gather (payloads and their
   // bytes, --max_merged_payloads, --max_merged_payload_bytes); a submit
   // past either is RESOURCE_EXHAUSTED.
@@ -83,9 +87,15 @@ struct SchedulerOptions {
   // the heartbeat timeout and the lease scaled alike. Nomad's server does
   // the same (max_heartbeats_per_second, TTL = nodes / rate).
   double max_heartbeats_per_second = 1000;
-  // A lost agent that reconnects within this keeps its tasks; after a
-  // scheduler restart every agent gets a fresh window of this length.
+  // A lost agent that reconnects within this keeps its tasks.
   absl::Duration reconnect_grace = absl::Seconds(5);
+  // After a restart (or a standby's takeover) every agent that held an
+  // attempt gets this long to come back with it (--restart_grace). Agents
+  // learn it in Welcome and keep running their tasks that long while the
+  // scheduler refuses connections (its process gone, its host up), so a
+  // restart or an upgrade shorter than this re-runs nothing. Never shorter
+  // than reconnect_grace.
+  absl::Duration restart_grace = absl::Minutes(10);
   // Added to attempt_timeout before the scheduler expires a running attempt
   // itself (the agent kills it at attempt_timeout and normally reports).
   absl::Duration attempt_timeout_slack = absl::Seconds(5);

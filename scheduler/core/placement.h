@@ -22,6 +22,9 @@ struct AgentRecord {
   bool draining = false;  // takes no new work
   // Said Goodbye: forgotten as soon as it holds nothing, not listed as lost.
   bool leaving = false;
+  // Held attempts before a restart and has not connected since: its grace
+  // is the restart grace, and its tasks move uncounted when it runs out.
+  bool restored = false;
   bool chains = false;  // runs Assignment.run_after (Hello.chains)
   // Takes SchedulerMessage.undrain (Hello.undrain).
   bool undrains = false;

@@ -82,6 +82,14 @@ absl::Status Scheduler::FinishRestore() {
     return absl::FailedPreconditionError("FinishRestore before BeginRestore");
   const std::unique_ptr<Restoring> r = std::move(restoring_);
   std::vector<TaskRecord*>& with_deps = r->with_deps;
+  // An agent gets as long as agents keep their tasks while the scheduler
+  // refuses them (Welcome.restart_grace): it may be running them still.
+  const absl::Duration agent_grace_end =
+      Mono() + std::max(opts_.restart_grace, opts_.reconnect_grace);
+  // The deadlines of the attempts themselves (an accept that never comes,
+  // an attempt timeout) count from the reconnect grace, as for a reconnect:
+  // an agent that is alive comes back within a second of the restore, and
+  // one that does not has its attempts' own limits run out as they would.
   const absl::Duration grace_end = Mono() + opts_.reconnect_grace;
   // Dependencies may name tasks stored later (a request lists them in any
   // order): link once every task is back, in submit order.
@@ -152,7 +160,7 @@ absl::Status Scheduler::FinishRestore() {
     }
     // The agent is not connected yet: it gets the grace window to come
     // back and claim its attempts; after it they are re-queued.
-    AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), grace_end);
+    AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), agent_grace_end);
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
     if (t.chained_after == nullptr) {

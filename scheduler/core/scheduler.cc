@@ -664,8 +664,18 @@ void Scheduler::Tick() {
   for (const std::string& id : expired.grace_over) {
     AgentRecord* a = agents_.Find(id);
     if (a == nullptr) continue;
-    LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
-                               absl::FormatDuration(opts_.reconnect_grace)));
+    if (a->restored) {
+      LoseAgent(
+          *a,
+          absl::StrCat("the scheduler restarted and agent ", id,
+                       " did not come back within the restart grace (",
+                       absl::FormatDuration(std::max(opts_.restart_grace, opts_.reconnect_grace)),
+                       "); not counted as an attempt"),
+          /*interrupted=*/true);
+    } else {
+      LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",
+                                 absl::FormatDuration(opts_.reconnect_grace)));
+    }
   }
   FireSchedules(now);
   if (!held_.empty()) ReleaseOpened();

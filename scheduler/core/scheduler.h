@@ -64,6 +64,9 @@ struct Effects {
   WriteBatch batch;
   std::vector<Outgoing> messages;     // send after `batch` committed, in order
   std::vector<uint64_t> close_conns;  // streams to end (agent went silent)
+  // Lines for the scheduler's log (warnings an operator should see, such
+  // as schedule fires skipped); the core itself has no logger.
+  std::vector<std::string> notices;
 };
 
 struct ListFilter {
@@ -589,6 +592,15 @@ class Scheduler {
   // The latest fire time of `s` at or before `now`, `due` (one) at least.
   absl::Time LatestFire(const ScheduleRecord& s, absl::Time due, absl::Time now) const;
   void PersistSchedule(const ScheduleRecord& s);
+  // The fires of `s` from `from` to `to` (both fire times), counted up to
+  // kMaxSkippedFiresCounted.
+  int64_t CountFires(const ScheduleRecord& s, absl::Time from, absl::Time to) const;
+  // The fires from `from` to `to` did not run: counted on `s` and in
+  // counters_, and logged.
+  void SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now);
+  // Skipped fires of one outage are counted up to this many (a minutely
+  // cron schedule down for 70 days is not walked minute by minute).
+  static constexpr int64_t kMaxSkippedFiresCounted = 100'000;
   absl::StatusOr<ScheduleRecord*> LookupSchedule(const std::string& id);
 
   // --- Pull mode (board.cc). ---
@@ -613,12 +625,17 @@ class Scheduler {
                                          absl::string_view field) const;
   // The tasks `a` holds, each ended with `result` unless it has moved on
   // meanwhile (a chain link ended with its predecessor).
-  void EndHeld(AgentRecord& a, const std::vector<std::string>& ids, const v1::TaskResult& result);
+  // `interrupted`: not counted against max_attempts.
+  void EndHeld(AgentRecord& a, const std::vector<std::string>& ids, const v1::TaskResult& result,
+               bool interrupted = false);
   // Writes a row change that is not a state change (pause_requested).
   void PersistRow(const TaskRecord& t);
   // schedule_timeout: fail the task if it has not started by `from` + timeout.
   void ArmStartDeadline(const TaskRecord& t, absl::Time from);
-  void LoseAgent(AgentRecord& a, const std::string& why);
+  // Its tasks move (LOST); counted against max_attempts unless
+  // `interrupted` (the agent held them through a restart of the scheduler
+  // and did not come back: the scheduler's outage, not the task, ended them).
+  void LoseAgent(AgentRecord& a, const std::string& why, bool interrupted = false);
   void Send(uint64_t conn, v1::SchedulerMessage msg);
   void SendCancel(const TaskRecord& t);
   // The live attempt held by the agent on `conn`, or nullptr.

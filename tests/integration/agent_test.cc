@@ -507,12 +507,11 @@ TEST(Agent, LeavesASchedulerThatStopsAnsweringAndSelfFencesWhenNoneTakesItBack) 
 
   fake.set_refuse(false);
   WaitHello(fake, 2);
-  const int result = WaitFind(fake, InSession(2, IsResult("long")), "the self-fenced result");
+  // Handed back as a Release: not counted as an attempt.
+  const int result = WaitFind(fake, InSession(2, IsRelease("long")), "the self-fenced release");
   ASSERT_GE(result, 0);
   const Log log = fake.log();
-  const v1::TaskResult& r = log[result].msg.result().result();
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
-  EXPECT_EQ(r.error(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_EQ(log[result].msg.release().reason(), "stopped: no contact with the scheduler for 1s");
   EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
 }
 
@@ -531,6 +530,7 @@ TEST(Agent, AWelcomeOnANewStreamIsContactEvenWhenHeartbeatsGoUnanswered) {
       << "stopped although each new stream's Welcome was contact";
   EXPECT_GE(Count(fake.log(), IsHello()), 2) << "it left the silent stream";
   EXPECT_EQ(Find(fake.log(), IsResult("long")), -1);
+  EXPECT_EQ(Find(fake.log(), IsRelease("long")), -1);
 }
 
 TEST(Agent, StreamEndCutsTheLease) {
@@ -567,15 +567,13 @@ TEST(Agent, SelfFencesWhileDisconnected) {
 
   fake.set_refuse(false);
   WaitHello(fake, 2);
-  const int result = WaitFind(fake, InSession(2, IsResult("long")), "the resent result");
+  const int result = WaitFind(fake, InSession(2, IsRelease("long")), "the resent release");
   ASSERT_GE(result, 0);
   const Log log = fake.log();
   const v1::Hello& hello = log[Find(log, InSession(2, IsHello()))].msg.hello();
   ASSERT_EQ(hello.running_size(), 1);
   EXPECT_EQ(hello.running(0).task_id(), "long");
-  const v1::TaskResult& r = log[result].msg.result().result();
-  EXPECT_EQ(r.outcome(), v1::OUTCOME_CANCELLED);
-  EXPECT_EQ(r.error(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_EQ(log[result].msg.release().reason(), "stopped: no contact with the scheduler for 1s");
   EXPECT_TRUE(RunningAgent::Eventually([&] { return agent->unacked() == 0; }, absl::Seconds(5)));
 }
 
@@ -951,9 +949,9 @@ TEST(Agent, SelfFencingDropsWaitingLinks) {
   fake.set_refuse(true);  // and nothing takes the agent back
   ASSERT_TRUE(RunningAgent::Eventually([&] { return agent->running() == 0; }, absl::Seconds(4)));
   fake.set_refuse(false);
-  const int result = WaitFind(fake, IsResult("a"), "the self-fenced result of a");
+  const int result = WaitFind(fake, IsRelease("a"), "the self-fenced release of a");
   ASSERT_GE(result, 0);
-  EXPECT_EQ(fake.log()[result].msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+  EXPECT_EQ(fake.log()[result].msg.release().attempt(), 1);
   ASSERT_TRUE(Idle(agent));
   EXPECT_EQ(Find(StopAndLog(agent, fake), About("b")), -1);
 }

@@ -46,6 +46,10 @@ Pred IsResult(const std::string& id) {
 Pred IsRelease(const std::string& id) {
   return [id](const v1::AgentMessage& m) { return m.has_release() && m.release().task_id() == id; };
 }
+// The end of task `id`'s attempt, reported either way.
+Pred IsEnd(const std::string& id) {
+  return [id](const v1::AgentMessage& m) { return IsResult(id)(m) || IsRelease(id)(m); };
+}
 Pred IsDraining() {
   return [](const v1::AgentMessage& m) { return m.has_draining(); };
 }
@@ -87,7 +91,8 @@ v1::SchedulerMessage Assign(const std::vector<v1::Assignment>& tasks) {
 struct WelcomeOpts {
   absl::Duration interval = Ms(100);
   absl::Duration stop_on_lost_after = absl::Seconds(1);
-  absl::Duration lease = absl::ZeroDuration();  // zero: none (an older scheduler)
+  absl::Duration lease = absl::ZeroDuration();          // zero: none (an older scheduler)
+  absl::Duration restart_grace = absl::ZeroDuration();  // zero: none
 };
 WelcomeOpts WithLease(absl::Duration stop_on_lost_after, absl::Duration lease) {
   WelcomeOpts w;
@@ -135,6 +140,9 @@ class Harness {
     *welcome.mutable_welcome()->mutable_stop_on_lost_after() = ToProto(w.stop_on_lost_after);
     if (w.lease > absl::ZeroDuration()) {
       *welcome.mutable_welcome()->mutable_heartbeat_lease() = ToProto(w.lease);
+    }
+    if (w.restart_grace > absl::ZeroDuration()) {
+      *welcome.mutable_welcome()->mutable_restart_grace() = ToProto(w.restart_grace);
     }
     lease_ = w.lease;
     core_->Handle(welcome);
@@ -333,14 +341,17 @@ TEST(AgentCore, SelfFencesWhenNothingAnswersForStopOnLostAfter) {
   h.WaitFor(IsAccept("long"));
   h.RunFor(Ms(999));
   EXPECT_EQ(h.core().running(), 1) << "stopped before a second of silence";
-  EXPECT_EQ(h.Find(IsResult("long")), -1);
+  EXPECT_EQ(h.Find(IsEnd("long")), -1);
   h.RunFor(Ms(1));
-  const int result = h.WaitFor(IsResult("long"));
+  // A Release: the scheduler does not count an attempt its own silence
+  // stopped.
+  const int result = h.WaitFor(IsRelease("long"));
   ASSERT_GE(result, 0);
   const Sent r = h.at(result);
   EXPECT_EQ(r.at - assigned, absl::Seconds(1));
-  EXPECT_EQ(r.msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
-  EXPECT_EQ(r.msg.result().result().error(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_EQ(r.msg.release().attempt(), 1);
+  EXPECT_EQ(r.msg.release().reason(), "stopped: no contact with the scheduler for 1s");
+  EXPECT_EQ(h.Find(IsResult("long")), -1);
   EXPECT_EQ(h.Count(IsHeartbeat()), 10) << "heartbeats went out meanwhile";
   EXPECT_EQ(h.core().unacked(), 1);
   h.AckResult("long");
@@ -400,7 +411,7 @@ TEST(AgentCore, KeepsRunningWhileHeartbeatsAreAcked) {
   h.Push(Assign({Long("long")}));
   h.WaitFor(IsAccept("long"));
   h.RunFor(absl::Seconds(60));
-  EXPECT_EQ(h.Find(IsResult("long")), -1);
+  EXPECT_EQ(h.Find(IsEnd("long")), -1);
   EXPECT_EQ(h.core().running(), 1);
   EXPECT_EQ(h.Count(IsHeartbeat()), 600);
 }
@@ -414,7 +425,7 @@ TEST(AgentCore, ALeaseKeepsTasksRunningBetweenSparseAcksThenEnds) {
   h.WaitFor(IsAccept("long"));
   h.RunFor(absl::Seconds(10));
   EXPECT_EQ(h.core().running(), 1);
-  EXPECT_EQ(h.Find(IsResult("long")), -1);
+  EXPECT_EQ(h.Find(IsEnd("long")), -1);
 
   // The acks stop. The last heartbeat answered went out at most one
   // interval ago; the tasks run until it + the lease.
@@ -429,12 +440,10 @@ TEST(AgentCore, ALeaseKeepsTasksRunningBetweenSparseAcksThenEnds) {
   h.RunFor(answered + absl::Seconds(2) - h.now() - Ms(1));
   EXPECT_EQ(h.core().running(), 1) << "stopped before the lease ran out";
   h.RunFor(Ms(1));
-  const int result = h.WaitFor(IsResult("long"));
+  const int result = h.WaitFor(IsRelease("long"));
   ASSERT_GE(result, 0);
   EXPECT_EQ(h.at(result).at, answered + absl::Seconds(2));
-  EXPECT_EQ(h.at(result).msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
-  EXPECT_EQ(h.at(result).msg.result().result().error(),
-            "stopped: no contact with the scheduler for 2s");
+  EXPECT_EQ(h.at(result).msg.release().reason(), "stopped: no contact with the scheduler for 2s");
 }
 
 TEST(AgentCore, AStreamThatEndsCutsTheLeaseToStopOnLostAfter) {
@@ -469,12 +478,81 @@ TEST(AgentCore, AResultFencedWhileDisconnectedIsListedAndResentOnTheNextStream) 
   const size_t from = h.size();
   const v1::Hello hello = h.Connect();
   EXPECT_EQ(HeldIds(hello.running()), (std::set<std::string>{"long"}));
-  const int result = h.Find(IsResult("long"), from);
-  ASSERT_GE(result, 0) << "the Welcome brings the unacknowledged result again";
-  EXPECT_EQ(h.at(result).msg.result().result().error(),
-            "stopped: no contact with the scheduler for 1s");
+  const int result = h.Find(IsRelease("long"), from);
+  ASSERT_GE(result, 0) << "the Welcome brings the unacknowledged release again";
+  EXPECT_EQ(h.at(result).msg.release().reason(), "stopped: no contact with the scheduler for 1s");
   h.AckResult("long");
   EXPECT_EQ(h.core().unacked(), 0);
+}
+
+// --- Held through a restart of the scheduler ---
+
+WelcomeOpts WithRestartGrace(absl::Duration grace) {
+  WelcomeOpts w = WithLease(absl::Seconds(1), absl::Seconds(2));
+  w.restart_grace = grace;
+  return w;
+}
+
+TEST(AgentCore, TasksRunThroughARestartThatRefusesConnectionsUntilTheRestartGrace) {
+  Harness h;
+  h.Connect(WithRestartGrace(absl::Seconds(60)));
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(5));
+  ASSERT_TRUE(h.Disconnect());
+  const absl::Duration ended = h.now();
+  h.RunFor(Ms(200));
+  EXPECT_TRUE(h.core().SchedulerRefused()) << "the first refusal starts the hold";
+  EXPECT_FALSE(h.core().SchedulerRefused()) << "and says so once";
+  EXPECT_EQ(h.core().restart_hold_left(), ended + absl::Seconds(59) - h.now());
+  h.RunFor(ended + absl::Seconds(59) - h.now() - Ms(1));
+  EXPECT_EQ(h.core().running(), 1) << "stopped before the restart grace, less a second";
+  EXPECT_EQ(h.Find(IsEnd("long")), -1);
+  h.RunFor(Ms(1));
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_EQ(h.core().running(), 0);
+  EXPECT_EQ(h.core().unacked(), 1);
+  // Handed in as a Release (not counted) once a scheduler answers.
+  const size_t from = h.size();
+  h.Connect(WithRestartGrace(absl::Seconds(60)));
+  const int release = h.Find(IsRelease("long"), from);
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(h.at(release).msg.release().reason(),
+            "stopped: the scheduler refused connections for longer than its restart grace "
+            "(1m)");
+}
+
+TEST(AgentCore, SilenceDuringARestartHoldStopsTheTasksAtOnce) {
+  Harness h;
+  h.Connect(WithRestartGrace(absl::Seconds(60)));
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  ASSERT_TRUE(h.Disconnect());
+  h.RunFor(Ms(100));
+  h.core().SchedulerRefused();
+  h.RunFor(absl::Seconds(10));
+  EXPECT_EQ(h.core().running(), 1);
+  // The host stops answering at all (down, or the network cut): no
+  // restart explains that, and the scheduler may have moved the tasks.
+  h.core().SchedulerNotRestarting();
+  h.RunFor(Ms(1));
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_EQ(h.core().running(), 0);
+  EXPECT_EQ(h.core().restart_hold_left(), absl::ZeroDuration());
+}
+
+TEST(AgentCore, WithoutARefusalAnEndedStreamStopsTasksAsBeforeWhateverTheRestartGrace) {
+  Harness h;
+  h.Connect(WithRestartGrace(absl::Seconds(60)));
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.RunFor(absl::Seconds(3));
+  ASSERT_TRUE(h.Disconnect());
+  h.RunFor(Ms(999));
+  EXPECT_EQ(h.core().running(), 1);
+  h.RunFor(Ms(1));  // stop_on_lost_after after the stream ended
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_EQ(h.core().running(), 0);
 }
 
 TEST(AgentCore, SelfFencingDropsWaitingLinks) {
@@ -486,7 +564,7 @@ TEST(AgentCore, SelfFencingDropsWaitingLinks) {
   EXPECT_EQ(h.core().waiting(), 1);
   h.RunFor(absl::Seconds(1));
   EXPECT_EQ(h.core().waiting(), 0);
-  h.WaitFor(IsResult("a"));
+  h.WaitFor(IsRelease("a"));
   EXPECT_EQ(h.Find(About("b")), -1);
 }
 

@@ -143,9 +143,11 @@ TEST_F(SlotsTest, WhatTheAgentStoppedIsReportedByItsCause) {
   EXPECT_FALSE(slots_.AnyUnstopped());
   EXPECT_EQ(slots_.StopAll(StopCause::kReleased, "drained", &dropped), 0)
       << "a stopped run keeps its first cause";
+  // Fenced: a Release, which the scheduler does not count as an attempt.
   Slots::Ended f = slots_.Finish(runs_["fenced"], Outcome(v1::OUTCOME_CANCELLED), false);
-  ASSERT_TRUE(f.report.has_result());
-  EXPECT_EQ(f.report.result().result().error(), "no contact");
+  ASSERT_TRUE(f.report.has_release());
+  EXPECT_EQ(f.report.release().task_id(), "fenced");
+  EXPECT_EQ(f.report.release().reason(), "no contact");
   // One that ended on its own just before keeps its real result.
   Slots::Ended r = slots_.Finish(runs_["released"], Outcome(v1::OUTCOME_SUCCEEDED), false);
   EXPECT_EQ(r.report.result().result().outcome(), v1::OUTCOME_SUCCEEDED);

@@ -3,8 +3,9 @@
 // resumes, agents that connect, accept, finish, reject, release, send
 // stale or foreign results, crash and come back inside or after the grace,
 // clock jumps, finished tasks leaving memory for disk (and read back before
-// an operation on them, as the Engine does), deletes, and restarts that
-// read the table back from SQLite (finished rows light). After every step:
+// an operation on them, as the Engine does), deletes, and restarts after
+// outages of any length up to three restart graces that read the table
+// back from SQLite (finished rows light). After every step:
 //   - every invariant of the scheduler holds;
 //   - every task whose submit was acknowledged, and not deleted, is there:
 //     in memory, or on disk with its stored row in the state the index
@@ -52,6 +53,8 @@ SchedulerOptions Options() {
   o.default_ack_timeout = absl::Seconds(10);
   o.heartbeat_timeout = absl::Seconds(5);
   o.reconnect_grace = absl::Seconds(5);
+  // Short, so that agents come back both within it and after it.
+  o.restart_grace = absl::Seconds(30);
   o.random = [] { return 0.0; };
   o.max_attempt_history = 2;  // small, so histories are trimmed all the time
   // Finished tasks leave memory within a few steps; retention is left to
@@ -460,6 +463,10 @@ class Walk {
     conns_.clear();
     held_.clear();
     if (reopen_store) OpenStore();
+    // The scheduler is down for a while, of any length up to three restart
+    // graces: the agents' attempts wait out the restart grace from the
+    // restore on, whatever the outage was.
+    clock_.Advance(absl::Milliseconds(Pick(90'000)));
     sched_ = std::make_unique<Scheduler>(&clock_, Options());
     // As Engine::Restore: finished rows light, the others whole, then what
     // the others need read back whole.

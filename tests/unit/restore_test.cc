@@ -319,29 +319,38 @@ TEST_P(RestoreTest, ALargeTableComesBackAsItWas) {
   e->Inspect([&](const Scheduler& got) { ExpectSameAsBefore(got); });
 }
 
-TEST_P(RestoreTest, RestoredAttemptsWaitOutTheirAgentsGraceThenAreRequeued) {
+TEST_P(RestoreTest, RestoredAttemptsWaitOutTheRestartGraceThenAreRequeuedUncounted) {
   BuildTable();
-  // Tasks dispatched but never accepted, by agent, before the restart.
-  std::vector<std::string> dispatched;
+  // Before the restart: tasks dispatched but never accepted, and tasks
+  // running on an agent with no attempt timeout.
+  std::vector<std::string> dispatched, running;
   for (const TaskRecord* t : All(sched_)) {
     if (t->state == v1::TASK_STATE_DISPATCHED && t->chained_after == nullptr) {
       dispatched.push_back(t->id());
     }
+    if (t->state == v1::TASK_STATE_RUNNING && !t->claimed() && !t->spec.has_attempt_timeout()) {
+      running.push_back(t->id());
+    }
   }
   ASSERT_FALSE(dispatched.empty());
+  ASSERT_FALSE(running.empty());
   auto e = StartEngine();
   ASSERT_TRUE(start_status_.ok()) << start_status_;
-  // Within the grace nothing moves; past it every attempt the agents held
-  // is lost and re-queued, the attempt counting.
+  // Within the reconnect grace nothing moves.
   clock_.Advance(Options().reconnect_grace - absl::Seconds(1));
   e->TickNow();
   e->Inspect([&](const Scheduler& got) {
     for (const std::string& id : dispatched) {
       EXPECT_EQ(got.Find(id)->state, v1::TASK_STATE_DISPATCHED) << id;
     }
-    EXPECT_EQ(got.Find("c1")->state, v1::TASK_STATE_RUNNING);
+    EXPECT_TRUE(got.FindAgent("w1")->restored);
   });
-  clock_.Advance(absl::Seconds(2));
+  // An attempt's own limits count from the reconnect grace, as for a
+  // reconnect: one never accepted is lost at its ack timeout (counted). A
+  // running one waits for its agent, which keeps running it while a
+  // restarting scheduler refuses it, for the restart grace.
+  ASSERT_GT(Options().restart_grace, Options().reconnect_grace + absl::Minutes(1));
+  clock_.Advance(Options().restart_grace - Options().reconnect_grace);
   e->TickNow();
   e->Inspect([&](const Scheduler& got) {
     ASSERT_TRUE(got.CheckInvariants().ok()) << got.CheckInvariants();
@@ -350,8 +359,29 @@ TEST_P(RestoreTest, RestoredAttemptsWaitOutTheirAgentsGraceThenAreRequeued) {
       EXPECT_FALSE(IsInFlight(t->state)) << id << " " << v1::TaskState_Name(t->state);
       ASSERT_FALSE(t->attempts.empty()) << id;
       EXPECT_EQ(t->attempts.back().attempt(), Task(id).attempt);
+      EXPECT_FALSE(t->attempts.back().interrupted()) << id;
     }
-    EXPECT_EQ(got.FindAgent("w1")->used, 0);
+    for (const std::string& id : running) {
+      EXPECT_EQ(got.Find(id)->state, v1::TASK_STATE_RUNNING) << id;
+    }
+  });
+  // Past it, every attempt the agents still held is lost and re-queued,
+  // not counted: the scheduler's outage ended it, not the task.
+  clock_.Advance(absl::Seconds(2));
+  e->TickNow();
+  e->Inspect([&](const Scheduler& got) {
+    ASSERT_TRUE(got.CheckInvariants().ok()) << got.CheckInvariants();
+    for (const std::string& id : running) {
+      const TaskRecord* t = got.Find(id);
+      EXPECT_FALSE(IsInFlight(t->state)) << id << " " << v1::TaskState_Name(t->state);
+      ASSERT_FALSE(t->attempts.empty()) << id;
+      EXPECT_EQ(t->attempts.back().attempt(), Task(id).attempt);
+      EXPECT_TRUE(t->attempts.back().interrupted()) << id;
+      EXPECT_EQ(t->attempts.back().result().outcome(), v1::OUTCOME_LOST) << id;
+      EXPECT_THAT(t->attempts.back().result().error(),
+                  HasSubstr("the scheduler restarted and agent"))
+          << id;
+    }
   });
 }
 

@@ -740,13 +740,16 @@ TEST_F(SchedulerTest, RestoredInFlightTaskIsRequeuedWhenItsAgentNeverReturns) {
   Accept(conn, "t", 1);
   Scheduler restored(&clock_, Options());
   ASSERT_TRUE(restored.Restore({Task("t")}).ok());
-  clock_.Advance(absl::Seconds(4));
+  // Its agent may be running it still, held through the restart: it has
+  // the restart grace to come back.
+  clock_.Advance(Options().restart_grace - absl::Seconds(1));
   restored.Tick();
   EXPECT_EQ(restored.Find("t")->state, v1::TASK_STATE_RUNNING);
   clock_.Advance(absl::Seconds(1));
   restored.Tick();
   EXPECT_NE(restored.Find("t")->state, v1::TASK_STATE_RUNNING);
-  EXPECT_EQ(restored.Find("t")->attempts.size(), 1u);
+  ASSERT_EQ(restored.Find("t")->attempts.size(), 1u);
+  EXPECT_TRUE(restored.Find("t")->attempts[0].interrupted()) << "not counted";
   ASSERT_TRUE(restored.CheckInvariants().ok()) << restored.CheckInvariants();
 }
 
@@ -919,7 +922,24 @@ TEST_F(SchedulerTest, WelcomeTellsTheAgentToStopBeforeTheGraceEnds) {
   const absl::Duration stop = FromProto(fx.messages[0].msg.welcome().stop_on_lost_after());
   EXPECT_GT(stop, absl::ZeroDuration());
   EXPECT_LT(stop, Options().reconnect_grace);
+  // And for how long a restarted scheduler waits for it: what it may run
+  // its tasks for while a restart refuses it.
+  EXPECT_EQ(FromProto(fx.messages[0].msg.welcome().restart_grace()), Options().restart_grace);
   (void)conn;
+}
+
+TEST_F(SchedulerTest, AnAgentLostWhileTheSchedulerRunsIsCountedAsAnAttempt) {
+  // Only a restart's grace running out is the scheduler's outage; an agent
+  // that vanished while the scheduler ran costs an attempt, as before.
+  SubmitOk(Spec("t1"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t1", 1);
+  sched_.Disconnect(conn);
+  Advance(Options().reconnect_grace + absl::Seconds(1));
+  ASSERT_FALSE(Task("t1").attempts.empty());
+  EXPECT_FALSE(Task("t1").attempts.back().interrupted());
+  EXPECT_EQ(Task("t1").attempts.back().result().outcome(), v1::OUTCOME_LOST);
+  EXPECT_FALSE(sched_.FindAgent("a1")->restored);
 }
 
 TEST_F(SchedulerTest, LostAgentIsListedThenForgotten) {
