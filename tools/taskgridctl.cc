@@ -380,10 +380,13 @@ int BuildScheduleCreate(const std::vector<std::string>& words, bool has_dashdash
     s->set_time_zone(absl::GetFlag(FLAGS_tz));
   }
   if (const std::string m = absl::GetFlag(FLAGS_misfire); !m.empty()) {
-    if (m != "skip" && m != "run_once") {
-      return UsageError(absl::StrCat("--misfire must be skip or run_once, not \"", m, "\""), hint);
+    if (m != "skip" && m != "run_once" && m != "catch_up") {
+      return UsageError(
+          absl::StrCat("--misfire must be catch_up, skip or run_once, not \"", m, "\""), hint);
     }
-    s->set_misfire_policy(m == "skip" ? v1::MISFIRE_POLICY_SKIP : v1::MISFIRE_POLICY_RUN_ONCE);
+    s->set_misfire_policy(m == "skip"       ? v1::MISFIRE_POLICY_SKIP
+                          : m == "run_once" ? v1::MISFIRE_POLICY_RUN_ONCE
+                                            : v1::MISFIRE_POLICY_CATCH_UP);
   }
   s->set_paused(absl::GetFlag(FLAGS_paused));
   v1::SubmitTasksRequest task;

@@ -30,6 +30,9 @@ struct TaskCounters {
   Histogram start_latency{LatencyBounds()};
   // Seconds from the start of an attempt to its end (attempts that started).
   Histogram run_time{RunTimeBounds()};
+  // Fires of schedules that did not run (their misfire policy after an
+  // outage, or a stall that left only the latest to fire).
+  int64_t schedule_fires_skipped = 0;
 
   // 1 ms to ~4.4 min, doubling: a dispatch on a loaded machine up to a
   // backlog of minutes.

@@ -206,6 +206,11 @@ struct ScheduleRecord {
   // Derived at start-up: next_fire had passed while the scheduler was
   // down, so the misfire policy decides what the next tick fires.
   bool missed = false;
+  // Fires that did not run (the misfire policy after an outage, or a stall
+  // while running that left only the latest to fire), and the latest of
+  // them (InfinitePast: none).
+  int64_t skipped_fires = 0;
+  absl::Time last_skipped = absl::InfinitePast();
 
   const std::string& id() const { return def.id(); }
   // Interval fires count from here: the creation, in whole seconds.
@@ -299,7 +304,10 @@ struct EventRow {
 struct ScheduleRow {
   bool erase = false;  // true: delete the schedule (only `id` is read)
   std::string id;
-  std::string definition;  // serialized v1::Schedule: the definition fields only
+  // Serialized v1::Schedule: the definition fields, and skipped_fires and
+  // last_skipped_time (kept in the blob so that neither store's schema
+  // changes for them).
+  std::string definition;
   bool paused = false;
   int64_t next_fire_us = 0;
   int64_t last_fire_us = 0;  // 0: never fired

@@ -41,9 +41,11 @@ v1::Schedule Definition(v1::Schedule s, bool* paused) {
   s.clear_last_error();
   s.clear_create_time();
   s.clear_update_time();
+  s.clear_skipped_fires();
+  s.clear_last_skipped_time();
   if (s.time_zone().empty()) s.set_time_zone("UTC");
   if (s.misfire_policy() == v1::MISFIRE_POLICY_UNSPECIFIED) {
-    s.set_misfire_policy(v1::MISFIRE_POLICY_SKIP);
+    s.set_misfire_policy(v1::MISFIRE_POLICY_CATCH_UP);
   }
   if (s.has_task_template() && s.task_template().queue().empty()) {
     s.mutable_task_template()->set_queue(kDefaultQueue);
@@ -145,10 +147,46 @@ absl::Time Scheduler::LatestFire(const ScheduleRecord& s, absl::Time due, absl::
   return due;
 }
 
+int64_t Scheduler::CountFires(const ScheduleRecord& s, absl::Time from, absl::Time to) const {
+  if (to < from) return 0;
+  if (s.interval > absl::ZeroDuration()) {
+    absl::Duration rest;
+    return std::min<int64_t>(absl::IDivDuration(to - from, s.interval, &rest) + 1,
+                             kMaxSkippedFiresCounted);
+  }
+  int64_t n = 1;
+  for (absl::Time t = NextFire(s, from); t <= to && n < kMaxSkippedFiresCounted;
+       t = NextFire(s, t)) {
+    ++n;
+  }
+  return n;
+}
+
+void Scheduler::SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now) {
+  const int64_t n = CountFires(s, from, to);
+  if (n == 0) return;
+  s.skipped_fires += n;
+  s.last_skipped = std::max(s.last_skipped, to);
+  counters_.schedule_fires_skipped += n;
+  effects_.notices.push_back(
+      absl::StrCat("schedule ", s.id(), ": skipped ", n, " fire(s) from ",
+                   absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", from, absl::UTCTimeZone()), " to ",
+                   absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", to, absl::UTCTimeZone()), " (the last ",
+                   absl::FormatDuration(absl::Trunc(now - to, absl::Seconds(1))),
+                   " late; misfire policy ", v1::MisfirePolicy_Name(s.def.misfire_policy()), ")"));
+}
+
 void Scheduler::PersistSchedule(const ScheduleRecord& s) {
   ScheduleRow r;
   r.id = s.id();
-  s.def.SerializeToString(&r.definition);
+  if (s.skipped_fires == 0) {
+    s.def.SerializeToString(&r.definition);
+  } else {
+    v1::Schedule stored = s.def;
+    stored.set_skipped_fires(s.skipped_fires);
+    SetTimestamp(s.last_skipped, stored.mutable_last_skipped_time());
+    stored.SerializeToString(&r.definition);
+  }
   r.paused = s.paused;
   r.next_fire_us = ToUnixMicrosOrZero(s.next_fire == absl::InfiniteFuture() ? absl::InfinitePast()
                                                                             : s.next_fire);
@@ -251,6 +289,10 @@ void Scheduler::DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) con
   out->set_last_task_id(s.last_task_id);
   out->set_fire_count(s.fire_count);
   out->set_last_error(s.last_error);
+  out->set_skipped_fires(s.skipped_fires);
+  if (s.last_skipped != absl::InfinitePast()) {
+    SetTimestamp(s.last_skipped, out->mutable_last_skipped_time());
+  }
   SetTimestamp(s.create_time, out->mutable_create_time());
   SetTimestamp(s.update_time, out->mutable_update_time());
 }
@@ -304,15 +346,30 @@ void Scheduler::FireSchedules(absl::Time now) {
     absl::Time next = NextFire(s, due);
     bool fired = true;
     if (s.missed) {
-      // Fires fell while the scheduler was down: the policy decides.
-      if (s.def.misfire_policy() == v1::MISFIRE_POLICY_RUN_ONCE) {
-        fired = FireSchedule(s, LatestFire(s, due, now));
+      // Fires fell while the scheduler was down: the policy decides which
+      // runs (the latest, or none); the others are skipped, and counted.
+      const absl::Time latest = LatestFire(s, due, now);
+      const v1::MisfirePolicy policy = s.def.misfire_policy();
+      const bool run =
+          policy == v1::MISFIRE_POLICY_RUN_ONCE ||
+          (policy == v1::MISFIRE_POLICY_CATCH_UP && now - latest <= opts_.schedule_catch_up);
+      if (run) fired = FireSchedule(s, latest);
+      if (fired) {
+        if (!run) {
+          SkipFires(s, due, latest, now);
+        } else if (latest > due) {
+          SkipFires(s, due, LatestFire(s, due, latest - absl::Nanoseconds(1)), now);
+        }
       }
       next = NextFire(s, now);
     } else if (next <= now) {
       // Behind by more than one fire while running (a stall, a clock
-      // jump): one task, for the latest.
-      fired = FireSchedule(s, LatestFire(s, due, now));
+      // jump): one task, for the latest; the ones before it are skipped.
+      const absl::Time latest = LatestFire(s, due, now);
+      fired = FireSchedule(s, latest);
+      if (fired && latest > due) {
+        SkipFires(s, due, LatestFire(s, due, latest - absl::Nanoseconds(1)), now);
+      }
       next = NextFire(s, now);
     } else {
       fired = FireSchedule(s, due);
@@ -338,6 +395,12 @@ absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
       return absl::DataLossError(
           absl::StrCat("schedule ", row.id, ": its definition does not parse"));
     }
+    // The skip counts ride in the blob (ScheduleRow::definition).
+    const int64_t skipped = def.skipped_fires();
+    const absl::Time last_skipped =
+        def.has_last_skipped_time() ? FromProto(def.last_skipped_time()) : absl::InfinitePast();
+    def.clear_skipped_fires();
+    def.clear_last_skipped_time();
     auto owned = std::make_unique<ScheduleRecord>();
     if (absl::Status s = Compile(def, opts_, absl::StrCat("stored schedule ", row.id), owned.get());
         !s.ok()) {
@@ -351,6 +414,8 @@ absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
     s.last_task_id = std::move(row.last_task_id);
     s.fire_count = row.fire_count;
     s.last_error = std::move(row.last_error);
+    s.skipped_fires = skipped;
+    s.last_skipped = last_skipped;
     s.create_time = FromUnixMicrosOrZero(row.create_us);
     s.update_time = FromUnixMicrosOrZero(row.update_us);
     s.missed = !s.paused && s.next_fire <= now;

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/engine/bounded_queue.h"
+#include "spdlog/spdlog.h"
 
 namespace taskgrid::engine {
 
@@ -149,6 +150,7 @@ void Engine::CheckInvariantsLocked() const {
 
 void Engine::CommitLocked(std::function<void(const absl::Status&)> after) {
   core::Effects fx = sched_.TakeEffects();
+  for (const std::string& notice : fx.notices) spdlog::warn("{}", notice);
   if (!followed_.empty()) OutputEventsLocked(fx.batch.events);
   if (fx.batch.empty() && fx.messages.empty() && fx.close_conns.empty() && !after &&
       output_updates_.empty()) {

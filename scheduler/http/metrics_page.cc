@@ -46,6 +46,10 @@ void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
   w.Single("taskgrid_tasks_submitted_total", Type::kCounter,
            "Tasks made by submits since the scheduler started (replicas included).",
            static_cast<double>(c.submitted));
+  w.Single("taskgrid_schedule_fires_skipped_total", Type::kCounter,
+           "Fires of schedules that did not run since the scheduler started: by their misfire "
+           "policy after the scheduler was down, or all but the latest after a stall.",
+           static_cast<double>(c.schedule_fires_skipped));
   w.Single("taskgrid_tasks_dispatched_total", Type::kCounter,
            "Attempts handed out since the scheduler started: dispatched to agents or claimed "
            "by pull workers.",

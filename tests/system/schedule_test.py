@@ -38,7 +38,7 @@ class ScheduleTest(unittest.TestCase):
             c.start_scheduler()
             c.start_agent("a1", slots=4)
             res = c.ctl("schedule", "create", "beat", "--every=1s", "--queue=sched",
-                        "--builtin=noop")
+                        "--misfire=skip", "--builtin=noop")
             self.assertEqual(res.returncode, 0, res.stderr)
             self.assertRegex(res.stdout, r"^beat ACTIVE  next fire \d{4}-\d\d-\d\dT")
             # Fires become tasks, and the agent runs them.
@@ -96,6 +96,8 @@ class ScheduleTest(unittest.TestCase):
             out = c.ctl("schedule", "get", "beat", check=True).stdout
             self.assertRegex(out, r"(?m)^Trigger:\s+every 1s$")
             self.assertRegex(out, r"(?m)^Misfire:\s+SKIP$")
+            # What fell while it was down was dropped, and says so.
+            self.assertRegex(out, r"(?m)^Skipped:\s+\d+ fire\(s\), the last at \d{4}-")
             self.assertRegex(out, r"(?m)^Last task:\s+beat:\d{8}T\d{6}Z$")
 
             # Delete: gone, its tasks stay.

@@ -230,6 +230,13 @@ TEST(CtlOutput, SchedulesShowTheirTriggerStateAndFires) {
   EXPECT_THAT(detail, ContainsRegex("Last task: +nightly:20261125T020000Z\n"));
   EXPECT_THAT(detail, ContainsRegex("Last error: +fire at .* queue full\n"));
   EXPECT_THAT(detail, ContainsRegex("Queue: +default\n"));
+  EXPECT_THAT(detail, Not(HasSubstr("Skipped"))) << "nothing skipped: no line";
+  s.set_skipped_fires(3);
+  SetTimestamp(absl::FromUnixSeconds(1'700'000'000), s.mutable_last_skipped_time());
+  s.set_misfire_policy(v1::MISFIRE_POLICY_UNSPECIFIED);
+  const std::string skipped = FormatScheduleDetail(s);
+  EXPECT_THAT(skipped, ContainsRegex("Skipped: +3 fire\\(s\\), the last at 2023-11-1"));
+  EXPECT_THAT(skipped, ContainsRegex("Misfire: +CATCH_UP\n"));
   v1::Schedule every;
   every.set_id("beat");
   *every.mutable_interval() = ToProto(absl::Seconds(90));

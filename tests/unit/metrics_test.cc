@@ -144,6 +144,8 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_tasks_submitted_total counter\n"
                               "taskgrid_tasks_submitted_total 4\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks_dispatched_total 4\n"));
+  EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_schedule_fires_skipped_total counter\n"
+                              "taskgrid_schedule_fires_skipped_total 0\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"SUCCEEDED\"} 1\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"FAILED\"} 1\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks{queue=\"emails\",state=\"DISPATCHED\"} 1\n"));

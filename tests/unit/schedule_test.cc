@@ -216,7 +216,7 @@ TEST_F(ScheduleTest, CreateAgainIsSafeAndAnotherDefinitionIsAlreadyExists) {
   // The same definition (defaults spelled out, paused or not) returns it.
   v1::Schedule same = Every("beat", absl::Seconds(10), "default");
   same.set_time_zone("UTC");
-  same.set_misfire_policy(v1::MISFIRE_POLICY_SKIP);
+  same.set_misfire_policy(v1::MISFIRE_POLICY_CATCH_UP);
   same.set_paused(true);
   same.set_fire_count(99);  // reported fields are ignored
   absl::StatusOr<const ScheduleRecord*> again = sched_.CreateSchedule(same);
@@ -286,7 +286,9 @@ TEST_F(ScheduleTest, BadSchedulesAreRefusedNamingTheFieldAndNothingIsStored) {
 }
 
 TEST_F(ScheduleTest, MisfireSkipDropsWhatFellWhileDown) {
-  Create(Every("beat", absl::Seconds(10)));
+  v1::Schedule def = Every("beat", absl::Seconds(10));
+  def.set_misfire_policy(v1::MISFIRE_POLICY_SKIP);
+  Create(def);
   Advance(absl::Seconds(10));
   ASSERT_EQ(TaskIds().size(), 1u);
   // Down from T0+10 to T0+45: the fires at 20, 30 and 40 fell meanwhile.
@@ -298,6 +300,18 @@ TEST_F(ScheduleTest, MisfireSkipDropsWhatFellWhileDown) {
   EXPECT_EQ(r.next_fire, kT0 + absl::Seconds(50));
   EXPECT_EQ(r.fire_count, 1);
   EXPECT_EQ(r.last_task_id, "beat:20231114T221330Z");
+  // Dropped, but not silently: counted, the latest kept, and logged.
+  EXPECT_EQ(r.skipped_fires, 3);
+  EXPECT_EQ(r.last_skipped, kT0 + absl::Seconds(40));
+  EXPECT_EQ(s->Metrics().counters.schedule_fires_skipped, 3);
+  const Effects fx = s->TakeEffects();
+  ASSERT_EQ(fx.notices.size(), 1u);
+  EXPECT_THAT(fx.notices[0], HasSubstr("schedule beat: skipped 3 fire(s) from "
+                                       "2023-11-14T22:13:40Z to 2023-11-14T22:14:00Z"));
+  v1::Schedule shown;
+  s->DescribeSchedule(r, &shown);
+  EXPECT_EQ(shown.skipped_fires(), 3);
+  EXPECT_EQ(FromProto(shown.last_skipped_time()), kT0 + absl::Seconds(40));
   // Then on as usual.
   clock_.Advance(absl::Seconds(5));
   s->Tick();
@@ -319,6 +333,8 @@ TEST_F(ScheduleTest, MisfireRunOnceMakesOneTaskForTheLatestMissedFire) {
   EXPECT_EQ(r.fire_count, 2);
   EXPECT_EQ(r.last_fire, kT0 + absl::Seconds(40));
   EXPECT_EQ(r.next_fire, kT0 + absl::Seconds(50));
+  EXPECT_EQ(r.skipped_fires, 2);  // 20 and 30
+  EXPECT_EQ(r.last_skipped, kT0 + absl::Seconds(30));
   s->Tick();
   EXPECT_EQ(s->task_count(), 2u);
   // A cron schedule down for days: one task, for its latest time.
@@ -331,6 +347,66 @@ TEST_F(ScheduleTest, MisfireRunOnceMakesOneTaskForTheLatestMissedFire) {
   EXPECT_EQ(d.fire_count, 1);
   // Now: 2023-11-19T22:14:05Z; the latest 04:30 EST was 2023-11-19T09:30Z.
   EXPECT_EQ(d.last_task_id, "daily:20231119T093000Z");
+}
+
+TEST_F(ScheduleTest, CatchUpRunsTheLatestMissedFireWithinTheWindowAndSkipsOlderOnes) {
+  ASSERT_EQ(Opts().schedule_catch_up, absl::Minutes(1));
+  Create(Every("beat", absl::Seconds(10)));  // no policy: CATCH_UP
+  EXPECT_EQ(sched_.FindSchedule("beat")->def.misfire_policy(), v1::MISFIRE_POLICY_CATCH_UP);
+  Advance(absl::Seconds(10));
+  // Down from T0+10 to T0+45: the latest missed fire (T0+40) is 5 s old,
+  // within the window: it runs once; 20 and 30 are skipped.
+  std::unique_ptr<Scheduler> s = RestartAfter(absl::Seconds(35));
+  s->Tick();
+  ASSERT_TRUE(s->CheckInvariants().ok());
+  EXPECT_EQ(s->task_count(), 2u);
+  EXPECT_NE(s->Find("beat:20231114T221400Z"), nullptr);  // T0+40
+  const ScheduleRecord& r = *s->FindSchedule("beat");
+  EXPECT_EQ(r.fire_count, 2);
+  EXPECT_EQ(r.skipped_fires, 2);
+  EXPECT_EQ(r.last_skipped, kT0 + absl::Seconds(30));
+
+  // Down again, from T0+45 to T0+45+5min: the latest missed fire (T0+340)
+  // is 5 s old again and runs; the 29 before it are skipped, counted on top
+  // of the 2 read back.
+  std::vector<ScheduleRow> rows;
+  for (const ScheduleRow& row : s->pending_effects().batch.schedules) rows.push_back(row);
+  ASSERT_FALSE(rows.empty());
+  const ScheduleRow stored = rows.back();
+  clock_.Advance(absl::Minutes(5));
+  std::unique_ptr<Scheduler> again = Restarted(Opts());
+  ASSERT_TRUE(again->RestoreSchedules({stored}).ok());
+  const ScheduleRecord& back = *again->FindSchedule("beat");
+  EXPECT_EQ(back.skipped_fires, 2) << "the count is kept across a restart";
+  EXPECT_EQ(back.last_skipped, kT0 + absl::Seconds(30));
+  EXPECT_EQ(back.def.skipped_fires(), 0) << "the definition holds no reported field";
+  again->Tick();
+  EXPECT_EQ(back.fire_count, 3);          // T0+340, 5 s late: caught up
+  EXPECT_EQ(back.skipped_fires, 2 + 29);  // T0+50 ... T0+330
+
+  // A daily cron schedule down for three days: its latest fire is hours
+  // old, far past the window: nothing runs, all three are skipped.
+  Create(Cron("daily", "30 4 * * *", "America/New_York"));
+  std::unique_ptr<Scheduler> later = RestartAfter(absl::Hours(24 * 3));
+  later->Tick();
+  const ScheduleRecord& d = *later->FindSchedule("daily");
+  EXPECT_EQ(d.fire_count, 0);
+  EXPECT_EQ(d.skipped_fires, 3);
+  EXPECT_EQ(d.last_task_id, "");
+  ASSERT_TRUE(later->CheckInvariants().ok());
+}
+
+TEST_F(ScheduleTest, AStallWhileRunningFiresTheLatestAndCountsTheRestAsSkipped) {
+  Create(Every("beat", absl::Seconds(10)));
+  // The ticker does not run for 35 s (a stalled process, a clock jump).
+  clock_.Advance(absl::Seconds(35));
+  sched_.Tick();
+  Check();
+  const ScheduleRecord& r = *sched_.FindSchedule("beat");
+  EXPECT_EQ(r.fire_count, 1);
+  EXPECT_EQ(r.last_fire, kT0 + absl::Seconds(30));
+  EXPECT_EQ(r.skipped_fires, 2);  // 10 and 20
+  EXPECT_EQ(r.last_skipped, kT0 + absl::Seconds(20));
 }
 
 TEST_F(ScheduleTest, AFireWhoseTaskExistsReturnsIt) {

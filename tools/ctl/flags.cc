@@ -84,8 +84,8 @@ ABSL_FLAG(absl::Duration, every, absl::ZeroDuration(),
           "schedule create: fire every DURATION (whole seconds, at least 1s)");
 ABSL_FLAG(std::string, tz, "", "schedule create: IANA time zone of --cron (default UTC)");
 ABSL_FLAG(std::string, misfire, "",
-          "schedule create: skip (default) or run_once: what fires missed while the scheduler "
-          "was down do");
+          "schedule create: catch_up (default), skip or run_once: what fires missed while the "
+          "scheduler was down do");
 ABSL_FLAG(bool, paused, false, "schedule create: create it paused");
 
 // wait, submit --wait.

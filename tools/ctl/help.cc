@@ -507,7 +507,8 @@ attempts it used still count. Prints "ID STATE".)txt"},
 Prints "N ready"; exit 0 when N > 0, 4 when the wait ran out with none.
 Another worker may claim them first.)txt"},
       {"schedule create",
-       "schedule create ID (--cron=EXPR [--tz=ZONE] | --every=DUR) [--misfire=skip|run_once] "
+       "schedule create ID (--cron=EXPR [--tz=ZONE] | --every=DUR) "
+       "[--misfire=catch_up|skip|run_once] "
        "[--paused] [FLAGS] -- PROGRAM [ARGS...]",
        "Create a schedule: a task (as submit would make it) on every fire",
        "taskgridctl schedule create nightly --cron='0 3 * * *' --tz=Europe/Berlin -- ./backup.sh",
@@ -534,9 +535,13 @@ The trigger, exactly one of:
                Europe/Berlin. Daylight saving: a wall time skipped by the
                spring-forward does not fire that day; a wall time repeated by
                the fall-back fires once, at its first occurrence.
---misfire=skip|run_once  fires missed while the scheduler was down: skip (the
-               default) drops them; run_once makes one task for the latest, then
-               goes on as usual
+--misfire=catch_up|skip|run_once  fires missed while the scheduler was down:
+               catch_up (the default) makes one task for the latest when it is
+               at most the scheduler's --schedule_catch_up (1 minute) late and
+               drops them all otherwise; skip drops them; run_once makes one
+               task for the latest however late. Each fire dropped is counted:
+               "Skipped" in schedule get, taskgrid_schedule_fires_skipped_total
+               in /metrics, a line in the scheduler's log
 --paused       create it paused (schedule resume starts it)
 
 Every other flag builds the task each fire creates, as for submit (no --id,

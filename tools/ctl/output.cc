@@ -572,6 +572,20 @@ std::string FormatTrigger(const v1::Schedule& s) {
   return absl::StrCat("every ", absl::FormatDuration(FromProto(s.interval())));
 }
 
+std::string MisfireText(v1::MisfirePolicy p) {
+  switch (p) {
+    case v1::MISFIRE_POLICY_SKIP:
+      return "SKIP";
+    case v1::MISFIRE_POLICY_RUN_ONCE:
+      return "RUN_ONCE";
+    case v1::MISFIRE_POLICY_CATCH_UP:
+    case v1::MISFIRE_POLICY_UNSPECIFIED:
+      return "CATCH_UP";
+    default:  // a policy newer than this client
+      return absl::StrCat(static_cast<int>(p));
+  }
+}
+
 std::string FormatScheduleSummary(const v1::Schedule& s) {
   return absl::StrCat(s.id(), " ", ScheduleState(s), "  next fire ",
                       FormatTime(s.next_fire_time()));
@@ -582,11 +596,16 @@ std::string FormatScheduleDetail(const v1::Schedule& s) {
   Field(&out, "Schedule", s.id());
   Field(&out, "State", ScheduleState(s));
   Field(&out, "Trigger", FormatTrigger(s));
-  Field(&out, "Misfire", s.misfire_policy() == v1::MISFIRE_POLICY_RUN_ONCE ? "RUN_ONCE" : "SKIP");
+  Field(&out, "Misfire", MisfireText(s.misfire_policy()));
   Field(&out, "Next fire", FormatTime(s.next_fire_time()));
   Field(&out, "Last fire", FormatTime(s.last_fire_time()));
   Field(&out, "Last task", s.last_task_id().empty() ? "-" : s.last_task_id());
   Field(&out, "Fires", absl::StrCat(s.fire_count()));
+  if (s.skipped_fires() > 0) {
+    Field(&out, "Skipped",
+          absl::StrCat(s.skipped_fires(), " fire(s), the last at ",
+                       FormatTime(s.last_skipped_time())));
+  }
   if (!s.last_error().empty()) Field(&out, "Last error", OneLine(s.last_error()));
   const v1::TaskSpec& t = s.task_template();
   Field(&out, "Queue", t.queue().empty() ? "default" : t.queue());

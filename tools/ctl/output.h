@@ -116,6 +116,9 @@ std::string FormatJobList(const std::vector<v1::Job>& jobs);
 // A schedule's trigger: "0 3 * * * (Europe/Berlin)" or "every 1m".
 std::string FormatTrigger(const v1::Schedule& s);
 
+// A misfire policy as `schedule get` shows it: CATCH_UP, SKIP, RUN_ONCE.
+std::string MisfireText(v1::MisfirePolicy p);
+
 // One line (no newline) for schedule create, pause and resume:
 // "ID ACTIVE|PAUSED  next fire TIME" ("-" while paused).
 std::string FormatScheduleSummary(const v1::Schedule& s);
