@@ -134,12 +134,14 @@ class Cluster:
     def addr(self):
         return f"127.0.0.1:{self.port}"
 
-    def start_scheduler(self, extra_flags=(), wait=True):
+    def start_scheduler(self, extra_flags=(), wait=True, program=None):
+        """program: the scheduler binary to run (default: the build's)."""
         port_file = os.path.join(self.dir, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
         listen = f"127.0.0.1:{self.port}" if self.port else "127.0.0.1:0"
-        argv = [binary("TASKGRID_SCHEDULER"), f"--listen={listen}", f"--data_dir={self.data_dir}",
+        argv = [program or binary("TASKGRID_SCHEDULER"), f"--listen={listen}",
+                f"--data_dir={self.data_dir}",
                 f"--port_file={port_file}"] + self.scheduler_flags + list(extra_flags)
         self.scheduler = Process(argv, os.path.join(self.dir, "scheduler.log"))
         self._all.append(self.scheduler)
@@ -231,8 +233,11 @@ class TcpProxy:
 
     Every accepted connection is relayed to the target by two threads (one
     per direction). cut() drops every current connection at once (both ends
-    see their stream end) and keeps accepting new ones; close() stops
-    accepting, drops everything and joins every thread.
+    see their stream end) and keeps accepting new ones; blackhole() makes
+    it a network that stops delivering (what a partition with a DROP rule
+    does): the connections stay open, nothing more crosses them, and new
+    ones are accepted but never reach the target; close() stops accepting,
+    drops everything and joins every thread.
     """
 
     def __init__(self, target_port, target_host="127.0.0.1"):
@@ -247,6 +252,7 @@ class TcpProxy:
         self._sockets = []    # every socket opened, closed by close(); guarded by _lock
         self._pumps = {}      # pair -> its two pump threads; guarded by _lock
         self._stop = threading.Event()
+        self._blackhole = threading.Event()
         self.accepted = 0     # connections accepted so far; guarded by _lock
         self._acceptor = threading.Thread(target=self._accept_loop, name="proxy-accept",
                                           daemon=True)
@@ -275,6 +281,10 @@ class TcpProxy:
                 continue
             except OSError:
                 return
+            if self._blackhole.is_set():
+                with self._lock:
+                    self._sockets.append(client)  # held open, never answered
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -302,7 +312,8 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                if not self._blackhole.is_set():
+                    dst.sendall(data)
         except OSError:
             pass
         self._drop(pair)
@@ -327,6 +338,10 @@ class TcpProxy:
                 t.join(timeout=max(0.0, deadline - time.monotonic()))
                 if t.is_alive():
                     raise TimeoutError("a proxy thread did not stop")
+
+    def blackhole(self):
+        """From now on nothing crosses: see the class comment."""
+        self._blackhole.set()
 
     def cut(self, timeout=DEFAULT_TIMEOUT):
         """Drops every current connection; returns how many there were."""
