@@ -80,14 +80,18 @@ int KillOrphansLocked(absl::Duration timeout) {
   while (MonoNow() < deadline) {
     std::vector<pid_t> orphans = UnknownChildren(registry().pids);
     if (orphans.empty()) break;
-    for (pid_t pid : orphans) kill(pid, SIGKILL);
+    for (pid_t pid : orphans) {
+      // One that ended by itself (a step supervisor that killed its step
+      // when its agent died) is only reaped, not counted.
+      std::vector<std::string> f;
+      if (ReadStatFields(pid, &f) && f[0] == "Z") continue;
+      kill(pid, SIGKILL);
+      ++ended;
+    }
     for (pid_t pid : orphans) {
       while (MonoNow() < deadline) {
         const pid_t r = waitpid(pid, nullptr, WNOHANG);
-        if (r == pid || (r < 0 && errno == ECHILD)) {
-          ++ended;
-          break;
-        }
+        if (r == pid || (r < 0 && errno == ECHILD)) break;
         usleep(1000);
       }
     }

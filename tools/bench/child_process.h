@@ -93,7 +93,9 @@ class ChildProcess {
 
 // SIGKILLs and reaps every process re-parented to the bench (its direct
 // children that are not registered ChildProcesses), repeatedly until none is
-// left or `timeout` passed. Returns how many it ended.
+// left or `timeout` passed. Returns how many were still running (those that
+// had ended by themselves, e.g. the step supervisors of a killed agent, are
+// reaped and not counted).
 int KillOrphans(absl::Duration timeout = absl::Seconds(10));
 
 // CLOCK_MONOTONIC since an arbitrary start, for intervals.
