@@ -600,7 +600,9 @@ TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
     return static_cast<bool>(in >> gc) && gc > 0;
   }));
   EXPECT_EQ(getpgid(step), step);
-  EXPECT_NE(getsid(gc), getsid(step));
+  // $! is written before the background process has called setsid().
+  EXPECT_TRUE(WaitFor([&] { return getsid(gc) != getsid(step); }))
+      << "the grandchild did not leave the step's session";
   EXPECT_FALSE(IsGone(step));
   EXPECT_FALSE(IsGone(gc));
 
