@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/step_supervisor.h"

@@ -130,7 +130,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   *w->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
   // And keeps them while a restarting scheduler refuses it, for as long as
   // the restarted one will wait for it.
-  *w->mutable_restart_grace() = ToProto(std::max(opts_.restart_grace, opts_.reconnect_grace));
+  *w->mutable_restart_grace() = ToProto(opts_.RestartGrace());
   Send(conn, std::move(welcome));
 
   // Reconcile what the agent still runs with what it holds here.

@@ -120,6 +120,11 @@ struct SchedulerOptions {
   int max_evictions_per_call = 10'000;
   int max_deletes_per_tick = 1'000;
 
+  // How long a restarted scheduler waits for an agent with restored
+  // attempts, and what Welcome tells agents they may hold tasks for while
+  // it refuses them: restart_grace, never less than reconnect_grace.
+  absl::Duration RestartGrace() const { return std::max(restart_grace, reconnect_grace); }
+
   // What Welcome tells agents: stop running tasks after this long without
   // contact. Inside the grace (so they stop before their tasks move) and at
   // least 3 heartbeats (so a healthy agent never does).

@@ -84,8 +84,7 @@ absl::Status Scheduler::FinishRestore() {
   std::vector<TaskRecord*>& with_deps = r->with_deps;
   // An agent gets as long as agents keep their tasks while the scheduler
   // refuses them (Welcome.restart_grace): it may be running them still.
-  const absl::Duration agent_grace_end =
-      Mono() + std::max(opts_.restart_grace, opts_.reconnect_grace);
+  const absl::Duration agent_grace_end = Mono() + opts_.RestartGrace();
   // The deadlines of the attempts themselves (an accept that never comes,
   // an attempt timeout) count from the reconnect grace, as for a reconnect:
   // an agent that is alive comes back within a second of the restore, and

@@ -669,8 +669,7 @@ void Scheduler::Tick() {
           *a,
           absl::StrCat("the scheduler restarted and agent ", id,
                        " did not come back within the restart grace (",
-                       absl::FormatDuration(std::max(opts_.restart_grace, opts_.reconnect_grace)),
-                       "); not counted as an attempt"),
+                       absl::FormatDuration(opts_.RestartGrace()), "); not counted as an attempt"),
           /*interrupted=*/true);
     } else {
       LoseAgent(*a, absl::StrCat("agent ", id, " was lost and did not come back within ",

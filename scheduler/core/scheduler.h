@@ -598,6 +598,8 @@ class Scheduler {
   // The fires from `from` to `to` did not run: counted on `s` and in
   // counters_, and logged.
   void SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now);
+  // The fires from `from` up to the one before `fired` (which ran) did not.
+  void SkipFiresBefore(ScheduleRecord& s, absl::Time from, absl::Time fired, absl::Time now);
   // Skipped fires of one outage are counted up to this many (a minutely
   // cron schedule down for 70 days is not walked minute by minute).
   static constexpr int64_t kMaxSkippedFiresCounted = 100'000;

@@ -176,6 +176,11 @@ void Scheduler::SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, abs
                    " late; misfire policy ", v1::MisfirePolicy_Name(s.def.misfire_policy()), ")"));
 }
 
+void Scheduler::SkipFiresBefore(ScheduleRecord& s, absl::Time from, absl::Time fired,
+                                absl::Time now) {
+  if (fired > from) SkipFires(s, from, LatestFire(s, from, fired - absl::Nanoseconds(1)), now);
+}
+
 void Scheduler::PersistSchedule(const ScheduleRecord& s) {
   ScheduleRow r;
   r.id = s.id();
@@ -357,8 +362,8 @@ void Scheduler::FireSchedules(absl::Time now) {
       if (fired) {
         if (!run) {
           SkipFires(s, due, latest, now);
-        } else if (latest > due) {
-          SkipFires(s, due, LatestFire(s, due, latest - absl::Nanoseconds(1)), now);
+        } else {
+          SkipFiresBefore(s, due, latest, now);
         }
       }
       next = NextFire(s, now);
@@ -367,9 +372,7 @@ void Scheduler::FireSchedules(absl::Time now) {
       // jump): one task, for the latest; the ones before it are skipped.
       const absl::Time latest = LatestFire(s, due, now);
       fired = FireSchedule(s, latest);
-      if (fired && latest > due) {
-        SkipFires(s, due, LatestFire(s, due, latest - absl::Nanoseconds(1)), now);
-      }
+      if (fired) SkipFiresBefore(s, due, latest, now);
       next = NextFire(s, now);
     } else {
       fired = FireSchedule(s, due);
