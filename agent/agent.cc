@@ -76,6 +76,9 @@ void Agent::EndStream() {
 }
 
 int Agent::Run() {
+  if (const int kept = core_.TakeBackKept(); kept > 0) {
+    spdlog::info("took back {} running task(s) kept by the agent before this one", kept);
+  }
   std::thread timer([this] { core_.TimerLoop(); });
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = opts_.reconnect_min;
@@ -94,6 +97,9 @@ int Agent::Run() {
   core_.StopTimer();
   timer.join();
   const int unacked = core_.Finish();
+  if (const int kept = core_.kept(); kept > 0) {
+    spdlog::info("{} running task(s) kept for the next agent with this --id and --work_dir", kept);
+  }
   if (unacked > 0) {
     spdlog::warn("drained: exiting with {} result(s) not acknowledged by the scheduler", unacked);
   } else {

@@ -55,6 +55,9 @@
 //      Run() returns once every task ended and every Result/Release is
 //      acknowledged, or stop_flush after the tasks ended (plus kill_grace for
 //      the cancelled ones).
+//  10. Restart(hold) (SIGTERM with --keep_steps): the steps run on without
+//      the agent, and the next one takes them back (AgentCore::Restart,
+//      TakeBackKept() at the start of Run()).
 //
 // Where each part lives: this class is the transport (the stream, its
 // channel, reconnects with backoff, the timer thread); what the agent
@@ -117,6 +120,10 @@ class Agent {
   // still running `timeout` from now are cancelled and released. A later call
   // may only shorten the deadline. Returns at once.
   void Drain(absl::Duration timeout) { core_.Drain(timeout); }
+  // Exits keeping the running steps for an agent started with the same id
+  // and work dir within `hold` (AgentCore::Restart); Drain(otherwise) when
+  // the scheduler grants no hold. Returns at once.
+  void Restart(absl::Duration hold, absl::Duration otherwise) { core_.Restart(hold, otherwise); }
   // Drain(0): releases every running task at once.
   void Stop() { Drain(absl::ZeroDuration()); }
 

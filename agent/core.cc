@@ -151,6 +151,90 @@ void AgentCore::Drain(absl::Duration timeout) {
   if (first) SayDraining();
 }
 
+void AgentCore::Restart(absl::Duration hold, absl::Duration otherwise) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (drain_.exiting() || restart_asked_.has_value()) return;
+    first = drain_.StopTakingWork();
+    restart_asked_ = Now();
+    restart_otherwise_ = otherwise;
+    spdlog::info(
+        "restarting: asking the scheduler to hold {} running task(s) for {} while their steps run "
+        "on",
+        slots_.running(), DurationText(hold));
+    WakeTimerLocked();
+  }
+  if (first) SayDraining();
+  v1::AgentMessage m;
+  *m.mutable_restarting()->mutable_hold() = ToProto(hold);
+  outbox_.Write(std::move(m));  // not on a stream: no grant comes, and it drains
+}
+
+void AgentCore::OnRestartHold(const v1::RestartHold& msg) {
+  const absl::Duration hold = FromProto(msg.hold());
+  absl::Duration otherwise;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!restart_asked_.has_value() || drain_.exiting()) return;
+    restart_asked_.reset();
+    otherwise = restart_otherwise_;
+    if (hold > absl::ZeroDuration()) {
+      // Counted from now, on this host's CLOCK_MONOTONIC (the supervisors'
+      // clock): the scheduler counts from when it sees the stream end,
+      // which is later.
+      const int64_t until = absl::ToInt64Nanoseconds(RealClock::Get()->Monotonic() + hold);
+      const std::vector<std::shared_ptr<TaskRun>> runs = slots_.Runs();
+      for (const std::shared_ptr<TaskRun>& run : runs) run->Detach(until);
+      spdlog::info(
+          "the scheduler holds this agent's tasks for {}: keeping the steps of {} running task(s) "
+          "for the next agent, and exiting",
+          DurationText(hold), runs.size());
+    }
+  }
+  if (hold <= absl::ZeroDuration()) {
+    spdlog::warn("the scheduler holds nothing for a restart: draining for up to {} instead",
+                 DurationText(otherwise));
+    Drain(otherwise);
+    return;
+  }
+  // What could not be kept (a builtin or http step, a step still reading
+  // its stdin) is stopped and released.
+  Drain(absl::ZeroDuration());
+}
+
+int AgentCore::kept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kept_;
+}
+
+int AgentCore::TakeBackKept() {
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(opts_.exec.work_dir, &dropped);
+  for (const std::string& d : dropped) spdlog::warn("a kept task was not taken back: {}", d);
+  std::vector<std::shared_ptr<TaskRun>> runs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Duration real_now = RealClock::Get()->Monotonic();
+    for (KeptRun& k : kept) {
+      const absl::Duration until = absl::Nanoseconds(k.kept.hold_until_monotonic_ns());
+      // Ours until then, welcomed or not: the scheduler holds them longer.
+      lease_.KeptUntil(Now() + (until - real_now));
+      auto run = std::make_shared<TaskRun>(std::move(k), opts_.exec);
+      slots_.Adopt(run);
+      runs.push_back(std::move(run));
+      ++threads_;
+    }
+    WakeTimerLocked();
+  }
+  for (std::shared_ptr<TaskRun>& run : runs) {
+    spdlog::info("took back {} attempt {}, kept by the agent before this one",
+                 run->assignment().task_id(), run->assignment().attempt());
+    workers_.Run([this, run = std::move(run)] { TaskThread(run); });
+  }
+  return static_cast<int>(runs.size());
+}
+
 bool AgentCore::DrainComplete() const {
   std::lock_guard<std::mutex> lock(mu_);
   return drain_.Complete(Now(), HandedOverLocked());
@@ -286,6 +370,9 @@ void AgentCore::Handle(const v1::SchedulerMessage& msg) {
     case v1::SchedulerMessage::kWatchOutput:
       OnWatchOutput(msg.watch_output());
       break;
+    case v1::SchedulerMessage::kRestartHold:
+      OnRestartHold(msg.restart_hold());
+      break;
     default:  // contact, noted above
       break;
   }
@@ -388,6 +475,14 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
   while (run != nullptr) {
     v1::TaskResult result = run->Run();
     const v1::Assignment& a = run->assignment();
+    if (run->detached()) {
+      // Kept for the next agent: nothing to say; the scheduler holds it.
+      std::lock_guard<std::mutex> lock(mu_);
+      watches_.Finish(a.task_id(), a.attempt());
+      LogDropped(slots_.Kept(run), "their predecessor was kept for the next agent");
+      ++kept_;
+      break;
+    }
     Slots::Ended ended;
     // A watched attempt's last output goes before its Result.
     std::vector<v1::AgentMessage> out;
@@ -462,12 +557,19 @@ absl::Duration AgentCore::Tick() {
   std::vector<v1::AgentMessage> output;  // of watched attempts
   bool end_stream = false;
   std::optional<absl::Duration> heartbeat_at;
+  std::optional<absl::Duration> drain_instead;  // no grant came for Restart()
   absl::Duration due;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const absl::Duration now = Now();
+    if (restart_asked_.has_value() && now >= *restart_asked_ + kRestartAnswerWait) {
+      restart_asked_.reset();
+      drain_instead = restart_otherwise_;
+    }
     if (drain_.Complete(now, HandedOverLocked())) {
-      if (stream_open_ && drain_.GoodbyeDue(now, HandedOverLocked())) {
+      // Kept attempts are still this agent's (the next one takes them
+      // back): no Goodbye, which would say everything was handed over.
+      if (stream_open_ && kept_ == 0 && drain_.GoodbyeDue(now, HandedOverLocked())) {
         // Everything is handed over: say so, and the scheduler forgets this
         // agent instead of listing it as lost. It closes the stream.
         out.emplace().mutable_goodbye();
@@ -532,8 +634,14 @@ absl::Duration AgentCore::Tick() {
       if (stream_open_ && !silence_ended_ && asked.has_value()) {
         due = std::min(due, *asked + silence_limit);
       }
+      if (restart_asked_.has_value()) due = std::min(due, *restart_asked_ + kRestartAnswerWait);
     }
     timer_due_ = due;
+  }
+  if (drain_instead.has_value()) {
+    spdlog::warn("the scheduler did not answer the restart: draining for up to {} instead",
+                 DurationText(*drain_instead));
+    Drain(*drain_instead);
   }
   if (!output.empty()) outbox_.WriteAll(std::move(output));
   if (out.has_value()) {

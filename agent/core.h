@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,9 @@
 #include "taskgrid/v1/agent_service.pb.h"
 
 namespace taskgrid::agent {
+
+// How long Restart() waits for the scheduler's RestartHold.
+inline constexpr absl::Duration kRestartAnswerWait = absl::Seconds(2);
 
 struct CoreOptions {
   std::string id;
@@ -124,6 +128,18 @@ class AgentCore {
   // See Agent: StopTakingWork(), Drain(timeout).
   void StopTakingWork();
   void Drain(absl::Duration timeout);
+  // Exits keeping the running steps for the next agent (agent/executor.h,
+  // "Keeping steps"): asks the scheduler to hold this agent's attempts for
+  // `hold` (Restarting); once it grants a hold (RestartHold), every run
+  // that can be kept is kept until then and the others are released, as
+  // by Drain(0). No grant within kRestartAnswerWait (no stream, an older
+  // scheduler, a grant of zero): Drain(`otherwise`) instead.
+  void Restart(absl::Duration hold, absl::Duration otherwise);
+  // Before the first stream: takes back the attempts an earlier agent kept
+  // in exec.work_dir, running them on. Returns how many.
+  int TakeBackKept();
+  // Runs kept for the next agent since this one started.
+  int kept() const;
   // Drain() was called, and every task ended and its result is
   // acknowledged, or the exit deadline passed.
   bool DrainComplete() const;
@@ -178,6 +194,7 @@ class AgentCore {
   void SayDraining();
   // The scheduler's Undrain: work again, unless the agent is leaving.
   void OnUndrain();
+  void OnRestartHold(const v1::RestartHold& hold);
 
   const CoreOptions opts_;
   Clock* const clock_;
@@ -208,6 +225,12 @@ class AgentCore {
   uint64_t changes_ = 0;        // guarded by mu_; bumped by WakeTimerLocked()
   // Guarded by mu_: when the timer's last pass said it is due again.
   absl::Duration timer_due_ = -absl::InfiniteDuration();
+
+  // Restart(): asked at (the core's clock), how long to wait for the grant,
+  // and the drain timeout when none comes.
+  std::optional<absl::Duration> restart_asked_;  // guarded by mu_
+  absl::Duration restart_otherwise_;             // guarded by mu_
+  int kept_ = 0;                                 // guarded by mu_
 
   // Runs TaskThread; last, so its threads are joined before the rest goes.
   WorkerPool workers_;

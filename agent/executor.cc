@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/builtins.h"
 #include "agent/http_step.h"
@@ -109,6 +111,39 @@ std::string StopError(StopReason reason, int index, const v1::Assignment& a) {
   }
 }
 
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// This boot's id: a kept attempt from another boot is stale (its
+// supervisor died with the machine; CLOCK_MONOTONIC started again).
+std::string BootId() {
+  static const std::string id = [] {
+    std::string s;
+    const int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[64];
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n > 0) s.assign(buf, static_cast<size_t>(n));
+      close(fd);
+    }
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }();
+  return id;
+}
+
+// The absolute base of the attempt directories.
+std::string BaseDir(const std::string& work_dir, std::error_code* ec) {
+  return std::filesystem::absolute(work_dir.empty() ? DefaultWorkDir("") : work_dir, *ec)
+      .lexically_normal()
+      .string();
+}
+
+constexpr char kKeptDir[] = "kept";
+
 }  // namespace
 
 std::string DefaultWorkDir(const std::string& agent_id) {
@@ -165,7 +200,155 @@ TaskRun::TaskRun(v1::Assignment assignment, ExecutorOptions opts)
                 ? nullptr
                 : std::make_shared<LiveOutput>(static_cast<size_t>(opts_.live_output_bytes))) {}
 
-TaskRun::~TaskRun() = default;
+TaskRun::TaskRun(KeptRun kept, ExecutorOptions opts)
+    : assignment_(kept.kept.assignment()),
+      opts_(std::move(opts)),
+      instant_(false),
+      live_(opts_.live_output_bytes <= 0
+                ? nullptr
+                : std::make_shared<LiveOutput>(static_cast<size_t>(opts_.live_output_bytes))),
+      kept_(std::move(kept.kept)),
+      kept_fd_(kept.supervisor_fd) {}
+
+TaskRun::~TaskRun() {
+  if (kept_fd_ >= 0) close(kept_fd_);  // Run() never took it
+}
+
+void TaskRun::Detach(int64_t hold_until_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (detach_until_ns_ != 0 || hold_until_ns <= 0) return;
+  detach_until_ns_ = hold_until_ns;
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+bool TaskRun::WriteKept(int index, const std::string& name, absl::Duration step_start,
+                        const OutputTail& out, const OutputTail& err, int64_t* hold_until_ns) {
+  int64_t hold;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold = detach_until_ns_;
+  }
+  if (hold == 0 || attempt_dir_.empty()) return false;
+  const std::string base = std::filesystem::path(attempt_dir_).parent_path().string();
+  const std::string dir = base + "/" + kKeptDir;
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::error("cannot keep {} attempt {}: cannot create {}: {}", assignment_.task_id(),
+                  assignment_.attempt(), dir, ErrnoText(errno));
+    return false;
+  }
+  v1::KeptAttempt k;
+  *k.mutable_assignment() = assignment_;
+  k.set_step(index);
+  k.set_supervisor(name);
+  k.set_attempt_dir(attempt_dir_);
+  const absl::Duration now = Now();
+  *k.mutable_attempt_elapsed() = ToProto(now - run_start_);
+  *k.mutable_step_elapsed() = ToProto(name.empty() ? absl::ZeroDuration() : now - step_start);
+  k.set_stdout_tail(out.Peek());
+  k.set_stdout_cut_bytes(out.cut());
+  k.set_stderr_tail(err.Peek());
+  k.set_stderr_cut_bytes(err.cut());
+  k.set_hold_until_monotonic_ns(hold);
+  k.set_boot_id(BootId());
+  const std::string file = dir + "/" + std::filesystem::path(attempt_dir_).filename().string();
+  const std::string tmp = file + ".tmp";
+  unlink(tmp.c_str());
+  if (std::string error = WriteNewFile(tmp, k.SerializeAsString()); !error.empty()) {
+    spdlog::error("cannot keep {} attempt {}: {}", assignment_.task_id(), assignment_.attempt(),
+                  error);
+    unlink(tmp.c_str());
+    return false;
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0) {
+    spdlog::error("cannot keep {} attempt {}: cannot rename {}: {}", assignment_.task_id(),
+                  assignment_.attempt(), tmp, ErrnoText(errno));
+    unlink(tmp.c_str());
+    return false;
+  }
+  kept_file_ = file;
+  *hold_until_ns = hold;
+  return true;
+}
+
+void TaskRun::RemoveKept() {
+  if (kept_file_.empty()) return;
+  unlink(kept_file_.c_str());
+  kept_file_.clear();
+}
+
+void TaskRun::SetDetach(int index, OutputTail* out, OutputTail* err, internal::ChildControl* ctl) {
+  ctl->detach = [this, index, out, err](supervisor::Command* c) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (detach_until_ns_ == 0) return false;
+    }
+    const std::string name = internal::NewSupervisorName();
+    int64_t hold = 0;
+    if (!WriteKept(index, name, step_start_, *out, *err, &hold)) return false;
+    c->deadline_ns = hold;
+    c->tail_bytes = opts_.max_output_bytes;
+    snprintf(c->name, sizeof(c->name), "%s", name.c_str());
+    return true;
+  };
+}
+
+std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
+                                      std::vector<std::string>* dropped) {
+  std::vector<KeptRun> found;
+  std::error_code ec;
+  const std::string base = BaseDir(work_dir, &ec);
+  if (ec) return found;
+  const std::string dir = base + "/" + kKeptDir;
+  std::vector<std::string> files;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    std::string data;
+    {
+      const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        char buf[64 << 10];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof(buf))) > 0) data.append(buf, static_cast<size_t>(n));
+        close(fd);
+      }
+    }
+    unlink(file.c_str());
+    if (absl::EndsWith(file, ".tmp")) continue;  // never finished
+    KeptRun run;
+    std::string why;
+    const std::string dir_prefix = base + "/";
+    if (!run.kept.ParseFromString(data)) {
+      why = absl::StrCat(file, " cannot be read");
+    } else if (!absl::StartsWith(run.kept.attempt_dir(), dir_prefix) ||
+               run.kept.attempt_dir().find("/..") != std::string::npos) {
+      why = absl::StrCat(file, " names an attempt directory outside ", base);
+      run.kept.clear_attempt_dir();
+    } else if (run.kept.boot_id() != BootId()) {
+      why = "it was kept before the machine restarted";
+    } else if (MonotonicNs() >= run.kept.hold_until_monotonic_ns()) {
+      why = "it was kept for less time than the agent took to come back";
+    } else if (!run.kept.supervisor().empty()) {
+      run.supervisor_fd = internal::ConnectSupervisor(run.kept.supervisor());
+      if (run.supervisor_fd < 0) {
+        why = absl::StrCat("its step supervisor does not answer (", ErrnoText(errno), ")");
+      }
+    }
+    if (why.empty()) {
+      found.push_back(std::move(run));
+      continue;
+    }
+    if (!run.kept.attempt_dir().empty()) RemoveTree(run.kept.attempt_dir());
+    dropped->push_back(absl::StrCat(run.kept.assignment().task_id(), " attempt ",
+                                    run.kept.assignment().attempt(), ": ", why));
+  }
+  return found;
+}
 
 const v1::Assignment& TaskRun::assignment() const { return assignment_; }
 
@@ -201,7 +384,7 @@ v1::TaskResult TaskRun::Run() {
                                     [](const v1::Step& s) { return s.has_exec(); });
   const bool has_http = std::any_of(assignment_.steps().begin(), assignment_.steps().end(),
                                     [](const v1::Step& s) { return s.has_http(); });
-  if (has_exec || has_http) {
+  if (has_exec || has_http || kept_.has_value()) {
     std::lock_guard<std::mutex> lock(mu_);
     // Without it Cancel() is still seen, at the next poll period.
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -213,14 +396,33 @@ v1::TaskResult TaskRun::Run() {
   const int n = assignment_.steps_size();
   StepEnd end = StepEnd::Failed(-1, "the assignment has no steps");
   int index = 0;
-  // Cancelled before it began: the first step reports it, nothing is made.
-  const StepEnd prepared = cancelled() || !has_exec ? StepEnd{} : PrepareAttemptDir();
+  StepEnd prepared;
+  if (kept_.has_value()) {
+    // Where the agent before this one left it.
+    run_start_ -= FromProto(kept_->attempt_elapsed());
+    attempt_dir_ = kept_->attempt_dir();
+    out.Skip(kept_->stdout_cut_bytes());
+    out.Append(kept_->stdout_tail());
+    err.Skip(kept_->stderr_cut_bytes());
+    err.Append(kept_->stderr_tail());
+    index = kept_->step();
+  } else if (!cancelled() && has_exec) {
+    // Cancelled before it began: the first step reports it, nothing is made.
+    prepared = PrepareAttemptDir();
+  }
   if (prepared.outcome != v1::OUTCOME_SUCCEEDED) {
     end = prepared;
   } else {
     for (; index < n; ++index) {
-      end = RunStep(index, &out, &err);
-      if (end.outcome != v1::OUTCOME_SUCCEEDED) break;
+      const bool attach = kept_fd_ >= 0 && kept_.has_value() && index == kept_->step();
+      int64_t hold = 0;
+      // Kept between two steps: the next agent starts this one.
+      if (!attach && WriteKept(index, "", Now(), out, err, &hold)) {
+        detached_.store(true);
+        break;
+      }
+      end = attach ? AttachExecStep(index, &out, &err) : RunStep(index, &out, &err);
+      if (detached_.load() || end.outcome != v1::OUTCOME_SUCCEEDED) break;
     }
   }
 
@@ -228,6 +430,11 @@ v1::TaskResult TaskRun::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     if (wake_fd_ >= 0) close(wake_fd_);
     wake_fd_ = -1;
+  }
+  if (detached_.load()) {
+    spdlog::info("{} attempt {}: kept at step {} for the next agent", assignment_.task_id(),
+                 assignment_.attempt(), index);
+    return v1::TaskResult();
   }
   v1::TaskResult result;
   result.set_outcome(end.outcome);
@@ -353,11 +560,13 @@ void TaskRun::CollectOutput(v1::TaskResult* result) const {
   }
 }
 
-absl::Duration TaskRun::StepDeadline(int index, bool* is_attempt) const {
+absl::Duration TaskRun::StepDeadline(int index, bool* is_attempt,
+                                     absl::Duration step_elapsed) const {
   const absl::Duration step_timeout = FromProto(assignment_.steps(index).timeout());
   const absl::Duration attempt_timeout = FromProto(assignment_.attempt_timeout());
-  const absl::Duration step_deadline =
-      step_timeout > absl::ZeroDuration() ? Now() + step_timeout : absl::InfiniteDuration();
+  const absl::Duration step_deadline = step_timeout > absl::ZeroDuration()
+                                           ? Now() - step_elapsed + step_timeout
+                                           : absl::InfiniteDuration();
   const absl::Duration attempt_deadline = attempt_timeout > absl::ZeroDuration()
                                               ? run_start_ + attempt_timeout
                                               : absl::InfiniteDuration();
@@ -385,9 +594,9 @@ TaskRun::StepEnd TaskRun::RunStep(int index, OutputTail* out, OutputTail* err) {
   }
 }
 
-void TaskRun::SetStops(int index, internal::StopControl* ctl) const {
+void TaskRun::SetStops(int index, internal::StopControl* ctl, absl::Duration step_elapsed) const {
   bool is_attempt = false;
-  ctl->deadline = StepDeadline(index, &is_attempt);
+  ctl->deadline = StepDeadline(index, &is_attempt, step_elapsed);
   ctl->deadline_reason = is_attempt ? StopReason::kAttemptTimeout : StopReason::kStepTimeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -455,7 +664,31 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
     }
   };
 
+  step_start_ = Now();
+  SetDetach(index, out, err, &ctl);
   const internal::ChildExit ex = internal::RunChild(spec, ctl, out, err);
+  return ExitEnd(index, ex);
+}
+
+TaskRun::StepEnd TaskRun::AttachExecStep(int index, OutputTail* out, OutputTail* err) {
+  internal::ChildControl ctl;
+  const absl::Duration step_elapsed = FromProto(kept_->step_elapsed());
+  step_start_ = Now() - step_elapsed;
+  SetStops(index, &ctl, step_elapsed);
+  ctl.kill_grace = opts_.kill_grace;
+  SetDetach(index, out, err, &ctl);
+  const int fd = std::exchange(kept_fd_, -1);
+  const internal::ChildExit ex = internal::AttachChild(fd, ctl, out, err);
+  return ExitEnd(index, ex);
+}
+
+TaskRun::StepEnd TaskRun::ExitEnd(int index, const internal::ChildExit& ex) {
+  const std::string prefix = absl::StrCat("step ", index, ": ");
+  if (ex.detached) {
+    detached_.store(true);
+    return StepEnd{};
+  }
+  RemoveKept();  // a detach the step's end overtook
   if (!ex.start_error.empty()) return StepEnd::Failed(-1, prefix + ex.start_error);
   if (ex.stopped_by != StopReason::kNone) return Stopped(ex.stopped_by, index);
   if (WIFEXITED(ex.wait_status)) {

@@ -26,6 +26,16 @@
 //   - the child gets default signal dispositions, an empty signal mask and
 //     only fds 0, 1, 2; its exit status is always collected (no zombies).
 //
+// Keeping steps through an agent restart: Detach() hands the running exec
+// step to its supervisor (agent/step_supervisor.h) and writes what the next
+// agent needs to go on (a KeptAttempt) to <work_dir>/kept/; Run() then
+// returns at once with detached() true, leaving the attempt's directory.
+// The next agent reads the file (ReadKeptAttempts) and makes a TaskRun from
+// it that takes the step back and goes on with the steps after it, to the
+// same Result the first would have given. A run that is between two steps
+// is kept the same way, to go on with the next step; one in a builtin or
+// http step, or still writing the step's stdin, is not kept.
+//
 // The calling process must not change its environment (setenv, putenv)
 // while any TaskRun runs: each exec step reads `environ`.
 #pragma once
@@ -37,7 +47,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "agent/live_output.h"
@@ -49,6 +61,8 @@ namespace taskgrid::agent {
 namespace internal {
 class OutputTail;
 struct StopControl;
+struct ChildControl;
+struct ChildExit;
 enum class StopReason;
 }  // namespace internal
 
@@ -84,6 +98,21 @@ inline constexpr int64_t kMaxOutputFileBytes = 1 << 20;
 // empty id).
 std::string DefaultWorkDir(const std::string& agent_id);
 
+// An attempt a restarted agent takes back (see Detach()): what the agent
+// before it left, and the socket to its step's supervisor (-1: go on with
+// kept.step(), not started).
+struct KeptRun {
+  taskgrid::v1::KeptAttempt kept;
+  int supervisor_fd = -1;
+};
+
+// The attempts kept in `work_dir` by an agent before this one. Each file is
+// read and removed; one that is stale (its hold passed, another boot) or
+// whose supervisor does not answer is dropped, its attempt directory
+// removed, and says why in `dropped`.
+std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
+                                      std::vector<std::string>* dropped);
+
 // One attempt of one task: runs the steps of `assignment` in order.
 //
 // Thread contract: Run() is called once, on a thread of its own, and blocks
@@ -107,6 +136,8 @@ std::string DefaultWorkDir(const std::string& agent_id);
 class TaskRun {
  public:
   TaskRun(taskgrid::v1::Assignment assignment, ExecutorOptions opts);
+  // Goes on with an attempt an earlier agent kept (see Detach()).
+  TaskRun(KeptRun kept, ExecutorOptions opts);
   ~TaskRun();
   TaskRun(const TaskRun&) = delete;
   TaskRun& operator=(const TaskRun&) = delete;
@@ -118,6 +149,12 @@ class TaskRun {
   // Idempotent. Before Run(), Run() starts nothing; after Run() returned, it
   // has no effect.
   void Cancel();
+  // Keeps the attempt for the next agent until `hold_until_ns`
+  // (CLOCK_MONOTONIC): see above. Comes before a Cancel() for the runs it
+  // cannot keep; Run() returns as soon as it has kept it or ended.
+  void Detach(int64_t hold_until_ns);
+  // Run() returned because the attempt was kept (its result is not one).
+  bool detached() const { return detached_.load(); }
   // The pid of the step process running now (also its process group id), or
   // 0. For tests and logs.
   pid_t current_pid() const;
@@ -142,13 +179,32 @@ class TaskRun {
   StepEnd RunBuiltinStep(int index, internal::OutputTail* out);
   StepEnd RunHttpStep(int index, internal::OutputTail* out);
   // Fills in when step `index` is stopped: its deadline and Cancel().
-  void SetStops(int index, internal::StopControl* ctl) const;
+  // `step_elapsed`: how much of its time it used already.
+  void SetStops(int index, internal::StopControl* ctl,
+                absl::Duration step_elapsed = absl::ZeroDuration()) const;
+  // Step `index` of a kept attempt, running under the supervisor on
+  // kept_fd_.
+  StepEnd AttachExecStep(int index, internal::OutputTail* out, internal::OutputTail* err);
+  // How an exec step's process ended, as the step's end.
+  StepEnd ExitEnd(int index, const internal::ChildExit& ex);
+  // What Detach() asked, for the step `index` that started at monotonic
+  // `step_start` (its supervisor listening on `name`; empty: not started):
+  // writes the kept file; false when there was no detach or it could not
+  // be written.
+  bool WriteKept(int index, const std::string& name, absl::Duration step_start,
+                 const internal::OutputTail& out, const internal::OutputTail& err,
+                 int64_t* hold_until_ns);
+  void RemoveKept();
+  // The detach callback of exec step `index`.
+  void SetDetach(int index, internal::OutputTail* out, internal::OutputTail* err,
+                 internal::ChildControl* ctl);
   // The end of step `index` stopped from outside for `reason` (not kNone).
   StepEnd Stopped(internal::StopReason reason, int index) const;
   // For step `index` starting now: the earlier of its own and the attempt's
   // deadline (monotonic time, InfiniteDuration for none), and whether it is
   // the attempt's.
-  absl::Duration StepDeadline(int index, bool* is_attempt) const;
+  absl::Duration StepDeadline(int index, bool* is_attempt,
+                              absl::Duration step_elapsed = absl::ZeroDuration()) const;
   bool cancelled() const;
 
   const taskgrid::v1::Assignment assignment_;
@@ -159,11 +215,18 @@ class TaskRun {
   std::string attempt_dir_;   // Run()'s thread only; empty when not made
   std::atomic<bool> ran_{false};
   std::atomic<pid_t> pid_{0};
+  std::atomic<bool> detached_{false};
+  // A kept attempt taken back: where it was, and its supervisor's socket.
+  std::optional<taskgrid::v1::KeptAttempt> kept_;
+  int kept_fd_ = -1;
+  std::string kept_file_;      // Run()'s thread only: the kept file written
+  absl::Duration step_start_;  // Run()'s thread only: the running step's
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // notified by Cancel(): wakes a builtin sleep
-  bool cancelled_ = false;      // guarded by mu_
-  int wake_fd_ = -1;            // guarded by mu_; an eventfd, open only inside Run()
+  std::condition_variable cv_;   // notified by Cancel(): wakes a builtin sleep
+  bool cancelled_ = false;       // guarded by mu_
+  int64_t detach_until_ns_ = 0;  // guarded by mu_; 0: no Detach()
+  int wake_fd_ = -1;             // guarded by mu_; an eventfd, open only inside Run()
 };
 
 }  // namespace taskgrid::agent

@@ -8,6 +8,7 @@ void Lease::HelloSent(absl::Duration now) { unanswered_.assign(1, now); }
 
 void Lease::Welcomed(absl::Duration now, absl::Duration stop_on_lost_after, absl::Duration lease) {
   outage_start_.reset();
+  kept_until_.reset();
   welcome_stop_on_lost_after_ = std::max(stop_on_lost_after, absl::ZeroDuration());
   lease_ = std::max(lease, absl::ZeroDuration());
   lease_until_ = TakeUnanswered().value_or(now) + lease_;

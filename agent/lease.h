@@ -67,9 +67,17 @@ class Lease {
   void Refused();
   void RestartRuledOut();
 
+  // Attempts an earlier agent kept for this one (agent/executor.h) are
+  // this agent's until `until`, however long it takes to be welcomed: the
+  // scheduler holds them longer. The first Welcome ends this.
+  void KeptUntil(absl::Duration until) {
+    kept_until_ = kept_until_.has_value() ? std::max(*kept_until_, until) : until;
+  }
+
   // Running tasks must stop at this time.
   absl::Duration FenceAt() const {
-    const absl::Duration usual = ByLease() ? lease_until_ : last_heard_ + StopOnLostAfter();
+    absl::Duration usual = ByLease() ? lease_until_ : last_heard_ + StopOnLostAfter();
+    if (kept_until_.has_value()) usual = std::max(usual, *kept_until_);
     return HoldingForRestart() ? std::max(usual, *outage_start_ + restart_grace_ - kRestartMargin)
                                : usual;
   }
@@ -107,8 +115,9 @@ class Lease {
   absl::Duration restart_grace_ = absl::ZeroDuration();
   // From the end of a welcomed stream to the next Welcome.
   std::optional<absl::Duration> outage_start_;
-  bool refused_ = false;    // this outage: a try was refused
-  bool ruled_out_ = false;  // this outage: something said no restart
+  bool refused_ = false;                      // this outage: a try was refused
+  bool ruled_out_ = false;                    // this outage: something said no restart
+  std::optional<absl::Duration> kept_until_;  // until the first Welcome
 };
 
 }  // namespace taskgrid::agent

@@ -37,6 +37,12 @@ ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(2),
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long running tasks may take to finish; those still running then "
           "are stopped and released to the scheduler, which re-queues them at once");
+ABSL_FLAG(absl::Duration, keep_steps, absl::ZeroDuration(),
+          "On SIGTERM, keep the running steps instead of draining: the agent exits at once and "
+          "its steps run on; an agent started again with the same --id (and --work_dir) within "
+          "this long takes them back, and their tasks finish as the same attempt (an upgrade). "
+          "Not back in time: the steps are killed and the tasks move, not counted as attempts. "
+          "The scheduler holds them at most its --restart_grace. 0: SIGTERM drains");
 ABSL_FLAG(absl::Duration, stop_on_lost_after, absl::ZeroDuration(),
           "Stop the running tasks after hearing nothing from the scheduler for this long "
           "(before it gives them to another agent). 0: what the scheduler says, else 4s");
@@ -83,7 +89,8 @@ int main(int argc, char** argv) {
       "  taskgrid-agent --scheduler=127.0.0.1:7070 --slots=4 --labels=gpu=1 --id=worker-1\n\n"
       "SIGTSTP: take no more work; running tasks finish.\n"
       "SIGTERM: the same, then exit when they finished (at most --drain_timeout; tasks still "
-      "running then are stopped and handed back to the scheduler).\n"
+      "running then are stopped and handed back to the scheduler); with --keep_steps, exit at "
+      "once leaving the steps running for the next agent.\n"
       "SIGINT: stop the running tasks at once, hand them back, exit. A second SIGINT or "
       "SIGTERM during a drain ends it at once.",
       "agent/main.cc");
@@ -162,14 +169,21 @@ int main(int argc, char** argv) {
   }
   opts.stop_on_lost_after = absl::GetFlag(FLAGS_stop_on_lost_after);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  if (opts.stop_on_lost_after < absl::ZeroDuration() || drain_timeout < absl::ZeroDuration()) {
-    spdlog::error("--stop_on_lost_after and --drain_timeout must not be negative");
+  const absl::Duration keep_steps = absl::GetFlag(FLAGS_keep_steps);
+  if (opts.stop_on_lost_after < absl::ZeroDuration() || drain_timeout < absl::ZeroDuration() ||
+      keep_steps < absl::ZeroDuration()) {
+    spdlog::error("--stop_on_lost_after, --drain_timeout and --keep_steps must not be negative");
+    return 2;
+  }
+  if (keep_steps > absl::ZeroDuration() && absl::GetFlag(FLAGS_id).empty()) {
+    spdlog::error(
+        "--keep_steps needs --id: the agent that takes the steps back must have the same id");
     return 2;
   }
 
   taskgrid::agent::Agent agent(opts);
   std::atomic<bool> done{false};
-  std::thread waiter([&agent, &done, signals, drain_timeout] {
+  std::thread waiter([&agent, &done, signals, drain_timeout, keep_steps] {
     bool draining = false;
     // Wakes every 200 ms to notice that Run() returned.
     const timespec poll = {0, 200 * 1000 * 1000};
@@ -183,6 +197,11 @@ int main(int argc, char** argv) {
         spdlog::info("received {}: stopping the running tasks now",
                      sig == SIGINT ? "SIGINT" : "SIGTERM");
         agent.Drain(absl::ZeroDuration());
+        draining = true;
+      } else if (keep_steps > absl::ZeroDuration()) {
+        spdlog::info("received SIGTERM: exiting, keeping the running steps for up to {}",
+                     absl::FormatDuration(keep_steps));
+        agent.Restart(keep_steps, drain_timeout);
         draining = true;
       } else {
         spdlog::info("received SIGTERM: draining for up to {}",

@@ -6,7 +6,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +78,72 @@ bool MakePipe(Fd* read_end, Fd* write_end) {
   return fds[0] >= 0 && fds[1] >= 0;
 }
 
+// A unix socket pair, both ends as MakePipe's: the lifeline, which the
+// supervisor answers on.
+bool MakeSocketPair(Fd* agent_end, Fd* supervisor_end) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
+  for (int& fd : fds) {
+    if (fd < 3) {
+      const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      ::close(fd);
+      fd = moved;
+    }
+  }
+  agent_end->Reset(fds[0]);
+  supervisor_end->Reset(fds[1]);
+  return fds[0] >= 0 && fds[1] >= 0;
+}
+
+bool SendAll(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Frames from a supervisor, as they arrive on its socket.
+class FrameReader {
+ public:
+  // Reads what is there (non-blocking); false on EOF or an error.
+  bool Fill(int fd) {
+    char buf[64 << 10];
+    for (;;) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) return false;
+      data_.append(buf, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < sizeof(buf)) return true;
+    }
+  }
+  // The next whole frame, if one is in.
+  bool Next(sv::FrameHeader* h, std::string* body) {
+    if (data_.size() - pos_ < sizeof(*h)) return Compact();
+    memcpy(h, data_.data() + pos_, sizeof(*h));
+    if (h->len < 0 || data_.size() - pos_ - sizeof(*h) < static_cast<size_t>(h->len)) {
+      return Compact();
+    }
+    body->assign(data_, pos_ + sizeof(*h), static_cast<size_t>(h->len));
+    pos_ += sizeof(*h) + static_cast<size_t>(h->len);
+    return true;
+  }
+
+ private:
+  bool Compact() {
+    data_.erase(0, pos_);
+    pos_ = 0;
+    return false;
+  }
+  std::string data_;
+  size_t pos_ = 0;
+};
+
 void SetNonBlocking(const Fd& fd) {
   if (!fd.ok()) return;
   const int flags = fcntl(fd.get(), F_GETFL);
@@ -125,7 +194,8 @@ struct ExecPlan {
 
 char* Mutable(const std::string& s) { return const_cast<char*>(s.c_str()); }
 
-void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, ExecPlan* plan) {
+void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, int out_read, int err_read,
+              ExecPlan* plan) {
   std::vector<std::string> candidates;
   const std::string& name = spec.argv[0];
   if (name.find('/') != std::string::npos) {
@@ -141,6 +211,8 @@ void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, ExecPlan* p
   s.resize(sv::kArgCount + 1);
   s[sv::kArgLifeline] = absl::StrCat(lifeline_fd);
   s[sv::kArgReport] = absl::StrCat(report_fd);
+  s[sv::kArgStdout] = absl::StrCat(out_read);
+  s[sv::kArgStderr] = absl::StrCat(err_read);
   s[sv::kArgShell] = spec.shell_path;
   s[sv::kArgCount] = absl::StrCat(candidates.size());
   s.insert(s.end(), candidates.begin(), candidates.end());
@@ -159,7 +231,7 @@ void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, ExecPlan* p
 // The child, from fork() to exec of the supervisor. Async-signal-safe calls
 // only. Every fd it is given is above 2 (MakePipe).
 [[noreturn]] void ExecChild(const ExecPlan& plan, int in_fd, int out_fd, int err_fd, int report_fd,
-                            int lifeline_fd) {
+                            int lifeline_fd, int out_read, int err_read) {
   auto fail = [report_fd](int stage) {
     const sv::Report report = {stage, errno};
     ssize_t n;
@@ -175,18 +247,27 @@ void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, ExecPlan* p
   }
   if (plan.cwd != nullptr && chdir(plan.cwd) != 0) fail(sv::kChdir);
   // Nothing of the agent's leaks into the step: keep 0, 1, 2, the report
-  // pipe and the lifeline, which the supervisor takes over.
-  const int lo = std::min(report_fd, lifeline_fd);
-  const int hi = std::max(report_fd, lifeline_fd);
-  bool closed = (lo == 3 || close_range(3, lo - 1, 0) == 0) &&
-                (hi == lo + 1 || close_range(lo + 1, hi - 1, 0) == 0) &&
-                close_range(hi + 1, ~0U, 0) == 0;
+  // pipe, the lifeline and the output pipes' read ends, which the
+  // supervisor takes over.
+  int keep[4] = {report_fd, lifeline_fd, out_read, err_read};
+  for (int i = 1; i < 4; ++i) {  // sorted, without allocating
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
+  }
+  bool closed = true;
+  int from = 3;
+  for (int fd : keep) {
+    if (fd > from) closed = closed && close_range(from, fd - 1, 0) == 0;
+    from = fd + 1;
+  }
+  closed = closed && close_range(from, ~0U, 0) == 0;
   if (!closed) {
     for (int fd = 3; fd < plan.max_fd; ++fd) {
-      if (fd != report_fd && fd != lifeline_fd) close(fd);
+      if (fd != keep[0] && fd != keep[1] && fd != keep[2] && fd != keep[3]) close(fd);
     }
   }
-  if (fcntl(report_fd, F_SETFD, 0) != 0 || fcntl(lifeline_fd, F_SETFD, 0) != 0) fail(sv::kSetup);
+  for (int fd : keep) {
+    if (fcntl(fd, F_SETFD, 0) != 0) fail(sv::kSetup);
+  }
   // Handlers are reset by exec, ignored signals are not: give the program
   // the defaults it expects, then unblock everything (the parent blocked all
   // signals around fork()).
@@ -280,6 +361,17 @@ void OutputTail::Append(const char* data, size_t n) {
   buf_.insert(buf_.end(), data, data + n);
 }
 
+void OutputTail::Skip(int64_t n) {
+  if (n <= 0) return;
+  appended_ += static_cast<uint64_t>(n);
+  buf_.clear();
+}
+
+std::string OutputTail::Peek() const {
+  const size_t keep = std::min(cap_, buf_.size());
+  return std::string(buf_.end() - keep, buf_.end());
+}
+
 std::string OutputTail::Take() {
   const size_t keep = std::min(cap_, buf_.size());
   std::string out(buf_.end() - keep, buf_.end());
@@ -300,12 +392,12 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   // ends, the supervisor reads EOF and kills the step's whole tree.
   Fd in_r, in_w, out_r, out_w, err_r, err_w, report_r, report_w, lifeline_r, lifeline_w;
   if (!MakePipe(&in_r, &in_w) || !MakePipe(&out_r, &out_w) || !MakePipe(&err_r, &err_w) ||
-      !MakePipe(&report_r, &report_w) || !MakePipe(&lifeline_r, &lifeline_w)) {
+      !MakePipe(&report_r, &report_w) || !MakeSocketPair(&lifeline_w, &lifeline_r)) {
     result.start_error = absl::StrCat("cannot create pipes: ", ErrnoText(errno));
     return result;
   }
   ExecPlan plan;
-  MakePlan(spec, lifeline_r.get(), report_w.get(), &plan);
+  MakePlan(spec, lifeline_r.get(), report_w.get(), out_r.get(), err_r.get(), &plan);
   ScopedSigpipeBlock sigpipe;
 
   // All signals blocked across fork(): no handler of the agent runs in the
@@ -315,7 +407,8 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   const pid_t supervisor = fork();
   if (supervisor == 0) {
-    ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get(), lifeline_r.get());
+    ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get(), lifeline_r.get(),
+              out_r.get(), err_r.get());
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
@@ -402,16 +495,30 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   bool killed = false;
   absl::Duration max_wait = absl::InfiniteDuration();
   if (!pidfd.ok() || (ctl.wake_fd < 0 && ctl.cancelled)) max_wait = kFallbackPoll;
+  // A detach asked for and sent: waiting for the supervisor's answer.
+  bool detach_sent = false;
+  bool detach_tried = false;
+  FrameReader answers;
   for (;;) {
     const absl::Duration now = Now();
-    if (result.stopped_by == StopReason::kNone) {
-      result.stopped_by = ctl.Due(now);
-      if (result.stopped_by != StopReason::kNone) {
-        KillGroup(pid, SIGTERM);
-        KillGroup(pid, SIGCONT);  // a stopped process must run to see SIGTERM
-        kill_at = now + ctl.kill_grace;
-        in_w.Reset();
-      }
+    const StopReason due =
+        result.stopped_by == StopReason::kNone && !detach_sent ? ctl.Due(now) : StopReason::kNone;
+    sv::Command command;
+    memset(&command, 0, sizeof(command));
+    // Asked after Due(): a detach comes before the stop that goes with it.
+    if (!detach_tried && result.stopped_by == StopReason::kNone && !in_w.ok() && ctl.detach &&
+        ctl.detach(&command)) {
+      detach_tried = true;
+      command.type = sv::kDetach;
+      // No answer (the supervisor ended with the step first): collected
+      // as usual below.
+      detach_sent = SendAll(lifeline_w.get(), &command, sizeof(command));
+    } else if (due != StopReason::kNone) {
+      result.stopped_by = due;
+      KillGroup(pid, SIGTERM);
+      KillGroup(pid, SIGCONT);  // a stopped process must run to see SIGTERM
+      kill_at = now + ctl.kill_grace;
+      in_w.Reset();
     }
     if (result.stopped_by != StopReason::kNone && !killed && now >= kill_at) {
       KillGroup(pid, SIGKILL);
@@ -427,7 +534,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     }
     const int timeout_ms = PollTimeoutMs(std::min(wake_at - now, max_wait));
 
-    pollfd fds[5];
+    pollfd fds[6];
     nfds_t nfds = 0;
     auto add = [&](int fd, short events) -> pollfd* {
       if (fd < 0) return nullptr;
@@ -438,6 +545,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     const pollfd* p_err = add(err_r.get(), POLLIN);
     const pollfd* p_in = add(in_w.get(), POLLOUT);
     const pollfd* p_wake = add(ctl.wake_fd, POLLIN);
+    const pollfd* p_line = detach_sent ? add(lifeline_w.get(), POLLIN) : nullptr;
     add(pidfd.get(), POLLIN);
     const int ready = poll(fds, nfds, timeout_ms);
     if (ready < 0) {
@@ -450,6 +558,21 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     if (p_err != nullptr && p_err->revents != 0) read_some(err_r, err);
     if (p_in != nullptr && p_in->revents != 0) write_some();
     if (p_wake != nullptr && (p_wake->revents & POLLIN) != 0) ctl.ClearWake();
+    if (p_line != nullptr && p_line->revents != 0) {
+      const bool open = answers.Fill(lifeline_w.get());
+      sv::FrameHeader h;
+      std::string body;
+      while (answers.Next(&h, &body)) {
+        if (h.type == sv::kDetached) {
+          // Kept: what is left in the output pipes is the supervisor's now.
+          // The lifeline closes as we return, and it listens.
+          result.detached = true;
+          if (ctl.on_pid) ctl.on_pid(0);
+          return result;
+        }
+      }
+      if (!open) detach_sent = false;  // it ended with the step: collect that
+    }
   }
 
   // The supervisor killed what the step left running before it ended.
@@ -480,6 +603,119 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     }
   }
   return result;
+}
+
+std::string NewSupervisorName() {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
+    r = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  }
+  return absl::StrCat("taskgrid-step-", getpid(), "-", absl::Hex(r, absl::kZeroPad16));
+}
+
+int ConnectSupervisor(const std::string& name) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  const size_t len = std::min(name.size(), sizeof(addr.sun_path) - 2);
+  memcpy(addr.sun_path + 1, name.data(), len);  // abstract: sun_path[0] is NUL
+  const socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, OutputTail* err) {
+  Fd sock(sock_fd);
+  ChildExit result;
+  FrameReader frames;
+  absl::Duration kill_at = absl::InfiniteDuration();
+  bool killed = false;
+  bool detach_sent = false;
+  auto send_command = [&sock](sv::Command c) { return SendAll(sock.get(), &c, sizeof(c)); };
+  for (;;) {
+    const absl::Duration now = Now();
+    const StopReason due =
+        result.stopped_by == StopReason::kNone && !detach_sent ? ctl.Due(now) : StopReason::kNone;
+    sv::Command command;
+    memset(&command, 0, sizeof(command));
+    if (!detach_sent && result.stopped_by == StopReason::kNone && ctl.detach &&
+        ctl.detach(&command)) {
+      command.type = sv::kDetach;
+      detach_sent = send_command(command);
+    } else if (due != StopReason::kNone) {
+      result.stopped_by = due;
+      sv::Command term;
+      memset(&term, 0, sizeof(term));
+      term.type = sv::kTerm;
+      send_command(term);
+      kill_at = now + ctl.kill_grace;
+    }
+    if (result.stopped_by != StopReason::kNone && !killed && now >= kill_at) {
+      sv::Command kill_cmd;
+      memset(&kill_cmd, 0, sizeof(kill_cmd));
+      kill_cmd.type = sv::kKill;
+      send_command(kill_cmd);
+      killed = true;
+    }
+    absl::Duration wake_at = absl::InfiniteDuration();
+    if (result.stopped_by == StopReason::kNone) {
+      wake_at = ctl.deadline;
+    } else if (!killed) {
+      wake_at = kill_at;
+    }
+    absl::Duration max_wait = absl::InfiniteDuration();
+    if (ctl.wake_fd < 0 && ctl.cancelled) max_wait = kFallbackPoll;
+    pollfd fds[2] = {{sock.get(), POLLIN, 0}, {ctl.wake_fd, POLLIN, 0}};
+    const int ready =
+        poll(fds, ctl.wake_fd >= 0 ? 2 : 1, PollTimeoutMs(std::min(wake_at - now, max_wait)));
+    if (ready < 0 && errno != EINTR) {
+      result.start_error = absl::StrCat("cannot follow the kept step: poll: ", ErrnoText(errno));
+      return result;
+    }
+    if (ready <= 0) continue;
+    if (ctl.wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) ctl.ClearWake();
+    if (fds[0].revents == 0) continue;
+    const bool open = frames.Fill(sock.get());
+    sv::FrameHeader h;
+    std::string body;
+    while (frames.Next(&h, &body)) {
+      switch (h.type) {
+        case sv::kSkipped:
+          if (body.size() == 2 * sizeof(int64_t)) {
+            int64_t skipped[2];
+            memcpy(skipped, body.data(), sizeof(skipped));
+            out->Skip(skipped[0]);
+            err->Skip(skipped[1]);
+          }
+          break;
+        case sv::kStdout:
+          out->Append(body);
+          break;
+        case sv::kStderr:
+          err->Append(body);
+          break;
+        case sv::kExit:
+          if (body.size() == sizeof(int)) memcpy(&result.wait_status, body.data(), sizeof(int));
+          return result;
+        case sv::kDetached:
+          result.detached = true;
+          return result;
+        default:
+          break;
+      }
+    }
+    if (!open) {
+      result.start_error = "its step supervisor ended without saying how the step ended";
+      return result;
+    }
+  }
 }
 
 }  // namespace taskgrid::agent::internal

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "agent/live_output.h"
+#include "agent/step_supervisor.h"
 
 namespace taskgrid::agent::internal {
 
@@ -33,6 +34,11 @@ class OutputTail {
   void Append(absl::string_view s) { Append(s.data(), s.size()); }
   // The last `cap` bytes; leaves the tail empty.
   std::string Take();
+  // The last `cap` bytes, kept.
+  std::string Peek() const;
+  // `n` bytes written after what was appended so far are lost (kept by no
+  // one): they count as cut, and the bytes kept before them go.
+  void Skip(int64_t n);
   // Bytes appended that Take() will not return.
   int64_t cut() const { return static_cast<int64_t>(appended_ - std::min(cap_, buf_.size())); }
 
@@ -89,6 +95,14 @@ struct ChildControl : StopControl {
   // Told the child's pid (its process group's id) once it runs, and 0 once
   // it and its supervisor were reaped.
   std::function<void(pid_t)> on_pid;
+  // Asked whenever the step's wait wakes (wake_fd is how to wake it): true
+  // hands the step to its supervisor to keep when this process goes
+  // (agent/step_supervisor.h), with `*command`'s deadline, tail size and
+  // name (NewSupervisorName()). Null: never. Asked only once the step's
+  // stdin is written in full; until then a stop for the same wake goes
+  // ahead. ChildExit::detached says whether the supervisor took it (it
+  // does not when the step ended first).
+  std::function<bool(supervisor::Command* command)> detach;
 };
 
 struct ChildExit {
@@ -98,6 +112,10 @@ struct ChildExit {
   // Set when ChildControl stopped the child (whatever its status says).
   StopReason stopped_by = StopReason::kNone;
   int wait_status = 0;  // from waitpid()
+  // The step runs on, its supervisor keeping it for the next agent, which
+  // connects to the name the detach gave (an abstract unix socket) to take
+  // it back (AttachChild). Then wait_status is meaningless.
+  bool detached = false;
 };
 
 // Runs `spec` to its end (or until `ctl` stops it), appending its output to
@@ -108,5 +126,20 @@ struct ChildExit {
 // not an error), the child gets default signal dispositions and an empty mask.
 ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
                    OutputTail* err);
+
+// A name for a supervisor to listen on that no other one uses
+// ("taskgrid-step-<pid>-<64 random bits>", under 40 bytes).
+std::string NewSupervisorName();
+
+// Connects to the supervisor that keeps a detached step (the name its
+// detach gave) as this process's user; the socket (close-on-exec), or
+// -1 with errno set.
+int ConnectSupervisor(const std::string& name);
+
+// Takes a detached step back through `sock` (from ConnectSupervisor, owned
+// from now on) and follows it to its end as RunChild does: what it writes
+// while detached and after, stops (through its supervisor), and a detach
+// again. ctl.on_pid is not called.
+ChildExit AttachChild(int sock, const ChildControl& ctl, OutputTail* out, OutputTail* err);
 
 }  // namespace taskgrid::agent::internal

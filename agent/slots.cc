@@ -193,6 +193,30 @@ Slots::Ended Slots::Finish(const std::shared_ptr<TaskRun>& run, v1::TaskResult r
   return out;
 }
 
+std::vector<std::string> Slots::Kept(const std::shared_ptr<TaskRun>& run) {
+  const std::string& id = run->assignment().task_id();
+  auto it = running_.find(id);
+  if (it != running_.end() && it->second.run == run) {
+    used_ -= it->second.slots;
+    running_.erase(it);
+  }
+  return DropChain(id);
+}
+
+void Slots::Adopt(std::shared_ptr<TaskRun> run) {
+  const std::string id = run->assignment().task_id();
+  Running& r = running_[id];
+  r.slots = SlotsOf(run->assignment());
+  r.run = std::move(run);
+  used_ += r.slots;
+}
+
+std::vector<std::shared_ptr<TaskRun>> Slots::Runs() const {
+  std::vector<std::shared_ptr<TaskRun>> runs;
+  for (const auto& [id, r] : running_) runs.push_back(r.run);
+  return runs;
+}
+
 std::vector<std::string> Slots::Cancel(const std::string& task_id, int32_t attempt) {
   auto it = running_.find(task_id);
   if (it != running_.end() && it->second.run->assignment().attempt() == attempt) {

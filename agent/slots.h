@@ -66,6 +66,15 @@ class Slots {
   };
   Ended Finish(const std::shared_ptr<TaskRun>& run, v1::TaskResult result, bool draining);
 
+  // A run kept for the next agent (TaskRun::detached()): no longer held
+  // here, no message; the links waiting for it are dropped (their ids
+  // returned): the scheduler ends their attempts itself.
+  std::vector<std::string> Kept(const std::shared_ptr<TaskRun>& run);
+  // A run an earlier agent kept, running here again (not started).
+  void Adopt(std::shared_ptr<TaskRun> run);
+  // Every running attempt: for a restart that keeps them.
+  std::vector<std::shared_ptr<TaskRun>> Runs() const;
+
   // The scheduler's Cancel: cancels the running attempt (its links are
   // dropped when it ends), or drops the waiting link and the links after
   // it. Returns the ids dropped; an attempt not held here changes nothing.

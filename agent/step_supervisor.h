@@ -22,7 +22,23 @@
 //
 // The step itself gets PR_SET_PDEATHSIG(SIGKILL), so even a supervisor
 // killed from outside takes the step's main process with it.
+//
+// Keeping steps through an agent restart (taskgrid-agent --keep_steps):
+// the lifeline is a unix socket pair, not a pipe, so that the supervisor
+// can answer. Before it exits, the agent writes a kDetach command on the
+// lifeline with a deadline and waits for the kDetached frame. Then EOF does not kill the step: the
+// supervisor reads the step's output itself (it holds read ends of the step's stdout and stderr
+// pipes from the start, untouched while the agent reads them), keeping the
+// last bytes, and listens on an abstract unix socket named in the command.
+// The next agent (same user: SO_PEERCRED is checked) connects there and
+// gets, as frames, what was skipped and kept, then the output as it comes,
+// then the step's wait status; the socket is its lifeline from then on,
+// with the same commands (kTerm and kKill to stop the step, kDetach for
+// another restart). No agent by the deadline: the step's whole tree is
+// killed, as if the agent had died then.
 #pragma once
+
+#include <stdint.h>
 
 namespace taskgrid::agent::supervisor {
 
@@ -42,13 +58,52 @@ struct Report {
 };
 
 // argv of the supervisor:
-//   taskgrid-step-supervisor LIFELINE_FD REPORT_FD SHELL N CANDIDATE... -- ARGV...
-// CANDIDATEs are where ARGV[0] may be, in PATH order (N of them); SHELL runs
-// one that execve() refuses as not executable (ENOEXEC), as execvp() does.
-// The environment, working directory and fds 0-2 are the step's.
+//   taskgrid-step-supervisor LIFELINE_FD REPORT_FD STDOUT_FD STDERR_FD SHELL N
+//       CANDIDATE... -- ARGV...
+// STDOUT_FD and STDERR_FD are read ends of the pipes that are the step's
+// fds 1 and 2. CANDIDATEs are where ARGV[0] may be, in PATH order (N of
+// them); SHELL runs one that execve() refuses as not executable
+// (ENOEXEC), as execvp() does. The environment, working directory and fds
+// 0-2 are the step's.
 inline constexpr int kArgLifeline = 1;
 inline constexpr int kArgReport = 2;
-inline constexpr int kArgShell = 3;
-inline constexpr int kArgCount = 4;
+inline constexpr int kArgStdout = 3;
+inline constexpr int kArgStderr = 4;
+inline constexpr int kArgShell = 5;
+inline constexpr int kArgCount = 6;
+
+// Commands from the agent, on the lifeline (whole records: 64 bytes).
+enum CommandType : int32_t {
+  // Keep the step when the lifeline ends: listen on `name` until
+  // `deadline_ns` (CLOCK_MONOTONIC), keeping the last `tail_bytes` of each
+  // output stream meanwhile.
+  kDetach = 1,
+  kTerm = 2,  // SIGTERM (and SIGCONT) to the step's group
+  kKill = 3,  // SIGKILL to the step's group
+};
+struct Command {
+  int32_t type;
+  int32_t reserved;
+  int64_t deadline_ns;
+  int64_t tail_bytes;
+  char name[40];  // NUL-terminated; the abstract socket's name, no leading NUL
+};
+static_assert(sizeof(Command) == 64, "one record, written at once");
+
+// Frames to a re-attached agent: a header, then `len` bytes.
+enum FrameType : int32_t {
+  kSkipped = 1,  // two int64: stdout and stderr bytes not kept while detached
+  kStdout = 2,
+  kStderr = 3,
+  kExit = 4,  // int32: the step's wait status; the last frame
+  // The answer to kDetach (no bytes): the step is kept when the lifeline
+  // ends. A lifeline that ends without it (the supervisor exited with the
+  // step's status first) means the step ended before it could be kept.
+  kDetached = 5,
+};
+struct FrameHeader {
+  int32_t type;
+  int32_t len;
+};
 
 }  // namespace taskgrid::agent::supervisor

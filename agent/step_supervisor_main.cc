@@ -12,6 +12,11 @@
 // step's group as SIGTERM (with SIGCONT). The agent signals the step's
 // group itself; it never kills the supervisor.
 //
+// An agent that restarts keeping its steps detaches first (kDetach): the
+// lifeline's end then leaves the step running, the supervisor collecting
+// its output, until a new agent connects to the socket named in the
+// command or the deadline passes (agent/step_supervisor.h).
+//
 // Plain C++ and the C library only: it starts for every step, so it must be
 // small and quick to load.
 #include <dirent.h>
@@ -19,16 +24,21 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -167,8 +177,68 @@ void KillEverything(pid_t step_group) {
   _exit(125);
 }
 
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool WriteAll(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool SendFrame(int fd, int32_t type, const void* data, size_t len) {
+  const sv::FrameHeader h = {type, static_cast<int32_t>(len)};
+  return WriteAll(fd, &h, sizeof(h)) && (len == 0 || WriteAll(fd, data, len));
+}
+
+// The last `cap` bytes of a stream, and how many before them were dropped.
+struct Tail {
+  size_t cap = 0;
+  std::string buf;
+  int64_t skipped = 0;
+  void Add(const char* data, size_t n) {
+    buf.append(data, n);
+    if (buf.size() > 2 * cap + 1) {
+      const size_t drop = buf.size() - cap;
+      skipped += static_cast<int64_t>(drop);
+      buf.erase(0, drop);
+    }
+  }
+  void Trim() {
+    if (buf.size() <= cap) return;
+    skipped += static_cast<int64_t>(buf.size() - cap);
+    buf.erase(0, buf.size() - cap);
+  }
+};
+
+// A listening abstract unix socket named `name`, or -1.
+int Listen(const char* name) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  const size_t len = strnlen(name, sizeof(addr.sun_path) - 2);
+  memcpy(addr.sun_path + 1, name, len);  // sun_path[0] == '\0': abstract
+  const socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || listen(fd, 4) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // The step, from fork() to exec.
-[[noreturn]] void ExecStep(pid_t supervisor, int lifeline, int report,
+[[noreturn]] void ExecStep(pid_t supervisor, int lifeline, int report, int out_read, int err_read,
                            const std::vector<char*>& candidates, char* shell, char** argv) {
   setpgid(0, 0);
   // If the supervisor is killed from outside, the step's main process goes
@@ -176,6 +246,8 @@ void KillEverything(pid_t step_group) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != supervisor) _exit(127);
   close(lifeline);
+  close(out_read);
+  close(err_read);
   signal(SIGPIPE, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -213,11 +285,14 @@ void KillEverything(pid_t step_group) {
 int main(int argc, char** argv) {
   int lifeline = -1;
   int report = -1;
+  int out_fd = -1;
+  int err_fd = -1;
   long count = -1;
   if (argc > sv::kArgCount) count = strtol(argv[sv::kArgCount], nullptr, 10);
   const int argv_at = sv::kArgCount + 1 + static_cast<int>(count) + 1;  // after "--"
   if (argc <= sv::kArgCount || !ParseFd(argv[sv::kArgLifeline], &lifeline) ||
-      !ParseFd(argv[sv::kArgReport], &report) || count < 1 || argv_at >= argc ||
+      !ParseFd(argv[sv::kArgReport], &report) || !ParseFd(argv[sv::kArgStdout], &out_fd) ||
+      !ParseFd(argv[sv::kArgStderr], &err_fd) || count < 1 || argv_at >= argc ||
       strcmp(argv[argv_at - 1], "--") != 0) {
     fprintf(stderr,
             "%s runs one step for taskgrid-agent, which starts it; it is not meant to be run "
@@ -225,8 +300,7 @@ int main(int argc, char** argv) {
             sv::kBinaryName);
     return 125;
   }
-  fcntl(report, F_SETFD, FD_CLOEXEC);
-  fcntl(lifeline, F_SETFD, FD_CLOEXEC);
+  for (int fd : {report, lifeline, out_fd, err_fd}) fcntl(fd, F_SETFD, FD_CLOEXEC);
   std::vector<char*> candidates(argv + sv::kArgCount + 1, argv + sv::kArgCount + 1 + count);
   char* shell = argv[sv::kArgShell];
   char** step_argv = argv + argv_at;
@@ -252,7 +326,7 @@ int main(int argc, char** argv) {
     WriteReport(report, sv::kSupervisor, errno);
     return 125;
   }
-  if (step == 0) ExecStep(self, lifeline, report, candidates, shell, step_argv);
+  if (step == 0) ExecStep(self, lifeline, report, out_fd, err_fd, candidates, shell, step_argv);
   setpgid(step, step);  // as the step does: the group exists before anyone signals it
   WriteReport(report, sv::kRunning, step);
   close(report);
@@ -263,51 +337,191 @@ int main(int argc, char** argv) {
     for (int fd = 0; fd < 3; ++fd) dup2(null_fd, fd);
     if (null_fd > 2) close(null_fd);
   }
+  for (int fd : {out_fd, err_fd}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 
-  for (;;) {
-    pollfd fds[2] = {{lifeline, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;  // cannot watch any more: end it all rather than leave it unwatched
-    }
-    if (fds[0].revents != 0) {
-      char byte;
-      const ssize_t n = read(lifeline, &byte, 1);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        // The agent is gone: nobody will collect what the step does, and
-        // the scheduler will give the task to another agent.
-        KillEverything(step);
-        _exit(128 + SIGKILL);
+  // kAttached: an agent reads the output and waits for us (the first one,
+  // our parent, through the lifeline pipe pair; a later one through the
+  // socket it connected to: then the output and the status go to it as
+  // frames). kDetached: no agent; we keep the output's tails and listen.
+  enum { kAttached, kDetached } mode = kAttached;
+  bool by_socket = false;  // the lifeline is a connection a later agent made
+  int listen_fd = -1;
+  sv::Command detach;
+  bool detach_set = false;
+  bool step_done = false;
+  int step_status = 0;
+  int64_t drain_until = 0;  // once the step ended: how long to wait for output EOF
+  Tail tails[2];
+  int outs[2] = {out_fd, err_fd};
+  std::string commands;
+
+  // The step and what it left are killed; we exit as the step did (or as
+  // killed, when it had not ended).
+  auto end_all = [&]() {
+    KillEverything(step);
+    if (step_done && !by_socket) ExitLike(step_status);
+    _exit(128 + SIGKILL);
+  };
+  auto close_output = [&](int i) {
+    close(outs[i]);
+    outs[i] = -1;
+  };
+  // Reads what the agent wrote; false when the lifeline ended.
+  auto read_commands = [&]() -> bool {
+    char buf[512];
+    for (;;) {
+      const ssize_t n = recv(lifeline, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) return false;
+      commands.append(buf, static_cast<size_t>(n));
+      while (commands.size() >= sizeof(sv::Command)) {
+        sv::Command c;
+        memcpy(&c, commands.data(), sizeof(c));
+        commands.erase(0, sizeof(c));
+        c.name[sizeof(c.name) - 1] = '\0';
+        if (c.type == sv::kDetach) {
+          detach = c;
+          detach_set = true;
+          if (!SendFrame(lifeline, sv::kDetached, nullptr, 0)) return false;
+        } else if (c.type == sv::kTerm && !step_done) {
+          kill(-step, SIGTERM);
+          kill(-step, SIGCONT);
+        } else if (c.type == sv::kKill && !step_done) {
+          kill(-step, SIGKILL);
+        }
       }
     }
-    if (fds[1].revents != 0) {
+  };
+  // The lifeline ended: detach as asked, else end it all.
+  auto lifeline_ended = [&]() {
+    close(lifeline);
+    lifeline = -1;
+    by_socket = false;
+    commands.clear();
+    if (!detach_set || MonotonicNs() >= detach.deadline_ns) end_all();
+    detach_set = false;
+    listen_fd = Listen(detach.name);
+    if (listen_fd < 0) end_all();
+    mode = kDetached;
+    for (Tail& t : tails)
+      t.cap = static_cast<size_t>(detach.tail_bytes > 0 ? detach.tail_bytes : 0);
+  };
+  // A re-attached agent has everything: the status goes, and we are done.
+  auto maybe_finish = [&]() {
+    if (mode != kAttached || !by_socket || !step_done) return;
+    if ((outs[0] >= 0 || outs[1] >= 0) && MonotonicNs() < drain_until) return;
+    SendFrame(lifeline, sv::kExit, &step_status, sizeof(step_status));
+    _exit(0);
+  };
+
+  for (;;) {
+    pollfd fds[5];
+    nfds_t nfds = 0;
+    int at_line = -1, at_listen = -1, at_out[2] = {-1, -1};
+    if (lifeline >= 0) {
+      at_line = static_cast<int>(nfds);
+      fds[nfds++] = {lifeline, POLLIN, 0};
+    }
+    if (listen_fd >= 0) {
+      at_listen = static_cast<int>(nfds);
+      fds[nfds++] = {listen_fd, POLLIN, 0};
+    }
+    const int at_sig = static_cast<int>(nfds);
+    fds[nfds++] = {sigfd, POLLIN, 0};
+    // The first agent reads the output itself.
+    if (mode == kDetached || by_socket) {
+      for (int i = 0; i < 2; ++i) {
+        if (outs[i] < 0) continue;
+        at_out[i] = static_cast<int>(nfds);
+        fds[nfds++] = {outs[i], POLLIN, 0};
+      }
+    }
+    int timeout_ms = -1;
+    const int64_t now = MonotonicNs();
+    if (mode == kDetached) {
+      if (now >= detach.deadline_ns) end_all();  // nobody came back for it
+      timeout_ms = static_cast<int>(
+          std::min<int64_t>((detach.deadline_ns - now) / 1000000 + 1, 3600 * 1000));
+    }
+    if (step_done && by_socket) {
+      const int64_t left = std::max<int64_t>(0, (drain_until - now) / 1000000 + 1);
+      timeout_ms = static_cast<int>(timeout_ms < 0 ? left : std::min<int64_t>(timeout_ms, left));
+    }
+    if (poll(fds, nfds, timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      end_all();  // cannot watch any more: end it all rather than leave it unwatched
+    }
+    if (at_line >= 0 && fds[at_line].revents != 0 && !read_commands()) lifeline_ended();
+    if (at_listen >= 0 && fds[at_listen].revents != 0) {
+      const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      ucred cred;
+      socklen_t cred_len = sizeof(cred);
+      if (c >= 0 && getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 &&
+          cred.uid == getuid()) {
+        close(listen_fd);
+        listen_fd = -1;
+        lifeline = c;
+        by_socket = true;
+        mode = kAttached;
+        for (Tail& t : tails) t.Trim();
+        const int64_t skipped[2] = {tails[0].skipped, tails[1].skipped};
+        bool ok = SendFrame(c, sv::kSkipped, skipped, sizeof(skipped)) &&
+                  SendFrame(c, sv::kStdout, tails[0].buf.data(), tails[0].buf.size()) &&
+                  SendFrame(c, sv::kStderr, tails[1].buf.data(), tails[1].buf.size());
+        for (Tail& t : tails) t = Tail{};
+        if (!ok) lifeline_ended();
+      } else if (c >= 0) {
+        close(c);  // another user's process: not the agent
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (at_out[i] < 0 || fds[at_out[i]].revents == 0 || outs[i] < 0) continue;
+      char buf[64 << 10];
+      const ssize_t n = read(outs[i], buf, sizeof(buf));
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        close_output(i);
+      } else if (mode == kDetached) {
+        tails[i].Add(buf, static_cast<size_t>(n));
+      } else if (!SendFrame(lifeline, i == 0 ? sv::kStdout : sv::kStderr, buf,
+                            static_cast<size_t>(n))) {
+        lifeline_ended();
+      }
+    }
+    if (fds[at_sig].revents != 0) {
       signalfd_siginfo si;
       bool child_ended = false;
       while (read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
         if (si.ssi_signo == SIGCHLD) {
           child_ended = true;
-        } else {
+        } else if (!step_done) {
           kill(-step, SIGTERM);
           kill(-step, SIGCONT);  // a stopped process must run to see SIGTERM
         }
       }
-      if (!child_ended) continue;
       // Every child that ended: the step's end ends it all; the others are
       // orphans of the step that ended on their own.
-      for (;;) {
+      while (child_ended) {
         siginfo_t info;
         memset(&info, 0, sizeof(info));
         if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
-        if (info.si_pid == step) {
-          int status = 0;
-          waitpid(step, &status, 0);
+        if (info.si_pid == step && !step_done) {
+          waitpid(step, &step_status, 0);
+          step_done = true;
           KillEverything(step);
-          ExitLike(status);
+          drain_until = MonotonicNs() + 500 * 1000000LL;
+          if (mode == kAttached && !by_socket) {
+            // The first agent waits for our exit. A detach it asked for
+            // meanwhile keeps the status for the next agent instead.
+            if (lifeline >= 0 && !read_commands()) lifeline_ended();
+            if (mode == kAttached && !detach_set) ExitLike(step_status);
+          }
+          break;
         }
         waitpid(info.si_pid, nullptr, 0);
       }
     }
+    maybe_finish();
   }
-  KillEverything(step);
-  _exit(125);
 }

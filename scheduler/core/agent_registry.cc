@@ -33,6 +33,8 @@ uint64_t AgentRegistry::Bind(AgentRecord& a, uint64_t conn) {
   if (old != 0) by_conn_.erase(old);
   a.conn = conn;
   a.restored = false;
+  a.restarting = false;
+  a.restart_hold = absl::ZeroDuration();
   by_conn_[conn] = &a;
   UpdateHeartbeatFactor();
   return old;
@@ -88,7 +90,9 @@ AgentRegistry::Expired AgentRegistry::Expire(absl::Duration now) {
     if (a.connected()) {
       // Silent past its heartbeat timeout: the grace starts now.
       out.silent_conns.push_back(a.conn);
-      Unbind(a, now + opts_->reconnect_grace);
+      // One that was restarting keeps the hold it was granted.
+      Unbind(a, now + opts_->reconnect_grace + a.restart_hold);
+      if (a.restart_hold > absl::ZeroDuration()) a.restarting = true;
     } else if (!a.lost) {
       out.grace_over.push_back(id);
     } else {

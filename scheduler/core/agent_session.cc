@@ -191,6 +191,16 @@ void Scheduler::UnparkFor(const AgentRecord& a) {
 void Scheduler::Disconnect(uint64_t conn) {
   AgentRecord* a = agents_.ByConn(conn);
   if (a == nullptr) return;
+  if (a->restart_hold > absl::ZeroDuration()) {
+    // It restarts keeping its steps: they run on until the hold it was
+    // granted ends (it counts from before this), and the agent that comes
+    // back takes them; the reconnect grace on top covers the way back.
+    const absl::Duration hold = a->restart_hold;
+    agents_.Unbind(*a, Mono() + hold + opts_.reconnect_grace);
+    a->restarting = true;
+    a->restart_hold = hold;
+    return;
+  }
   agents_.Unbind(*a, Mono() + opts_.reconnect_grace);
 }
 
@@ -268,6 +278,17 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
       a.draining = true;
       a.leaving = true;
       break;
+    case v1::AgentMessage::kRestarting: {
+      // It takes no more work, and asks to keep what it holds through its
+      // restart: granted up to the restart grace.
+      a.draining = true;
+      a.restart_hold = std::clamp(FromProto(msg.restarting().hold()), absl::ZeroDuration(),
+                                  opts_.RestartGrace());
+      v1::SchedulerMessage grant;
+      *grant.mutable_restart_hold()->mutable_hold() = ToProto(a.restart_hold);
+      Send(a.conn, std::move(grant));
+      break;
+    }
     case v1::AgentMessage::kRelease:
       OnRelease(a, msg.release());
       break;

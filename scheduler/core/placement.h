@@ -25,6 +25,11 @@ struct AgentRecord {
   // Held attempts before a restart and has not connected since: its grace
   // is the restart grace, and its tasks move uncounted when it runs out.
   bool restored = false;
+  // Restarting: what it was granted to keep its attempts through its own
+  // restart (zero: nothing); once its stream ended, that is its grace and
+  // its tasks move uncounted when it runs out (restarting).
+  absl::Duration restart_hold = absl::ZeroDuration();
+  bool restarting = false;
   bool chains = false;  // runs Assignment.run_after (Hello.chains)
   // Takes SchedulerMessage.undrain (Hello.undrain).
   bool undrains = false;

@@ -664,7 +664,14 @@ void Scheduler::Tick() {
   for (const std::string& id : expired.grace_over) {
     AgentRecord* a = agents_.Find(id);
     if (a == nullptr) continue;
-    if (a->restored) {
+    if (a->restarting) {
+      LoseAgent(
+          *a,
+          absl::StrCat("agent ", id, " restarted keeping its steps and did not come back within ",
+                       absl::FormatDuration(a->restart_hold),
+                       " (and the reconnect grace); not counted as an attempt"),
+          /*interrupted=*/true);
+    } else if (a->restored) {
       LoseAgent(
           *a,
           absl::StrCat("the scheduler restarted and agent ", id,

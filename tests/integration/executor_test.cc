@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -562,13 +564,16 @@ TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
   ASSERT_FALSE(supervisor.empty());
   TempDir dir;
   const std::string gc_file = dir.path() + "/gc";
-  int lifeline[2], report[2];
-  ASSERT_EQ(pipe2(lifeline, O_CLOEXEC), 0);
+  int lifeline[2], report[2], output[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, lifeline), 0);
   ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(output, O_CLOEXEC), 0);
   const std::string script = "setsid sleep 600 >/dev/null & echo $! > '" + gc_file + "'; sleep 600";
   std::vector<std::string> args = {supervisor,
                                    absl::StrCat(lifeline[0]),
                                    absl::StrCat(report[1]),
+                                   absl::StrCat(output[0]),
+                                   absl::StrCat(output[0]),
                                    "/bin/sh",
                                    "1",
                                    "/bin/sh",
@@ -584,12 +589,15 @@ TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
   if (pid == 0) {
     fcntl(lifeline[0], F_SETFD, 0);
     fcntl(report[1], F_SETFD, 0);
+    fcntl(output[0], F_SETFD, 0);
     execv(argv[0], argv.data());
     _exit(127);
   }
   ASSERT_GT(pid, 0);
   close(lifeline[0]);
   close(report[1]);
+  close(output[0]);
+  close(output[1]);
   int rec[2] = {0, 0};  // supervisor::Report: the kRunning record, the step's pid
   ASSERT_EQ(read(report[0], rec, sizeof(rec)), static_cast<ssize_t>(sizeof(rec)));
   close(report[0]);
@@ -615,6 +623,136 @@ TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
   for (pid_t p : {step, gc}) {
     if (!IsGone(p)) kill(p, SIGKILL);
   }
+}
+
+// --- Keeping steps through an agent restart ---
+
+ExecutorOptions InDir(const std::string& work_dir);  // below
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+void Touch(const std::string& path) { std::ofstream(path) << ""; }
+
+pid_t ReadPid(const std::string& path) {
+  pid_t pid = 0;
+  std::ifstream in(path);
+  in >> pid;
+  return pid;
+}
+
+// Shell that waits (bounded: 60 s) for `file` to exist.
+std::string AwaitFile(const std::string& file) {
+  return "i=0; while [ ! -e '" + file + "' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+int64_t MonotonicNsIn(absl::Duration d) {
+  return absl::ToInt64Nanoseconds(RealClock::Get()->Monotonic() + d);
+}
+
+// Runs `run` until it has started the step that writes `pid_file`, then
+// detaches it for `hold`; expects Run() to return at once, kept.
+void RunAndDetach(TaskRun& run, const std::string& pid_file, absl::Duration hold) {
+  const Bounded b = RunBounded(run, absl::Seconds(20), [&](TaskRun& r) {
+    ASSERT_TRUE(WaitFor([&] { return ReadPid(pid_file) > 0; }, absl::Seconds(10)));
+    r.Detach(MonotonicNsIn(hold));
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_TRUE(run.detached());
+}
+
+TEST(KeptRun, TheNextAgentTakesTheStepBackWithAllItsOutput) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  // Writes before the detach, while no agent is there, and after the next
+  // one came; then a second step and the output file.
+  const std::string script = "echo before; echo $$ > '" + d + "/pid'; " + AwaitFile(d + "/go") +
+                             "echo during; echo oops >&2; touch '" + d + "/wrote'; " +
+                             AwaitFile(d + "/go2") +
+                             "echo after; echo result > \"$TASKGRID_OUTPUT\"";
+  v1::Assignment a = Assignment({Sh(script), Sh("echo second step")});
+  a.set_task_id("kept-task");
+  TaskRun first(a, InDir(work.path()));
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  const pid_t step = ReadPid(d + "/pid");
+  EXPECT_FALSE(IsGone(step)) << "the step went with the run that kept it";
+  EXPECT_THAT(Entries(work.path() + "/kept"), ::testing::SizeIs(1));
+
+  Touch(d + "/go");
+  ASSERT_TRUE(WaitFor([&] { return Exists(d + "/wrote"); }, absl::Seconds(10)));
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(work.path(), &dropped);
+  EXPECT_THAT(dropped, IsEmpty());
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].kept.step(), 0);
+  EXPECT_GE(kept[0].supervisor_fd, 0);
+  EXPECT_THAT(Entries(work.path() + "/kept"), IsEmpty()) << "read once, then removed";
+
+  TaskRun second(std::move(kept[0]), InDir(work.path()));
+  const Bounded b = RunBounded(second, absl::Seconds(20), [&](TaskRun&) { Touch(d + "/go2"); });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_FALSE(second.detached());
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED) << b.result.error();
+  EXPECT_EQ(b.result.stdout_tail(), "before\nduring\nafter\nsecond step\n");
+  EXPECT_EQ(b.result.stderr_tail(), "oops\n");
+  EXPECT_EQ(b.result.output(), "result\n");
+  EXPECT_EQ(b.result.step(), 1);
+  EXPECT_THAT(Entries(work.path()), ::testing::ElementsAre("kept")) << "the attempt dir is gone";
+  EXPECT_TRUE(WaitFor([&] { return IsGone(step); }));
+}
+
+TEST(KeptRun, AStepThatEndsWhileKeptIsCollectedAndCanBeKeptAgain) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  const std::string script =
+      "echo one; echo $$ > '" + d + "/pid'; " + AwaitFile(d + "/go") + "echo two; exit 3";
+  TaskRun first(Assignment({Sh(script)}), InDir(work.path()));
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(work.path(), &dropped);
+  ASSERT_EQ(kept.size(), 1u);
+
+  // Taken back, then kept again (a second restart) before it ends.
+  TaskRun second(std::move(kept[0]), InDir(work.path()));
+  const Bounded b2 = RunBounded(second, absl::Seconds(20),
+                                [&](TaskRun& r) { r.Detach(MonotonicNsIn(absl::Seconds(60))); });
+  ASSERT_TRUE(b2.finished_in_time);
+  ASSERT_TRUE(second.detached());
+
+  // It ends with no agent there: its status waits for the next one.
+  const pid_t step = ReadPid(d + "/pid");
+  Touch(d + "/go");
+  ASSERT_TRUE(WaitFor([&] { return IsGone(step); }, absl::Seconds(10)));
+  kept = ReadKeptAttempts(work.path(), &dropped);
+  EXPECT_THAT(dropped, IsEmpty());
+  ASSERT_EQ(kept.size(), 1u);
+  TaskRun third(std::move(kept[0]), InDir(work.path()));
+  const Bounded b3 = RunBounded(third);
+  ASSERT_TRUE(b3.finished_in_time);
+  EXPECT_EQ(b3.result.outcome(), v1::OUTCOME_FAILED);
+  EXPECT_EQ(b3.result.exit_code(), 3);
+  EXPECT_EQ(b3.result.stdout_tail(), "one\ntwo\n");
+}
+
+TEST(KeptRun, NoAgentByTheDeadlineKillsTheWholeStep) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  const std::string script = "setsid sh -c 'echo $$ > \"$0/gc\"; exec sleep 600' '" + d +
+                             "' & echo $$ > '" + d + "/pid'; sleep 600";
+  TaskRun run(Assignment({Sh(script)}), InDir(work.path()));
+  RunAndDetach(run, d + "/pid", absl::Milliseconds(500));
+  const pid_t step = ReadPid(d + "/pid");
+  ASSERT_TRUE(WaitFor([&] { return ReadPid(d + "/gc") > 0; }));
+  const pid_t gc = ReadPid(d + "/gc");
+  EXPECT_TRUE(WaitFor([&] { return IsGone(step) && IsGone(gc); }, absl::Seconds(10)))
+      << "the step and its grandchild in a new session outlived the hold";
+  for (pid_t p : {step, gc}) {
+    if (!IsGone(p)) kill(p, SIGKILL);
+  }
+  std::vector<std::string> dropped;
+  EXPECT_THAT(ReadKeptAttempts(work.path(), &dropped), IsEmpty());
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_THAT(dropped[0], HasSubstr("kept for less time than the agent took"));
+  EXPECT_THAT(Entries(work.path()), ::testing::ElementsAre("kept")) << "its directory went too";
 }
 
 TEST(StepSupervisor, RefusesToRunByHand) {

@@ -942,6 +942,82 @@ TEST_F(SchedulerTest, AnAgentLostWhileTheSchedulerRunsIsCountedAsAnAttempt) {
   EXPECT_FALSE(sched_.FindAgent("a1")->restored);
 }
 
+// An agent restarting keeping its steps (taskgrid-agent --keep_steps) asks
+// for a hold; what it is granted, from the end of its stream, is how long
+// its attempts stay its own.
+absl::Duration AskRestartHold(Scheduler& sched, uint64_t conn, absl::Duration hold) {
+  v1::AgentMessage m;
+  *m.mutable_restarting()->mutable_hold() = ToProto(hold);
+  sched.OnAgentMessage(conn, m);
+  absl::Duration granted = -absl::InfiniteDuration();
+  for (const Outgoing& o : sched.TakeEffects().messages) {
+    if (o.conn == conn && o.msg.has_restart_hold())
+      granted = FromProto(o.msg.restart_hold().hold());
+  }
+  return granted;
+}
+
+TEST_F(SchedulerTest, AnAgentRestartingKeepsItsTasksForTheHoldItWasGranted) {
+  SubmitOk(Spec("t"));
+  uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Take();
+  EXPECT_EQ(AskRestartHold(sched_, conn, absl::Minutes(2)), absl::Minutes(2));
+  Check();
+  EXPECT_TRUE(sched_.FindAgent("a1")->draining) << "it takes no more work meanwhile";
+  sched_.Disconnect(conn);
+  // Well past the reconnect grace: still its own.
+  Advance(absl::Minutes(2));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  // The agent that comes back with the same id has the step still running.
+  conn = Connect("a1", 1, {}, {{"t", 1}});
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  EXPECT_FALSE(sched_.FindAgent("a1")->draining) << "the new agent takes work";
+  EXPECT_EQ(sched_.FindAgent("a1")->restart_hold, absl::ZeroDuration());
+  Result(conn, "t", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(Task("t").attempts.size(), 1u);
+  EXPECT_EQ(Task("t").attempt, 1);
+}
+
+TEST_F(SchedulerTest, ARestartHoldIsAtMostTheRestartGraceAndNeverNegative) {
+  const uint64_t conn = Connect("a1", 1);
+  Take();
+  EXPECT_EQ(AskRestartHold(sched_, conn, absl::Hours(1000)), Options().RestartGrace());
+  EXPECT_EQ(AskRestartHold(sched_, conn, -absl::Seconds(5)), absl::ZeroDuration());
+  Check();
+  // Granted nothing (the last ask): its stream's end is an ordinary one.
+  sched_.Disconnect(conn);
+  Advance(Options().reconnect_grace);
+  ASSERT_NE(sched_.FindAgent("a1"), nullptr);
+  EXPECT_TRUE(sched_.FindAgent("a1")->lost);
+}
+
+TEST_F(SchedulerTest, AnAgentNotBackFromARestartLosesItsTasksUncounted) {
+  v1::TaskSpec s = Spec("t");
+  s.set_max_attempts(1);
+  s.mutable_retry()->mutable_initial_backoff();
+  SubmitOk(s);
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Take();
+  ASSERT_EQ(AskRestartHold(sched_, conn, absl::Seconds(30)), absl::Seconds(30));
+  sched_.Disconnect(conn);
+  // The agent's supervisors kill the steps when the hold ends, counted from
+  // before the stream ended; the reconnect grace on top is the margin.
+  Advance(absl::Seconds(30) + Options().reconnect_grace - absl::Seconds(1));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  Advance(absl::Seconds(2));
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING) << "one attempt allowed, and it was not counted";
+  ASSERT_FALSE(Task("t").attempts.empty());
+  EXPECT_TRUE(Task("t").attempts.back().interrupted());
+  EXPECT_THAT(Task("t").attempts.back().result().error(),
+              HasSubstr("restarted keeping its steps and did not come back"));
+  const uint64_t other = Connect("a2", 1);
+  EXPECT_THAT(Assigned(Take(), other), ElementsAre("t"));
+  EXPECT_EQ(Task("t").attempt, 2);
+}
+
 TEST_F(SchedulerTest, LostAgentIsListedThenForgotten) {
   const uint64_t conn = Connect("a1", 1);
   sched_.Disconnect(conn);
