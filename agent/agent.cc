@@ -98,9 +98,11 @@ int Agent::Run() {
   timer.join();
   const int unacked = core_.Finish();
   if (const int kept = core_.kept(); kept > 0) {
-    spdlog::info("{} running task(s) kept for the next agent with this --id and --work_dir", kept);
-  }
-  if (unacked > 0) {
+    spdlog::info(
+        "exiting: {} running task(s) kept for the next agent with this --id and --work_dir, "
+        "{} result(s) not acknowledged",
+        kept, unacked);
+  } else if (unacked > 0) {
     spdlog::warn("drained: exiting with {} result(s) not acknowledged by the scheduler", unacked);
   } else {
     spdlog::info("drained: every result was handed over");

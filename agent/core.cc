@@ -190,6 +190,11 @@ void AgentCore::OnRestartHold(const v1::RestartHold& msg) {
           "the scheduler holds this agent's tasks for {}: keeping the steps of {} running task(s) "
           "for the next agent, and exiting",
           DurationText(hold), runs.size());
+      // What cannot be kept is stopped and released; a detach comes first
+      // for those that can.
+      StopAllLocked(StopCause::kReleased,
+                    "the agent restarted and could not keep this step for the next one (a builtin "
+                    "or http step, or one still reading its stdin)");
     }
   }
   if (hold <= absl::ZeroDuration()) {

@@ -5,6 +5,7 @@
 // agent cancels it (a wake, not a wait), noop/echo/fail end at once. The
 // only waits are for a task's pooled thread to hand over its message, each
 // bounded.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -623,6 +624,73 @@ TEST(AgentCore, DrainZeroReleasesEverythingAtOnce) {
   }
   EXPECT_EQ(h.core().waiting(), 0);
   EXPECT_EQ(h.Find(About("three")), -1);
+}
+
+Pred IsRestarting() {
+  return [](const v1::AgentMessage& m) { return m.has_restarting(); };
+}
+
+v1::SchedulerMessage RestartHold(absl::Duration hold) {
+  v1::SchedulerMessage m;
+  *m.mutable_restart_hold()->mutable_hold() = ToProto(hold);
+  return m;
+}
+
+TEST(AgentCore, ARestartWithoutAnAnswerBecomesADrain) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.core().Restart(absl::Minutes(5), absl::Seconds(1));
+  const int ask = h.WaitFor(IsRestarting());
+  ASSERT_GE(ask, 0);
+  EXPECT_EQ(FromProto(h.at(ask).msg.restarting().hold()), absl::Minutes(5));
+  EXPECT_TRUE(h.core().draining()) << "it takes no more work while it asks";
+  // No RestartHold: after kRestartAnswerWait it drains (1 s) instead.
+  h.RunFor(kRestartAnswerWait - Ms(1));
+  EXPECT_FALSE(h.core().exiting());
+  h.RunFor(Ms(1));
+  EXPECT_TRUE(h.core().exiting());
+  h.RunFor(absl::Seconds(1));
+  const int release = h.WaitFor(IsRelease("long"));
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(h.at(release).msg.release().reason(), "agent drained: 1s passed");
+}
+
+TEST(AgentCore, ARestartGrantedNothingDrains) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("long")}));
+  h.WaitFor(IsAccept("long"));
+  h.core().Restart(absl::Minutes(5), absl::Seconds(30));
+  h.WaitFor(IsRestarting());
+  h.Push(RestartHold(absl::ZeroDuration()));
+  EXPECT_TRUE(h.core().exiting());
+  h.RunFor(absl::Seconds(30) - Ms(1));
+  EXPECT_EQ(h.core().running(), 1) << "a drain of 30 s, as without --keep_steps";
+  h.RunFor(Ms(1));
+  EXPECT_GE(h.WaitFor(IsRelease("long")), 0);
+}
+
+TEST(AgentCore, ARestartGrantedReleasesWhatCannotBeKeptAndSaysGoodbyeWhenNothingWasKept) {
+  Harness h;
+  h.Connect();
+  // A builtin runs inside the agent: it cannot outlive it.
+  h.Push(Assign({Long("builtin")}));
+  h.WaitFor(IsAccept("builtin"));
+  h.core().Restart(absl::Minutes(5), absl::Seconds(30));
+  h.WaitFor(IsRestarting());
+  const absl::Duration granted_at = h.now();
+  h.Push(RestartHold(absl::Minutes(5)));
+  const int release = h.WaitFor(IsRelease("builtin"));
+  ASSERT_GE(release, 0);
+  EXPECT_EQ(h.at(release).at, granted_at) << "released at once";
+  EXPECT_THAT(h.at(release).msg.release().reason(), ::testing::HasSubstr("could not keep"));
+  ASSERT_TRUE(h.core().WaitTasksEnded(absl::Seconds(10)));
+  EXPECT_EQ(h.core().kept(), 0);
+  h.AckResult("builtin");
+  h.RunFor(Ms(1));
+  EXPECT_GE(h.Find(IsGoodbye()), 0) << "everything was handed over";
 }
 
 TEST(AgentCore, ALaterDrainMayOnlyShortenTheDeadline) {
