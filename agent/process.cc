@@ -62,49 +62,33 @@ std::string ErrnoText(int err) {
 
 // Both ends close-on-exec and above 2, so that the child's dup2() calls onto
 // 0, 1 and 2 cannot overwrite one it still needs (only an agent started
-// with stdio closed gets such low numbers).
-bool MakePipe(Fd* read_end, Fd* write_end) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return false;
-  for (int& fd : fds) {
-    if (fd < 3) {
-      const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      ::close(fd);
-      fd = moved;
+// with stdio closed gets such low numbers). `fds` as pipe2() or
+// socketpair() made them (or failed: `made` false).
+bool TakePair(bool made, int fds[2], Fd* first, Fd* second) {
+  if (!made) return false;
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] < 3) {
+      const int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+      ::close(fds[i]);
+      fds[i] = moved;
     }
   }
-  read_end->Reset(fds[0]);
-  write_end->Reset(fds[1]);
+  first->Reset(fds[0]);
+  second->Reset(fds[1]);
   return fds[0] >= 0 && fds[1] >= 0;
+}
+
+bool MakePipe(Fd* read_end, Fd* write_end) {
+  int fds[2];
+  return TakePair(pipe2(fds, O_CLOEXEC) == 0, fds, read_end, write_end);
 }
 
 // A unix socket pair, both ends as MakePipe's: the lifeline, which the
 // supervisor answers on.
 bool MakeSocketPair(Fd* agent_end, Fd* supervisor_end) {
   int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
-  for (int& fd : fds) {
-    if (fd < 3) {
-      const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      ::close(fd);
-      fd = moved;
-    }
-  }
-  agent_end->Reset(fds[0]);
-  supervisor_end->Reset(fds[1]);
-  return fds[0] >= 0 && fds[1] >= 0;
-}
-
-bool SendAll(int fd, const void* data, size_t len) {
-  const char* p = static_cast<const char*>(data);
-  while (len > 0) {
-    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
+  return TakePair(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, fds, agent_end,
+                  supervisor_end);
 }
 
 // Frames from a supervisor, as they arrive on its socket.
@@ -512,7 +496,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       command.type = sv::kDetach;
       // No answer (the supervisor ended with the step first): collected
       // as usual below.
-      detach_sent = SendAll(lifeline_w.get(), &command, sizeof(command));
+      detach_sent = sv::SendAll(lifeline_w.get(), &command, sizeof(command));
     } else if (due != StopReason::kNone) {
       result.stopped_by = due;
       KillGroup(pid, SIGTERM);
@@ -638,7 +622,7 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
   absl::Duration kill_at = absl::InfiniteDuration();
   bool killed = false;
   bool detach_sent = false;
-  auto send_command = [&sock](sv::Command c) { return SendAll(sock.get(), &c, sizeof(c)); };
+  auto send_command = [&sock](sv::Command c) { return sv::SendAll(sock.get(), &c, sizeof(c)); };
   for (;;) {
     const absl::Duration now = Now();
     const StopReason due =

@@ -38,7 +38,10 @@
 // killed, as if the agent had died then.
 #pragma once
 
+#include <errno.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 namespace taskgrid::agent::supervisor {
 
@@ -105,5 +108,19 @@ struct FrameHeader {
   int32_t type;
   int32_t len;
 };
+
+// Writes all of `data` to the socket `fd` (blocking, no SIGPIPE); false
+// when the other end is gone. What both sides send with.
+inline bool SendAll(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
 
 }  // namespace taskgrid::agent::supervisor

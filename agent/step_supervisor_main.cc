@@ -183,21 +183,9 @@ int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-bool WriteAll(int fd, const void* data, size_t len) {
-  const char* p = static_cast<const char*>(data);
-  while (len > 0) {
-    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 bool SendFrame(int fd, int32_t type, const void* data, size_t len) {
   const sv::FrameHeader h = {type, static_cast<int32_t>(len)};
-  return WriteAll(fd, &h, sizeof(h)) && (len == 0 || WriteAll(fd, data, len));
+  return sv::SendAll(fd, &h, sizeof(h)) && (len == 0 || sv::SendAll(fd, data, len));
 }
 
 // The last `cap` bytes of a stream, and how many before them were dropped.

@@ -195,10 +195,8 @@ void Scheduler::Disconnect(uint64_t conn) {
     // It restarts keeping its steps: they run on until the hold it was
     // granted ends (it counts from before this), and the agent that comes
     // back takes them; the reconnect grace on top covers the way back.
-    const absl::Duration hold = a->restart_hold;
-    agents_.Unbind(*a, Mono() + hold + opts_.reconnect_grace);
+    agents_.Unbind(*a, Mono() + a->restart_hold + opts_.reconnect_grace);
     a->restarting = true;
-    a->restart_hold = hold;
     return;
   }
   agents_.Unbind(*a, Mono() + opts_.reconnect_grace);

@@ -18,7 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, wait_until  # noqa: E402
+from harness import Cluster, alive, read_text as read, wait_until  # noqa: E402
 
 # The first attempt starts a grandchild in a new session that ticks every
 # 50 ms, then waits for ever; a later attempt does the same, but ends after
@@ -32,18 +32,6 @@ if [ "$a" = 1 ]; then sleep 600; else sleep 1; fi
 """
 
 
-def read(path):
-    with open(path) as f:
-        return f.read()
-
-
-def alive(pid):
-    """True while `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 class AgentDeathTest(unittest.TestCase):

@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, wait_until  # noqa: E402
+from harness import Cluster, alive, read_text as read, wait_until  # noqa: E402
 
 # Says it started, waits for the test's "go" (bounded: 60 s), writes to
 # stdout, stderr and the output file, and ends.
@@ -45,22 +45,10 @@ sleep 600
 """
 
 
-def read(path):
-    with open(path) as f:
-        return f.read()
-
 
 def b64(field):
     return base64.b64decode(field or "").decode()
 
-
-def alive(pid):
-    """True while `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 class AgentRestartTest(unittest.TestCase):

@@ -48,6 +48,20 @@ def wait_until(pred, timeout=DEFAULT_TIMEOUT, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def alive(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 class Process:
     """One spawned binary with its log file."""
 
