@@ -18,7 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, alive, read_text as read, wait_until  # noqa: E402
+from harness import Cluster, alive, read_text as read, wait_until, written  # noqa: E402
 
 # The first attempt starts a grandchild in a new session that ticks every
 # 50 ms, then waits for ever; a later attempt does the same, but ends after
@@ -56,9 +56,9 @@ class AgentDeathTest(unittest.TestCase):
             c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
 
             # Attempt 1 runs on the doomed agent, its grandchild ticking.
-            wait_until(lambda: os.path.exists(f"{d}/gc.1") and os.path.exists(f"{d}/step.1")
-                       and os.path.exists(f"{d}/ticks.1"), what="attempt 1's processes")
-            step1, gc1 = int(read(f"{d}/step.1")), int(read(f"{d}/gc.1"))
+            wait_until(lambda: written(f"{d}/gc.1") and written(f"{d}/step.1")
+                       and written(f"{d}/ticks.1"), what="attempt 1's processes")
+            step1, gc1 = int(written(f"{d}/step.1")), int(written(f"{d}/gc.1"))
             self.pids += [step1, gc1]
             self.assertTrue(alive(step1) and alive(gc1))
             self.assertNotEqual(os.getsid(gc1), os.getsid(step1), "the grandchild left the session")
@@ -72,11 +72,11 @@ class AgentDeathTest(unittest.TestCase):
             gone_after = time.time() - kill_time
 
             # The task moves after the reconnect grace and runs on the heir.
-            wait_until(lambda: os.path.exists(f"{d}/start.2"), timeout=60,
+            wait_until(lambda: written(f"{d}/start.2"), timeout=60,
                        what="attempt 2 to start on the heir")
             c.wait_state("survivor-of-kill", ["SUCCEEDED"], timeout=60)
-            start2 = float(read(f"{d}/start.2"))
-            last_tick1 = float(read(f"{d}/ticks.1").split()[-1])
+            start2 = float(written(f"{d}/start.2"))
+            last_tick1 = float(written(f"{d}/ticks.1").split()[-1])
             self.assertLess(last_tick1, start2, "attempt 1 still ran when attempt 2 started")
             self.assertLess(last_tick1 - kill_time, 2.0,
                             "attempt 1's grandchild ticked on well after its agent died")
@@ -86,7 +86,7 @@ class AgentDeathTest(unittest.TestCase):
                              [(1, "doomed"), (2, "heir")])
 
             # Attempt 2's grandchild went with its step.
-            gc2 = int(read(f"{d}/gc.2"))
+            gc2 = int(wait_until(lambda: written(f"{d}/gc.2"), what="attempt 2's grandchild"))
             self.pids.append(gc2)
             wait_until(lambda: not alive(gc2), timeout=5, what="attempt 2's grandchild to go")
             print(f"\n[agent_death] kill -9 of an agent: its step and a grandchild in a new "

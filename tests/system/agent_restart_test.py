@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, alive, read_text as read, wait_until  # noqa: E402
+from harness import Cluster, alive, read_text as read, wait_until, written  # noqa: E402
 
 # Says it started, waits for the test's "go" (bounded: 60 s), writes to
 # stdout, stderr and the output file, and ends.
@@ -79,9 +79,9 @@ class AgentRestartTest(unittest.TestCase):
                            {"exec": {"argv": ["sh", "-c", "echo next step"]}}]},
             ]
             c.ctl("submit", "-f", "-", input=json.dumps(specs), check=True)
-            wait_until(lambda: all(os.path.exists(f"{d}/pid.{n}.1") for n in (1, 2)),
+            wait_until(lambda: all(written(f"{d}/pid.{n}.1") for n in (1, 2)),
                        what="both steps to start")
-            steps = [int(read(f"{d}/pid.{n}.1")) for n in (1, 2)]
+            steps = [int(written(f"{d}/pid.{n}.1")) for n in (1, 2)]
             self.pids += steps
 
             agent = c.agents["upgraded"]
@@ -128,9 +128,9 @@ class AgentRestartTest(unittest.TestCase):
             spec = {"id": "kept-too-long", "queue": "agent-restart", "max_attempts": 1,
                     "steps": [{"exec": {"argv": ["sh", "-c", TICKING_STEP, "step", d]}}]}
             c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
-            wait_until(lambda: os.path.exists(f"{d}/gc") and os.path.exists(f"{d}/step")
-                       and os.path.exists(f"{d}/ticks"), what="attempt 1's processes")
-            step, gc = int(read(f"{d}/step")), int(read(f"{d}/gc"))
+            wait_until(lambda: written(f"{d}/gc") and written(f"{d}/step")
+                       and written(f"{d}/ticks"), what="attempt 1's processes")
+            step, gc = int(written(f"{d}/step")), int(written(f"{d}/gc"))
             self.pids += [step, gc]
 
             agent = c.agents["never-back"]
@@ -144,8 +144,8 @@ class AgentRestartTest(unittest.TestCase):
             gone_after = time.time() - exit_time
 
             c.wait_state("kept-too-long", ["SUCCEEDED"], timeout=60)
-            start2 = float(read(f"{d}/start.2"))
-            last_tick = float(read(f"{d}/ticks").split()[-1])
+            start2 = float(written(f"{d}/start.2"))
+            last_tick = float(written(f"{d}/ticks").split()[-1])
             self.assertLess(last_tick, start2, "attempt 1 still ran when attempt 2 started")
             task = c.task("kept-too-long")
             self.assertEqual([(a["attempt"], a["agent_id"]) for a in task["attempts"]],

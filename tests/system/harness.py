@@ -53,6 +53,16 @@ def read_text(path):
         return f.read()
 
 
+def written(path):
+    """The complete lines of `path`: "" while it does not exist or its
+    writer (a step's `date > file`, say) has not finished its first line."""
+    try:
+        text = read_text(path)
+    except FileNotFoundError:
+        return ""
+    return text[:text.rfind("\n") + 1]
+
+
 def alive(pid):
     """True while `pid` exists and is not a zombie."""
     try:

@@ -30,7 +30,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, TcpProxy, binary, unix_time, wait_until  # noqa: E402
+from harness import Cluster, TcpProxy, binary, unix_time, wait_until, written  # noqa: E402
 
 # Each attempt writes when it started and, every 50 ms, a tick from a
 # grandchild in a session of its own; attempt 1 runs for FIRST seconds,
@@ -52,8 +52,8 @@ def step_spec(task_id, d, first_seconds, **extra):
 
 
 def read_float(path):
-    with open(path) as f:
-        return float(f.read().split()[-1])
+    """The last number a step wrote to `path`, once it has written one."""
+    return float(wait_until(lambda: written(path), what=f"a line in {path}").split()[-1])
 
 
 def attempts(task):
@@ -85,7 +85,7 @@ class OutageTest(unittest.TestCase):
 
     def started(self, c, attempt, timeout=60):
         path = os.path.join(c.steps, f"start.{attempt}")
-        wait_until(lambda: os.path.exists(path), timeout=timeout,
+        wait_until(lambda: written(path), timeout=timeout,
                    what=f"{c.name}: attempt {attempt} to start")
         return read_float(path)
 
