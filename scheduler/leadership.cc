@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,7 +52,30 @@ void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, absl::Duratio
   using Steady = std::chrono::steady_clock;
   const auto every = absl::ToChronoMilliseconds(ttl / 3);
   const auto ttl_ms = absl::ToChronoMilliseconds(ttl);
+  // Guarded by stop->mu: until when the lease surely holds, counted from
+  // before the last renewal that succeeded was sent.
   Steady::time_point valid_until = taken_at + ttl_ms;
+  bool renewing = true;  // guarded by stop->mu; false once this returns
+  // The lease's own clock: whatever a renewal does (a database path that
+  // takes the bytes and never answers blocks it with no error), the
+  // leader stops serving before its lease may expire, a sixth of the TTL
+  // early, so that no standby can lead while it still serves.
+  const auto margin = absl::ToChronoMilliseconds(ttl / 6);
+  std::thread deadline([&] {
+    std::unique_lock<std::mutex> lock(stop->mu);
+    for (;;) {
+      const Steady::time_point due = valid_until - margin;
+      if (stop->cv.wait_until(lock, due, [&] { return stop->stop || !renewing; })) return;
+      if (Steady::now() < valid_until - margin) continue;  // renewed meanwhile
+      lock.unlock();
+      spdlog::critical(
+          "the lease was not renewed in time (the database does not answer); stopping before it "
+          "expires");
+      stop->Fire(1);
+      lease->Interrupt();  // a renewal blocked on the connection returns
+      return;
+    }
+  });
   std::unique_lock<std::mutex> lock(stop->mu);
   while (!stop->cv.wait_for(lock, every, [stop] { return stop->stop; })) {
     lock.unlock();
@@ -64,23 +88,30 @@ void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, absl::Duratio
     lock.lock();
     if (s.ok()) {
       valid_until = sent + ttl_ms;
+      stop->cv.notify_all();
       continue;
     }
     if (s.code() == absl::StatusCode::kFailedPrecondition) {
       lock.unlock();
       spdlog::critical("lost the lease: {}; stopping", std::string(s.message()));
       stop->Fire(1);
-      return;
+      lock.lock();
+      break;
     }
     if (Steady::now() + every >= valid_until) {
       lock.unlock();
       spdlog::critical("cannot renew the lease before it expires: {}; stopping",
                        std::string(s.message()));
       stop->Fire(1);
-      return;
+      lock.lock();
+      break;
     }
     spdlog::warn("renewing the lease: {}", std::string(s.message()));
   }
+  renewing = false;
+  stop->cv.notify_all();
+  lock.unlock();
+  deadline.join();
 }
 
 }  // namespace taskgrid

@@ -223,6 +223,9 @@ void WritePortFile(const std::string& path, int port) {
 
 }  // namespace
 
+// How long a scheduler stopped by a failure may take to stop.
+constexpr int kFailedStopLimitSeconds = 10;
+
 int main(int argc, char** argv) {
   taskgrid::SetUsage(
       "The Taskgrid scheduler: owns the durable task table (SQLite, or PostgreSQL) and serves "
@@ -705,6 +708,19 @@ int main(int argc, char** argv) {
   {
     std::unique_lock<std::mutex> lock(stop.mu);
     stop.cv.wait(lock, [&stop] { return stop.stop; });
+  }
+  if (stop.exit_code != 0) {
+    // Stopped by a failure (a lease that ran out, a lost database): what
+    // is left to do may wait on a database that does not answer. Nothing
+    // uncommitted was acknowledged, so leave in bounded time whatever
+    // hangs; a clean stop (SIGTERM) waits for its last commits.
+    std::thread([code = stop.exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds(kFailedStopLimitSeconds));
+      spdlog::critical("stopping took longer than {}s (the database does not answer); exiting",
+                       kFailedStopLimitSeconds);
+      spdlog::default_logger()->flush();
+      _exit(code);
+    }).detach();
   }
   http.Stop();
   (*server)->Shutdown(absl::Seconds(2));

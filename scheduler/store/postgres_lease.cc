@@ -1,6 +1,9 @@
 #include "scheduler/store/postgres_lease.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -42,7 +45,9 @@ PostgresLease::PostgresLease(const LeaseOptions& opts)
       address_(opts.address),
       conn_(std::make_unique<pg::Conn>(opts.url, "lease", opts.ttl / 3)) {}
 
-PostgresLease::~PostgresLease() = default;
+PostgresLease::~PostgresLease() {
+  if (socket_ >= 0) close(socket_);
+}
 
 absl::StatusOr<std::unique_ptr<PostgresLease>> PostgresLease::Open(const LeaseOptions& opts) {
   std::unique_ptr<PostgresLease> l(new PostgresLease(opts));
@@ -54,6 +59,13 @@ absl::Status PostgresLease::Connect() {
   bool fresh = false;
   if (absl::Status s = conn_->Ensure(&fresh); !s.ok()) return s;
   if (!fresh) return absl::OkStatus();
+  {
+    // A duplicate of our own, closed only here and in the destructor, under
+    // socket_mu_: Interrupt() never reaches a descriptor reused by another.
+    std::lock_guard<std::mutex> lock(socket_mu_);
+    if (socket_ >= 0) close(socket_);
+    socket_ = fcntl(PQsocket(conn_->get()), F_DUPFD_CLOEXEC, 3);
+  }
   // A leader's commit holds the row for one round trip; one stopped
   // mid-transaction holds it until the server ends its session (the
   // store's writer_idle_limit): wait only so long, then answer "not now".
@@ -63,6 +75,12 @@ absl::Status PostgresLease::Connect() {
       "setting the lease's lock wait");
   if (!s.ok()) conn_->Close();
   return s;
+}
+
+void PostgresLease::Interrupt() {
+  std::lock_guard<std::mutex> lock(socket_mu_);
+  // Shuts the socket itself down, under every descriptor of it.
+  if (socket_ >= 0) shutdown(socket_, SHUT_RDWR);
 }
 
 absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -78,6 +79,11 @@ class PostgresLease {
   // it to expire; no-op when it is no longer ours.
   absl::Status Release();
 
+  // From any thread, any time: a call blocked on the connection (a path
+  // that takes the bytes and never answers) fails at once, and the next
+  // call connects again.
+  void Interrupt();
+
   int64_t epoch() const { return epoch_; }
   void set_address(std::string address) { address_ = std::move(address); }
   const LeaseOptions& options() const { return opts_; }
@@ -90,6 +96,8 @@ class PostgresLease {
   std::string address_;
   int64_t epoch_ = 0;
   std::unique_ptr<pg::Conn> conn_;
+  std::mutex socket_mu_;
+  int socket_ = -1;  // guarded by socket_mu_: a dup of conn_'s socket, for Interrupt()
 };
 
 }  // namespace taskgrid::store

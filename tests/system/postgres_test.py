@@ -201,6 +201,58 @@ class PostgresTest(unittest.TestCase):
         second.wait_state("by-the-new-leader", "SUCCEEDED", timeout=60)
         self.assertTrue(second.scheduler.alive())
 
+    def test_a_leader_whose_database_path_freezes_stops_serving_before_a_standby_leads(self):
+        # The leader reaches the server through a relay that then takes every
+        # byte and answers none (a hung pooler or proxy): its renewal blocks
+        # with no error. It must stop serving by its own clock before its
+        # lease may expire, so that agents and clients go to the standby.
+        host_port, db = self.base.split("@", 1)[1].split("/", 1)
+        user = self.base.split("://", 1)[1].split("@", 1)[0]
+        schema, direct = schema_url(self.base, "frozen")
+        with TcpProxy(int(host_port.rsplit(":", 1)[1])) as proxy:
+            relayed = f"postgres://{user}@{proxy.addr}/{db}?options=-csearch_path%3D{schema}"
+            first = Cluster(scheduler_flags=[f"--store={relayed}"])
+            second = Cluster(scheduler_flags=[f"--store={direct}"])
+            self.addCleanup(second.close)
+            self.addCleanup(first.close)
+            first.start_scheduler()
+            for i in range(5):
+                first.ctl("submit", f"--id=acked-{i}", "--builtin=noop", check=True)
+            second.start_scheduler(wait=False)
+            wait_until(lambda: "standby: answering on port" in second.scheduler.log(),
+                       timeout=30, what="the second scheduler to wait as a standby")
+            with open(os.path.join(second.dir, "port")) as f:
+                second.port = int(f.read().strip())
+            both = f"127.0.0.1:{first.port},127.0.0.1:{second.port}"
+            first.start_agent("follower", slots=2, scheduler_addr=both)
+            wait_until(lambda: "connected to 127.0.0.1:%d" % first.port in
+                       first.agents["follower"].log(), what="the agent on the leader")
+
+            proxy.blackhole()
+            since = time.monotonic()
+            wait_until(lambda: not first.scheduler.alive(), timeout=40,
+                       what="the frozen leader to stop")
+            stopped = time.monotonic() - since
+            self.assertEqual(first.scheduler.proc.returncode, 1, first.scheduler.log())
+            self.assertIn("the lease was not renewed in time", first.scheduler.log())
+            wait_until(lambda: "serving on port" in second.scheduler.log(), timeout=30,
+                       what="the standby to take over")
+            # It stopped serving before the standby led: the log times say.
+            stop_line = next(line for line in first.scheduler.log().splitlines()
+                             if "the lease was not renewed in time" in line)
+            lead_line = next(line for line in second.scheduler.log().splitlines()
+                             if "(lease epoch 2)" in line)
+            self.assertLess(stop_line[:23], lead_line[:23], (stop_line, lead_line))
+            # The agent went to the new leader by itself and runs its work.
+            wait_until(lambda: "connected to 127.0.0.1:%d" % second.port in
+                       first.agents["follower"].log(), timeout=30,
+                       what="the agent to follow the new leader")
+            second.ctl("submit", "--id=after", "--builtin=noop", check=True)
+            for task_id in ["after"] + [f"acked-{i}" for i in range(5)]:
+                second.wait_state(task_id, "SUCCEEDED", timeout=60)
+            print(f"\n[postgres] a frozen database path: the leader stopped {stopped:.1f} s "
+                  f"after the freeze, before the standby led", flush=True)
+
     def test_a_standby_answers_with_the_leaders_address(self):
         first, second = self._leader_and_standby("answer")
         # The standby listens from the start, on the port it keeps.
