@@ -195,7 +195,8 @@ class PostgresTest(unittest.TestCase):
                    what="the stopped leader to exit once continued")
         self.assertEqual(first.scheduler.proc.returncode, 1, first.scheduler.log())
         self.assertRegex(first.scheduler.log(),
-                         r"lease epoch 1 was superseded by epoch 2|cannot renew the lease")
+                         r"lease epoch 1 was superseded by epoch 2|cannot renew the lease|"
+                         r"the lease was not renewed in time")
         self.assertNotEqual(second.ctl("get", "by-the-old-leader").returncode, 0,
                             "the old leader committed after the takeover")
         second.wait_state("by-the-new-leader", "SUCCEEDED", timeout=60)
