@@ -20,11 +20,15 @@ namespace {
 
 // Takes the row when it is free, expired or ours; the outer SELECT reads
 // the row as it was before (a data-modifying WITH's snapshot), so a row
-// not taken names the leader. Expiry by the server's clock.
+// not taken names the leader. Expiry by the server's clock. The row is
+// locked FOR UPDATE first: that waits (up to lock_wait) for a commit in
+// flight, whose fence holds KEY SHARE (kLeaseFenceSql).
 constexpr char kAcquire[] =
-    "WITH taken AS (UPDATE lease SET holder = $1::text, address = $2::text, epoch = epoch + 1, "
-    "expires_at = now() + $3::int8 * interval '1 microsecond' "
-    "WHERE id = 1 AND (expires_at <= now() OR holder = $1::text) RETURNING epoch) "
+    "WITH locked AS (SELECT id FROM lease WHERE id = 1 FOR UPDATE), "
+    "taken AS (UPDATE lease SET holder = $1::text, address = $2::text, epoch = epoch + 1, "
+    "expires_at = now() + $3::int8 * interval '1 microsecond' FROM locked "
+    "WHERE lease.id = locked.id AND (expires_at <= now() OR holder = $1::text) "
+    "RETURNING lease.epoch) "
     "SELECT (SELECT epoch FROM taken), l.holder, l.address, l.epoch, "
     "(extract(epoch FROM greatest(l.expires_at, now()) - now()) * 1000000)::int8 "
     "FROM lease l WHERE l.id = 1";

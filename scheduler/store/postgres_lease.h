@@ -31,6 +31,15 @@
 
 namespace taskgrid::store {
 
+// The fence every commit of the leader takes first (PostgresStore): the
+// lease row's epoch under a KEY SHARE lock until the commit. A standby's
+// taking locks the row FOR UPDATE, which waits for it, so a commit in
+// flight is ordered before a takeover; the leader's own renewal is a
+// plain UPDATE of columns no key holds (a NO KEY UPDATE lock), which a
+// KEY SHARE lock does not block: renewing never waits for a commit, however
+// slow (a slow fsync, a stalled synchronous replica).
+inline constexpr char kLeaseFenceSql[] = "SELECT epoch FROM lease WHERE id = 1 FOR KEY SHARE";
+
 namespace pg {
 class Conn;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "scheduler/store/postgres_lease.h"
 #include "scheduler/store/postgres_schema.h"
 #include "scheduler/store/postgres_util.h"
 
@@ -107,9 +108,10 @@ constexpr Statement kNotePruned{
     "tg_note_pruned",
     "INSERT INTO meta (key, value) VALUES ('newest_pruned_revision', $1::int8) "
     "ON CONFLICT (key) DO UPDATE SET value = greatest(meta.value, excluded.value)"};
-// The fence: the lease row's epoch, locked FOR SHARE until the commit, so
-// a standby's UPDATE taking the lease is ordered after this transaction.
-constexpr Statement kFence{"tg_fence", "SELECT epoch FROM lease WHERE id = 1 FOR SHARE"};
+// The fence: the lease row's epoch, locked until the commit, so a
+// standby's taking of the lease is ordered after this transaction (and the
+// leader's own renewal is not: kLeaseFenceSql).
+constexpr Statement kFence{"tg_fence", kLeaseFenceSql};
 constexpr Statement kStatements[] = {
     kFence,           kDeleteTasks,  kDeleteAttempts, kDeleteMerged, kInsertTasks,  kUpdateTasks,
     kPutMerged,       kDeleteQueues, kPutQueues,      kPutAttempts,  kTrimAttempts, kInsertEvents,

@@ -141,7 +141,7 @@ TEST_F(PostgresLeaseTest, TakingWaitsOnlyBrieflyForACommitInFlight) {
   PGconn* leader = PQconnectdb(schema_.url().c_str());
   ASSERT_EQ(PQstatus(leader), CONNECTION_OK) << PQerrorMessage(leader);
   PQclear(PQexec(leader, "BEGIN"));
-  PGresult* r = PQexec(leader, "SELECT epoch FROM lease WHERE id = 1 FOR SHARE");
+  PGresult* r = PQexec(leader, kLeaseFenceSql);
   ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQresultErrorMessage(r);
   PQclear(r);
   auto b =
@@ -157,6 +157,37 @@ TEST_F(PostgresLeaseTest, TakingWaitsOnlyBrieflyForACommitInFlight) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->ours);
   EXPECT_EQ(got->epoch, 2);
+}
+
+TEST_F(PostgresLeaseTest, RenewingNeverWaitsForTheLeadersOwnCommit) {
+  // A commit of the leader's that takes long (a slow fsync, a stalled
+  // synchronous replica) holds its fence across several renewal times;
+  // the renewals must not wait for it (their lock wait is 50 ms here).
+  auto a =
+      PostgresLease::Open({schema_.url(), "a", "a:1", absl::Seconds(6), absl::Milliseconds(50)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->TryAcquire()->ours);
+  PGconn* commit = PQconnectdb(schema_.url().c_str());
+  ASSERT_EQ(PQstatus(commit), CONNECTION_OK) << PQerrorMessage(commit);
+  PQclear(PQexec(commit, "BEGIN"));
+  PGresult* r = PQexec(commit, kLeaseFenceSql);
+  ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQresultErrorMessage(r);
+  PQclear(r);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE((*a)->Renew().ok()) << "renewal " << i;
+  // A standby still cannot take it meanwhile (nor could it after expiry:
+  // the commit in flight comes first).
+  Expire();
+  auto b =
+      PostgresLease::Open({schema_.url(), "b", "b:1", absl::Seconds(6), absl::Milliseconds(50)});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto got = (*b)->TryAcquire();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->ours) << "taken while the leader's commit was in flight";
+  PQclear(PQexec(commit, "COMMIT"));
+  PQfinish(commit);
+  got = (*b)->TryAcquire();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->ours);
 }
 
 TEST_F(PostgresLeaseTest, ASupersededLeadersApplyIsRefusedAndWritesNothing) {
