@@ -626,6 +626,7 @@ int Run(int argc, char** argv) {
     }
     v1::SubmitTasksRequest req;
     if (int rc = BuildSubmit(args, has_dashdash, after, set, &req); rc != kExitOk) return rc;
+    taskgrid::ctl::GiveIds(&req);
     if (absl::GetFlag(FLAGS_wait)) return client.SubmitAndWait(req, WaitTimeout());
     return client.Submit(req);
   }
@@ -635,6 +636,7 @@ int Run(int argc, char** argv) {
     }
     v1::SubmitJobRequest req;
     if (int rc = BuildJobSubmit(args, set, command_hint, &req); rc != kExitOk) return rc;
+    taskgrid::ctl::GiveIds(&req);
     return client.SubmitJob(req, absl::GetFlag(FLAGS_wait), WaitTimeout());
   }
   if (name == "job list") {

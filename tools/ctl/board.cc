@@ -24,7 +24,9 @@ void PrintTaskState(const Resp& resp, bool json) {
 
 int Client::BoardClaim(const v1::ClaimRequest& req) {
   v1::ClaimResponse resp;
-  if (!Call([&](grpc::ClientContext* ctx) { return board_stub_->Claim(ctx, req, &resp); })) {
+  // A claim made twice holds two tasks: never repeated once sent.
+  if (!Call([&](grpc::ClientContext* ctx) { return board_stub_->Claim(ctx, req, &resp); },
+            /*repeatable=*/false)) {
     return kExitRpcFailed;
   }
   std::cout << (opts_.json ? ToJson(resp) : FormatClaims(resp));

@@ -3,12 +3,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/connect.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
@@ -97,6 +101,61 @@ void Client::Report(const grpc::Status& gs) const {
   std::cerr << msg << "\n";
 }
 
+void Client::ReportMaybeRun(const grpc::Status& s) const {
+  std::cerr << "error: UNAVAILABLE: " << s.error_message() << " (the call reached "
+            << addresses_.current()
+            << " and may have been carried out before its answer was lost; it is not sent again "
+               "by itself, as twice would not do what once does: look (taskgridctl list) before "
+               "you repeat it)\n";
+}
+
+// Submitting twice makes the same tasks as once only when every task has an
+// id (an existing id answers with that task) and none is delivered by merge
+// key (each submit would merge again).
+namespace {
+
+bool EveryTaskRepeatable(const google::protobuf::RepeatedPtrField<v1::TaskSpec>& tasks) {
+  return std::all_of(tasks.begin(), tasks.end(), [](const v1::TaskSpec& t) {
+    return !t.id().empty() && t.merge_key().empty();
+  });
+}
+
+}  // namespace
+
+bool RepeatableSubmit(const v1::SubmitTasksRequest& req) {
+  return EveryTaskRepeatable(req.tasks());
+}
+
+// The same job again (same id, same tasks) answers with the job.
+bool RepeatableSubmit(const v1::SubmitJobRequest& req) {
+  return !req.job_id().empty() && EveryTaskRepeatable(req.tasks());
+}
+
+std::string ClientMadeId(char kind) {
+  // 48 random bits: two clients in the same millisecond do not meet. The
+  // 12 hex digits keep it apart from the scheduler's own "t<ms>-<6 digits>".
+  static std::random_device random;
+  const uint64_t bits = ((uint64_t{random()} << 32) | random()) & 0xffff'ffff'ffffULL;
+  return absl::StrFormat("%c%014d-%012x", kind, absl::ToUnixMillis(absl::Now()), bits);
+}
+
+namespace {
+
+void GiveTaskIds(google::protobuf::RepeatedPtrField<v1::TaskSpec>* tasks) {
+  for (v1::TaskSpec& t : *tasks) {
+    if (t.id().empty() && t.merge_key().empty()) t.set_id(ClientMadeId('t'));
+  }
+}
+
+}  // namespace
+
+void GiveIds(v1::SubmitTasksRequest* req) { GiveTaskIds(req->mutable_tasks()); }
+
+void GiveIds(v1::SubmitJobRequest* req) {
+  if (req->job_id().empty()) req->set_job_id(ClientMadeId('j'));
+  GiveTaskIds(req->mutable_tasks());
+}
+
 void Client::PrintMore(const std::string& next_page_token) {
   if (next_page_token.empty()) return;
   std::cout.flush();
@@ -105,7 +164,8 @@ void Client::PrintMore(const std::string& next_page_token) {
 
 int Client::Submit(const v1::SubmitTasksRequest& req) {
   v1::SubmitTasksResponse resp;
-  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SubmitTasks(ctx, req, &resp); })) {
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SubmitTasks(ctx, req, &resp); },
+            RepeatableSubmit(req))) {
     return kExitRpcFailed;
   }
   std::cout << (opts_.json ? ToJson(resp) : FormatSubmitted(resp));

@@ -148,8 +148,15 @@ class Client {
   // Runs `rpc` with a fresh context carrying the deadline, on the
   // scheduler that leads (NextScheduler). On failure prints "error: CODE:
   // message" on stderr and returns false.
+  // `repeatable`: running the call twice does what running it once does
+  // (reads, submits whose every task has an id). A call that reached a
+  // scheduler and failed UNAVAILABLE may have been run there with its
+  // answer lost: it is made again (on the next address) only when
+  // repeatable; otherwise that is reported, saying it may have been run.
+  // Calls a standby answered, or that could not connect, were not run and
+  // are always made again.
   template <typename Rpc>
-  bool Call(Rpc&& rpc);
+  bool Call(Rpc&& rpc, bool repeatable = true);
   // OK when the current scheduler can be called now. With several
   // addresses, one that does not finish connecting within 2 s (a frozen
   // process, a host gone) is UNAVAILABLE at once rather than at the
@@ -183,6 +190,9 @@ class Client {
   // Prints `s` (not OK) as "error: CODE: message" with a hint for the
   // codes that have one.
   void Report(const grpc::Status& s) const;
+  // Reports an UNAVAILABLE call that reached the scheduler: it may have
+  // been run, its answer lost.
+  void ReportMaybeRun(const grpc::Status& s) const;
   // Waits for one task until `deadline` (InfiniteFuture: none). False on an
   // error (reported); else `out` holds the last answer.
   bool WaitOne(const std::string& id, absl::Time deadline, v1::WaitTaskResponse* out);
@@ -222,10 +232,22 @@ class Client {
   v1::ScheduleService::Stub* schedule_stub_ = nullptr;
 };
 
+// Whether sending `req` twice makes the same tasks as once (Client::Call).
+bool RepeatableSubmit(const v1::SubmitTasksRequest& req);
+bool RepeatableSubmit(const v1::SubmitJobRequest& req);
+// An id made here, before the first try: `kind` ('t' a task, 'j' a job),
+// the time in milliseconds and 48 random bits, e.g. t01764196800000-3f09a1c2b7de.
+std::string ClientMadeId(char kind);
+// Gives every task without an id (and not delivered by merge key), and a
+// job without one, an id made here, so that a submit whose answer was lost
+// can be sent again: the second finds what the first made.
+void GiveIds(v1::SubmitTasksRequest* req);
+void GiveIds(v1::SubmitJobRequest* req);
+
 // The templates every command file uses.
 
 template <typename Rpc>
-bool Client::Call(Rpc&& rpc) {
+bool Client::Call(Rpc&& rpc, bool repeatable) {
   LostScheduler failover(opts_.timeout);
   for (;;) {
     grpc::ClientContext ctx;
@@ -236,6 +258,11 @@ bool Client::Call(Rpc&& rpc) {
     if (s.ok()) {
       Reached();
       return true;
+    }
+    if (sent && !repeatable && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        !AnsweredByStandby(ctx)) {
+      ReportMaybeRun(s);
+      return false;
     }
     if (NextScheduler(ctx, s)) continue;
     // A failover under way: a standby answered, or the list's schedulers

@@ -259,7 +259,8 @@ class JobEndWatcher {
 
 int Client::SubmitAndWait(const v1::SubmitTasksRequest& req, absl::Duration wait_timeout) {
   v1::SubmitTasksResponse resp;
-  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SubmitTasks(ctx, req, &resp); })) {
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SubmitTasks(ctx, req, &resp); },
+            RepeatableSubmit(req))) {
     return kExitRpcFailed;
   }
   // The ids (generated ones too) first, so the user knows what is waited on.
@@ -484,7 +485,8 @@ int Client::Watch(const WatchOptions& o) {
 
 int Client::SubmitJob(const v1::SubmitJobRequest& req, bool wait, absl::Duration wait_timeout) {
   v1::Job job;
-  if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->SubmitJob(ctx, req, &job); })) {
+  if (!Call([&](grpc::ClientContext* ctx) { return job_stub_->SubmitJob(ctx, req, &job); },
+            RepeatableSubmit(req))) {
     return kExitRpcFailed;
   }
   if (!wait) {
