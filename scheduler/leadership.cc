@@ -13,12 +13,27 @@ int LeadOrWait(store::PostgresLease* lease, store::PostgresStore* store, bool st
                const std::function<bool(const store::LeaseState&)>& waiting, StopSignal* stop,
                std::chrono::steady_clock::time_point* taken_at) {
   std::string said;
+  bool reap_refused = false;
   for (;;) {
     *taken_at = std::chrono::steady_clock::now();
     absl::StatusOr<store::LeaseState> st = lease->TryAcquire();
     if (!st.ok()) {
       spdlog::error("{}", std::string(st.status().message()));
       return 1;
+    }
+    if (st->writers_ended > 0) {
+      spdlog::warn(
+          "ended {} database session(s) of an earlier leader's writer, left open mid-commit "
+          "past its lease",
+          st->writers_ended);
+    }
+    if (!st->reap_error.empty() && !reap_refused) {
+      reap_refused = true;
+      spdlog::warn(
+          "{} (grant this scheduler's role pg_signal_backend, or run every scheduler as one "
+          "role: until then a leader cut off mid-commit holds its locks until PostgreSQL ends "
+          "its session)",
+          st->reap_error);
     }
     if (st->ours) break;
     if (!st->holder.empty() && said != st->holder) {

@@ -39,6 +39,19 @@ constexpr char kRenew[] =
     "expires_at = now() + $3::int8 * interval '1 microsecond' "
     "WHERE id = 1 AND epoch = $1::int8 RETURNING epoch) "
     "SELECT (SELECT epoch FROM r), l.epoch, l.holder FROM lease l WHERE l.id = 1";
+// The writer sessions (kTagWriterSql) of this schema and database, other
+// than this one, whose epoch is below $1 (0: at most the lease's, and only
+// once it expired), ended; how many.
+constexpr char kReapWriters[] =
+    "WITH w AS (SELECT a.pid, substring(a.application_name FROM "
+    "'^taskgrid writer ([0-9]+) epoch ')::oid AS nsp, "
+    "substring(a.application_name FROM '^taskgrid writer [0-9]+ epoch ([0-9]+)')::int8 AS epoch "
+    "FROM pg_stat_activity a WHERE a.datname = current_database() "
+    "AND a.pid <> pg_backend_pid() AND a.application_name LIKE 'taskgrid writer %') "
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(w.pid)) FROM w, lease l "
+    "WHERE l.id = 1 AND w.nsp = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) "
+    "AND w.epoch >= 1 AND CASE WHEN $1::int8 = 0 "
+    "THEN l.expires_at <= now() AND w.epoch <= l.epoch ELSE w.epoch < $1::int8 END";
 constexpr char kRelease[] =
     "UPDATE lease SET expires_at = '-infinity' WHERE id = 1 AND epoch = $1::int8";
 
@@ -71,8 +84,9 @@ absl::Status PostgresLease::Connect() {
     socket_ = fcntl(PQsocket(conn_->get()), F_DUPFD_CLOEXEC, 3);
   }
   // A leader's commit holds the row for one round trip; one stopped
-  // mid-transaction holds it until the server ends its session (the
-  // store's writer_idle_limit): wait only so long, then answer "not now".
+  // between its batch and its COMMIT holds it until the server ends its
+  // session (the store's writer_idle_limit), one cut off mid-batch until
+  // it is ended (kReapWriters): wait only so long, then answer "not now".
   absl::Status s = pg::Exec(
       conn_->get(),
       absl::StrCat("SET lock_timeout = ", absl::ToInt64Milliseconds(opts_.lock_wait)).c_str(),
@@ -93,10 +107,22 @@ absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {
   p.Bytes(opts_.holder);
   p.Bytes(address_);
   p.Int8(absl::ToInt64Microseconds(opts_.ttl));
+  auto lock_waited_out = [](const Result& r) {
+    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+    return state != nullptr && std::string(state) == "55P03";
+  };
   Result r(pg::ExecParams(conn_->get(), kAcquire, p));
-  const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-  if (state != nullptr && std::string(state) == "55P03") {
-    return LeaseState{};  // the leader is committing: it is alive
+  int64_t ended = 0;
+  if (lock_waited_out(r)) {
+    // A commit of the leader's holds the row: alive, unless its lease
+    // expired (then it was cut off mid-commit; its session is ended, and
+    // taking is tried once more, the lock wait covering its end).
+    LeaseState out;
+    ReapWriters(0, &out);
+    if (out.writers_ended == 0) return out;
+    ended = out.writers_ended;
+    r = Result(pg::ExecParams(conn_->get(), kAcquire, p));
+    if (lock_waited_out(r)) return out;
   }
   if (absl::Status s = pg::Check(conn_->get(), r.get(), "taking the lease"); !s.ok()) {
     if (PQstatus(conn_->get()) != CONNECTION_OK) conn_->Close();
@@ -106,9 +132,11 @@ absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {
     return absl::FailedPreconditionError("the lease row is missing: not a taskgrid schema");
   }
   LeaseState out;
+  out.writers_ended = ended;
   out.ours = !PQgetisnull(r.get(), 0, 0);
   if (out.ours) {
     epoch_ = out.epoch = pg::GetInt8(r.get(), 0, 0);
+    ReapWriters(epoch_, &out);
     out.holder = opts_.holder;
     out.address = address_;
     out.remaining = opts_.ttl;
@@ -119,6 +147,21 @@ absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {
   out.epoch = pg::GetInt8(r.get(), 0, 3);
   out.remaining = absl::Microseconds(pg::GetInt8(r.get(), 0, 4));
   return out;
+}
+
+void PostgresLease::ReapWriters(int64_t below, LeaseState* out) {
+  Params p;
+  p.Int8(below);
+  Result r(pg::ExecParams(conn_->get(), kReapWriters, p));
+  if (absl::Status s = pg::Check(conn_->get(), r.get(),
+                                 "ending the writer sessions of earlier "
+                                 "leaders");
+      !s.ok()) {
+    if (PQstatus(conn_->get()) != CONNECTION_OK) conn_->Close();
+    out->reap_error = std::string(s.message());
+    return;
+  }
+  out->writers_ended += PQntuples(r.get()) == 1 ? pg::GetInt8(r.get(), 0, 0) : 0;
 }
 
 absl::Status PostgresLease::Renew() {

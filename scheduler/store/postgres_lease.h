@@ -40,6 +40,21 @@ namespace taskgrid::store {
 // slow (a slow fsync, a stalled synchronous replica).
 inline constexpr char kLeaseFenceSql[] = "SELECT epoch FROM lease WHERE id = 1 FOR KEY SHARE";
 
+// What a fenced writer calls its session (application_name), with its
+// epoch as $1: "taskgrid writer <schema oid> epoch <epoch>", then the name
+// it had (the URL's application_name, if any). A writer is only sure to
+// end its transaction when it can send the rest of it: one cut off
+// mid-batch (a frozen path, a host gone with its connection held open)
+// keeps its row locks, the lease row's among them, until the server ends
+// the session, which it may never do (no Sync came, so no idle timeout
+// applies). A scheduler taking over ends such sessions itself, found by
+// this name (PostgresLease::TryAcquire).
+inline constexpr char kTagWriterSql[] =
+    "SELECT set_config('application_name', rtrim(format('taskgrid writer %s epoch %s %s', "
+    "(SELECT oid FROM pg_namespace WHERE nspname = current_schema()), $1::int8, "
+    "regexp_replace(current_setting('application_name'), '^taskgrid writer [0-9]+ epoch [0-9]+ ?', "
+    "''))), false)";
+
 namespace pg {
 class Conn;
 }
@@ -67,6 +82,11 @@ struct LeaseState {
   std::string holder;        // the leader ("" when none ever held it)
   std::string address;       // where the leader serves
   absl::Duration remaining;  // until the leader's lease expires (not ours)
+  // Writer sessions of earlier leaders this call ended (TryAcquire), and
+  // why it could not: ending another's session needs the same role or
+  // pg_signal_backend; without it the server's own timeouts decide.
+  int64_t writers_ended = 0;
+  std::string reap_error;
 };
 
 class PostgresLease {
@@ -78,7 +98,11 @@ class PostgresLease {
   // One statement: takes the lease when it is free, expired or already
   // this holder's, bumping the epoch; otherwise reports the leader. A
   // leader committing at the moment (its fence holds the row) reads as
-  // not ours, with the epoch unknown (0).
+  // not ours, with the epoch unknown (0). When that leader's lease has
+  // expired, the writer sessions of its epoch and before (kTagWriterSql)
+  // are ended first, so a commit cut off mid-batch cannot hold the row for
+  // ever; once the lease is ours, every writer session of an earlier epoch
+  // is ended, so none of their row locks outlives the takeover.
   absl::StatusOr<LeaseState> TryAcquire();
   // Extends the lease by ttl from the server's now(), and writes the
   // address, only while the epoch is still ours: FAILED_PRECONDITION
@@ -100,10 +124,14 @@ class PostgresLease {
  private:
   explicit PostgresLease(const LeaseOptions& opts);
   absl::Status Connect();
+  // Ends the fenced writer sessions of this schema with an epoch below
+  // `below` (0: up to the lease's epoch, and only when it has expired).
+  void ReapWriters(int64_t below, LeaseState* out);
 
   LeaseOptions opts_;
   std::string address_;
   int64_t epoch_ = 0;
+  bool reap_refused_ = false;  // the warning was logged
   std::unique_ptr<pg::Conn> conn_;
   std::mutex socket_mu_;
   int socket_ = -1;  // guarded by socket_mu_: a dup of conn_'s socket, for Interrupt()

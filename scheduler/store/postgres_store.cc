@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -258,6 +259,7 @@ absl::Status PostgresStore::EnsureWriter() {
   bool fresh = false;
   if (absl::Status s = writer_->Ensure(&fresh); !s.ok()) return s;
   if (!fresh) return absl::OkStatus();
+  tagged_epoch_ = 0;
   // A new session: prepare the statements again (the fence, not a
   // session, says whether this scheduler may still write).
   absl::Status s = Prepare(writer_->get());
@@ -268,13 +270,45 @@ absl::Status PostgresStore::EnsureWriter() {
 absl::Status PostgresStore::Apply(const core::WriteBatch& batch) {
   if (batch.empty()) return absl::OkStatus();
   if (absl::Status s = EnsureWriter(); !s.ok()) return s;
+  if (fence_epoch_ > 0 && tagged_epoch_ != fence_epoch_) {
+    // Named with its epoch, for the next leader to find (kTagWriterSql).
+    Params p;
+    p.Int8(fence_epoch_);
+    Result r(pg::ExecParams(writer_->get(), kTagWriterSql, p));
+    if (absl::Status s = pg::Check(writer_->get(), r.get(), "naming the writer's session");
+        !s.ok()) {
+      if (PQstatus(writer_->get()) != CONNECTION_OK) writer_->Close();
+      return s;
+    }
+    tagged_epoch_ = fence_epoch_;
+  }
   absl::Status s = ApplyPipelined(batch);
   PGconn* conn = writer_->get();
   if (!s.ok() && PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE) {
     pg::Exec(conn, "ROLLBACK", "rolling back").IgnoreError();
   }
-  if (PQstatus(conn) != CONNECTION_OK) writer_->Close();  // made again on the next call
+  if (PQstatus(conn) != CONNECTION_OK) {
+    writer_->Close();  // made again on the next call
+    // Lost: perhaps ended by a leader that took over (kTagWriterSql). If
+    // so, that is what is said.
+    if (fence_epoch_ > 0) {
+      if (absl::Status why = SupersededSince(); !why.ok()) return why;
+    }
+  }
   return s;
+}
+
+absl::Status PostgresStore::SupersededSince() {
+  if (!EnsureWriter().ok()) return absl::OkStatus();
+  Result r(PQexec(writer_->get(), "SELECT epoch FROM lease WHERE id = 1"));
+  int64_t now = 0;
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK || PQntuples(r.get()) != 1 ||
+      !absl::SimpleAtoi(PQgetvalue(r.get(), 0, 0), &now) || now == fence_epoch_) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this scheduler's lease epoch ", fence_epoch_, " was superseded by epoch ", now,
+      ": another scheduler leads ", schema_, " (and ended this one's database session)"));
 }
 
 absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
@@ -287,11 +321,6 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
     p.what = std::move(what);
     return p.params;
   };
-
-  // The fence first: its row lock orders this transaction with a standby
-  // taking the lease.
-  const bool fenced = fence_epoch_ > 0;
-  if (fenced) add(kFence, "checking the lease", 1);
 
   // The (seqs, ids) arrays of the updates, kept to name a missing row.
   std::pair<std::string, std::string> updated;
@@ -524,6 +553,14 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
     add(kNotePruned, "noting the pruned revision").Int8(batch.prune_events_through);
   }
 
+  // The fence last, right before the Sync: its lock on the lease row
+  // orders this transaction with a standby taking the lease, and it is
+  // taken only once the whole batch is sent, so a writer cut off while
+  // sending (the batch passes libpq's 64 KiB buffer and goes out in parts)
+  // does not hold it. (Its other rows' locks it may: the next leader ends
+  // such sessions, kTagWriterSql.)
+  if (fence_epoch_ > 0) add(kFence, "checking the lease", 1);
+
   // One round trip: BEGIN and every statement, pipelined. Their results
   // are command tags only, so the server never blocks on a full socket
   // while the statements are still being sent.
@@ -553,10 +590,12 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
       if (status.ok()) status = pg::Error(conn, r.get(), what);
       continue;
     }
-    if (status.ok() && p != nullptr && p->st == &kFence) {
-      // The rest of the pipeline ran too; it is rolled back.
+    if (p != nullptr && p->st == &kFence) {
+      // The batch ran before it; it is rolled back. A lost lease explains
+      // a row count that fell short too: it is what is said.
       const int64_t now = PQntuples(r.get()) == 1 ? pg::GetInt8(r.get(), 0, 0) : -1;
       if (now != fence_epoch_) {
+        missing_in = nullptr;
         status = absl::FailedPreconditionError(absl::StrCat(
             "this scheduler's lease epoch ", fence_epoch_, " was superseded by epoch ", now,
             ": another scheduler leads ", schema_, "; nothing of the batch was written"));

@@ -21,8 +21,11 @@
 // second round trip commits once every row count was checked. Durability
 // is PostgreSQL's own: COMMIT returns once the server's synchronous_commit
 // says so (by default, when the WAL is flushed; with synchronous standbys,
-// when they have it too). A later fence (a leader epoch checked in the
-// same transaction) is one more statement at the head of that pipeline.
+// when they have it too). The fence (the leader's epoch, checked in the
+// same transaction) is the pipeline's last statement, sent with its Sync:
+// the lease row is never locked by a transaction not wholly sent. A fenced
+// writer names its session with its epoch (kTagWriterSql), so that the
+// next leader can end it should it be cut off mid-batch holding row locks.
 //
 // Connections: the writer (Apply and the recovery reads), one for the
 // event reads (ReadEvents, GetEventSpan) and one for the task reads
@@ -116,12 +119,17 @@ class PostgresStore final : public Store {
   // connection.
   absl::Status EnsureWriter();
   absl::Status ApplyPipelined(const core::WriteBatch& batch);
+  // After the writer's connection was lost: FAILED_PRECONDITION when the
+  // lease's epoch is no longer the fence's (asked on a new connection);
+  // OK when it still is, or cannot be told.
+  absl::Status SupersededSince();
 
   std::string url_;
   std::string display_;
   absl::Duration lock_wait_;
   absl::Duration writer_idle_limit_;
-  int64_t fence_epoch_ = 0;  // Apply's thread
+  int64_t fence_epoch_ = 0;   // Apply's thread
+  int64_t tagged_epoch_ = 0;  // Apply's thread: the epoch the writer's session is named with
   std::string schema_;
   int schema_version_ = 0;
   std::unique_ptr<pg::Conn> writer_;  // Apply's thread, or recovery's

@@ -190,6 +190,131 @@ TEST_F(PostgresLeaseTest, RenewingNeverWaitsForTheLeadersOwnCommit) {
   EXPECT_TRUE(got->ours);
 }
 
+// A leader's writer cut off mid-batch: its session is named as a fenced
+// writer's (kTagWriterSql, epoch 1), it sent BEGIN and `sql` with no Sync
+// (so no server timeout applies), and the server ran both: their locks are
+// held. Asked to flush, the server says so; the results are read here.
+PGconn* CutOffMidBatch(const std::string& url, const char* sql) {
+  PGconn* c = PQconnectdb(url.c_str());
+  EXPECT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  const char* one[] = {"1"};
+  PGresult* tag = PQexecParams(c, kTagWriterSql, 1, nullptr, one, nullptr, nullptr, 0);
+  EXPECT_EQ(PQresultStatus(tag), PGRES_TUPLES_OK) << PQresultErrorMessage(tag);
+  PQclear(tag);
+  EXPECT_EQ(PQenterPipelineMode(c), 1);
+  EXPECT_EQ(PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+  EXPECT_EQ(PQsendQueryParams(c, sql, 0, nullptr, nullptr, nullptr, nullptr, 0), 1);
+  EXPECT_EQ(PQsendFlushRequest(c), 1);
+  EXPECT_EQ(PQflush(c), 0);
+  for (ExecStatusType want : {PGRES_COMMAND_OK, PGRES_TUPLES_OK}) {
+    PGresult* r = PQgetResult(c);
+    EXPECT_EQ(PQresultStatus(r), want) << PQresultErrorMessage(r);
+    PQclear(r);
+    EXPECT_EQ(PQgetResult(c), nullptr);  // the end of that statement's results
+  }
+  return c;
+}
+
+// The writer's session is gone: sending the rest finds it ended.
+bool SessionEnded(PGconn* c) {
+  if (PQpipelineSync(c) != 1) return true;
+  for (;;) {
+    PGresult* r = PQgetResult(c);
+    if (r == nullptr) {
+      if (PQstatus(c) == CONNECTION_BAD) return true;
+      continue;
+    }
+    const ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st == PGRES_FATAL_ERROR) return true;
+    if (st == PGRES_PIPELINE_SYNC) return false;
+  }
+}
+
+TEST_F(PostgresLeaseTest, ATakeoverEndsALeaderCutOffMidBatchWithTheLeaseRowLocked) {
+  auto a = Lease("a");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->TryAcquire()->ours);
+  PGconn* cut = CutOffMidBatch(schema_.url(), kLeaseFenceSql);
+  Expire();
+  auto b =
+      PostgresLease::Open({schema_.url(), "b", "b:1", absl::Seconds(6), absl::Milliseconds(200)});
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Without its session ended, no try would ever take the lease. With it,
+  // the first does (the lock wait covering the session's end), or, under
+  // load, one of the next few.
+  absl::StatusOr<LeaseState> got;
+  int64_t ended = 0;
+  for (int i = 0; i < 10; ++i) {
+    got = (*b)->TryAcquire();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ended += got->writers_ended;
+    EXPECT_EQ(got->reap_error, "");
+    if (got->ours) break;
+  }
+  EXPECT_TRUE(got->ours) << "the lease was never taken";
+  EXPECT_EQ(got->epoch, 2);
+  EXPECT_EQ(ended, 1);
+  EXPECT_TRUE(SessionEnded(cut));
+  PQfinish(cut);
+}
+
+TEST_F(PostgresLeaseTest, ATakeoverEndsEveryEarlierWriterSoNoneOfItsRowLocksOutlivesIt) {
+  auto a = Lease("a");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->TryAcquire()->ours);
+  // Cut off before its fence (the fence goes last): it holds rows of the
+  // tables, not the lease row.
+  PGconn* cut = CutOffMidBatch(schema_.url(), "SELECT key FROM meta FOR UPDATE");
+  // A writer of a live leader, or an unfenced one, is not a former
+  // leader's: left alone.
+  PGconn* later = PQconnectdb(schema_.url().c_str());
+  ASSERT_EQ(PQstatus(later), CONNECTION_OK) << PQerrorMessage(later);
+  const char* three[] = {"3"};
+  PQclear(PQexecParams(later, kTagWriterSql, 1, nullptr, three, nullptr, nullptr, 0));
+  Expire();
+  auto b = Lease("b");
+  ASSERT_TRUE(b);
+  auto got = b->TryAcquire();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->ours);
+  EXPECT_EQ(got->epoch, 2);
+  EXPECT_EQ(got->writers_ended, 1);
+  EXPECT_TRUE(SessionEnded(cut));
+  PQfinish(cut);
+  // Its row locks went with it: the next leader's writes do not wait.
+  EXPECT_EQ(schema_.Exec("SET lock_timeout = '30s'; SELECT key FROM meta FOR UPDATE"), "");
+  PGresult* alive = PQexec(later, "SELECT 1");
+  EXPECT_EQ(PQresultStatus(alive), PGRES_TUPLES_OK) << PQresultErrorMessage(alive);
+  PQclear(alive);
+  PQfinish(later);
+}
+
+TEST_F(PostgresLeaseTest, AFencedWritersSessionIsEndedByTheNextLeaderAndSaysWhy) {
+  auto a = Lease("a");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->TryAcquire()->ours);
+  store_->SetFence(a->epoch());
+  ASSERT_TRUE(store_->Apply(Insert("named", 1)).ok());
+  // The session is findable as epoch 1's writer; b's taking ends it. The
+  // next write finds it gone and says why.
+  Expire();
+  auto b = Lease("b");
+  ASSERT_TRUE(b);
+  auto got = b->TryAcquire();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->ours);
+  EXPECT_EQ(got->writers_ended, 1);
+  absl::Status s = store_->Apply(Insert("after", 2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("superseded by epoch 2: another scheduler leads " + schema_.name() +
+                        " (and ended this one's database session)"));
+  auto n = store_->CountTasks();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 1);
+}
+
 TEST_F(PostgresLeaseTest, ASupersededLeadersApplyIsRefusedAndWritesNothing) {
   auto a = Lease("a");
   auto b = Lease("b");

@@ -133,10 +133,12 @@ TEST_F(PostgresStoreTest, ApplyAfterTheServerDroppedTheConnectionIsUnavailableTh
   first.tasks.push_back(NewRow("before", 1));
   ASSERT_TRUE((*s)->Apply(first).ok());
   ASSERT_TRUE((*s)->ReadEvents(0, 10).ok());  // the reader is connected too
-  // What a server restart or failover does to every session of the store.
+  // What a server restart or failover does to every session of the store
+  // (the fenced writer's name starts with its tag: kTagWriterSql).
   const std::string kill = absl::StrCat(
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '", app,
-      "'");
+      "' OR application_name LIKE 'taskgrid writer ' || '", schema_.name(),
+      "'::regnamespace::oid || ' epoch 5%'");
   ASSERT_EQ(schema_.Exec(kill), "");
   core::WriteBatch lost;
   lost.tasks.push_back(NewRow("lost", 2));
