@@ -62,8 +62,9 @@ int LeadOrWait(store::PostgresLease* lease, store::PostgresStore* store, bool st
   return -1;
 }
 
-void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, absl::Duration ttl,
-                std::chrono::steady_clock::time_point taken_at, StopSignal* stop) {
+void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, store::PostgresStore* store,
+                absl::Duration ttl, std::chrono::steady_clock::time_point taken_at,
+                StopSignal* stop) {
   using Steady = std::chrono::steady_clock;
   const auto every = absl::ToChronoMilliseconds(ttl / 3);
   const auto ttl_ms = absl::ToChronoMilliseconds(ttl);
@@ -94,6 +95,17 @@ void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, absl::Duratio
   std::unique_lock<std::mutex> lock(stop->mu);
   while (!stop->cv.wait_for(lock, every, [stop] { return stop->stop; })) {
     lock.unlock();
+    if (const absl::Duration waited = store->CommitInFlightFor(); waited > CommitLimit(ttl)) {
+      // The writer's database path (or the server) never answers while the
+      // lease's still does: stop, so a standby with a path that works leads.
+      spdlog::critical(
+          "a commit has waited {} for the database (the limit is twice --lease_ttl); stopping",
+          absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1))));
+      stop->Fire(1);
+      store->InterruptCommit();
+      lock.lock();
+      break;
+    }
     const Steady::time_point sent = Steady::now();
     absl::Status s;
     {

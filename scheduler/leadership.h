@@ -42,12 +42,21 @@ int LeadOrWait(store::PostgresLease* lease, store::PostgresStore* store, bool st
                const std::function<bool(const store::LeaseState&)>& waiting, StopSignal* stop,
                std::chrono::steady_clock::time_point* taken_at);
 
+// How long the leader lets one commit wait for the database before it
+// stops (and ends the wait): a writer whose path never answers must not
+// hold every caller while the lease's own connection still renews.
+inline absl::Duration CommitLimit(absl::Duration ttl) { return 2 * ttl; }
+
 // Renews the lease every ttl / 3 until the stop; stops the scheduler (1)
 // when another took the lease, or when it could not renew and what is left
 // of the lease, counted from before the last renewal was sent, is less
-// than one more try: a leader that cannot renew must not serve on.
+// than one more try: a leader that cannot renew must not serve on. A
+// deadline thread stops it by its own clock before the lease may expire
+// whatever the renewal does; and at each renewal time a commit of
+// `store`'s in flight for longer than CommitLimit(ttl) stops it too.
 // `lease_mu` guards `lease` (main() also writes its address).
-void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, absl::Duration ttl,
-                std::chrono::steady_clock::time_point taken_at, StopSignal* stop);
+void RenewLease(store::PostgresLease* lease, std::mutex* lease_mu, store::PostgresStore* store,
+                absl::Duration ttl, std::chrono::steady_clock::time_point taken_at,
+                StopSignal* stop);
 
 }  // namespace taskgrid

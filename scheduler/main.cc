@@ -572,7 +572,7 @@ int main(int argc, char** argv) {
     // Until the real server listens: "taking over, try again".
     if (standby != nullptr) standby->SetLeader("", lease->epoch());
     renewer = std::thread([&, taken_at] {
-      taskgrid::RenewLease(lease.get(), &lease_mu, lease_ttl, taken_at, &stop);
+      taskgrid::RenewLease(lease.get(), &lease_mu, pg_store, lease_ttl, taken_at, &stop);
     });
   }
   // Ends the lease (at once, for the standbys) once nothing writes.

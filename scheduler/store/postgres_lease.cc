@@ -1,9 +1,6 @@
 #include "scheduler/store/postgres_lease.h"
 
-#include <fcntl.h>
 #include <libpq-fe.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -62,9 +59,7 @@ PostgresLease::PostgresLease(const LeaseOptions& opts)
       address_(opts.address),
       conn_(std::make_unique<pg::Conn>(opts.url, "lease", opts.ttl / 3)) {}
 
-PostgresLease::~PostgresLease() {
-  if (socket_ >= 0) close(socket_);
-}
+PostgresLease::~PostgresLease() = default;
 
 absl::StatusOr<std::unique_ptr<PostgresLease>> PostgresLease::Open(const LeaseOptions& opts) {
   std::unique_ptr<PostgresLease> l(new PostgresLease(opts));
@@ -76,13 +71,6 @@ absl::Status PostgresLease::Connect() {
   bool fresh = false;
   if (absl::Status s = conn_->Ensure(&fresh); !s.ok()) return s;
   if (!fresh) return absl::OkStatus();
-  {
-    // A duplicate of our own, closed only here and in the destructor, under
-    // socket_mu_: Interrupt() never reaches a descriptor reused by another.
-    std::lock_guard<std::mutex> lock(socket_mu_);
-    if (socket_ >= 0) close(socket_);
-    socket_ = fcntl(PQsocket(conn_->get()), F_DUPFD_CLOEXEC, 3);
-  }
   // A leader's commit holds the row for one round trip; one stopped
   // between its batch and its COMMIT holds it until the server ends its
   // session (the store's writer_idle_limit), one cut off mid-batch until
@@ -95,11 +83,7 @@ absl::Status PostgresLease::Connect() {
   return s;
 }
 
-void PostgresLease::Interrupt() {
-  std::lock_guard<std::mutex> lock(socket_mu_);
-  // Shuts the socket itself down, under every descriptor of it.
-  if (socket_ >= 0) shutdown(socket_, SHUT_RDWR);
-}
+void PostgresLease::Interrupt() { conn_->Interrupt(); }
 
 absl::StatusOr<LeaseState> PostgresLease::TryAcquire() {
   if (absl::Status s = Connect(); !s.ok()) return s;

@@ -23,7 +23,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -133,8 +132,6 @@ class PostgresLease {
   int64_t epoch_ = 0;
   bool reap_refused_ = false;  // the warning was logged
   std::unique_ptr<pg::Conn> conn_;
-  std::mutex socket_mu_;
-  int socket_ = -1;  // guarded by socket_mu_: a dup of conn_'s socket, for Interrupt()
 };
 
 }  // namespace taskgrid::store

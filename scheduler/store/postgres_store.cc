@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -267,8 +268,32 @@ absl::Status PostgresStore::EnsureWriter() {
   return s;
 }
 
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+absl::Duration PostgresStore::CommitInFlightFor() const {
+  const int64_t since = apply_since_ns_.load();
+  return since == 0 ? absl::ZeroDuration() : absl::Nanoseconds(SteadyNs() - since);
+}
+
+void PostgresStore::InterruptCommit() { writer_->Interrupt(); }
+
 absl::Status PostgresStore::Apply(const core::WriteBatch& batch) {
   if (batch.empty()) return absl::OkStatus();
+  apply_since_ns_ = SteadyNs();
+  absl::Status s = ApplyOnWriter(batch);
+  apply_since_ns_ = 0;
+  return s;
+}
+
+absl::Status PostgresStore::ApplyOnWriter(const core::WriteBatch& batch) {
   if (absl::Status s = EnsureWriter(); !s.ok()) return s;
   if (fence_epoch_ > 0 && tagged_epoch_ != fence_epoch_) {
     // Named with its epoch, for the next leader to find (kTagWriterSql).

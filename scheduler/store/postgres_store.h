@@ -40,6 +40,7 @@
 // object is destroyed.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +87,13 @@ class PostgresStore final : public Store {
   void SetFence(int64_t epoch) { fence_epoch_ = epoch; }
   int64_t fence() const { return fence_epoch_; }
 
+  // From any thread: how long the Apply in flight has been waiting (zero
+  // when none), and a way to end that wait: the Apply fails UNAVAILABLE at
+  // once and the next connects again. The leader's watchdog
+  // (RenewLease) uses both, so a commit the database never answers ends.
+  absl::Duration CommitInFlightFor() const;
+  void InterruptCommit();
+
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;
   absl::Status ScanTasks(const RowSink& sink, bool light_finished = false) override;
@@ -118,6 +126,7 @@ class PostgresStore final : public Store {
   // Connects the writer if needed: prepares Apply's statements on a fresh
   // connection.
   absl::Status EnsureWriter();
+  absl::Status ApplyOnWriter(const core::WriteBatch& batch);
   absl::Status ApplyPipelined(const core::WriteBatch& batch);
   // After the writer's connection was lost: FAILED_PRECONDITION when the
   // lease's epoch is no longer the fence's (asked on a new connection);
@@ -128,7 +137,8 @@ class PostgresStore final : public Store {
   std::string display_;
   absl::Duration lock_wait_;
   absl::Duration writer_idle_limit_;
-  int64_t fence_epoch_ = 0;   // Apply's thread
+  std::atomic<int64_t> apply_since_ns_{0};  // steady clock; 0: no Apply in flight
+  int64_t fence_epoch_ = 0;                 // Apply's thread
   int64_t tagged_epoch_ = 0;  // Apply's thread: the epoch the writer's session is named with
   std::string schema_;
   int schema_version_ = 0;

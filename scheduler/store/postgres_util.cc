@@ -1,7 +1,10 @@
 #include "scheduler/store/postgres_util.h"
 
 #include <endian.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -65,6 +68,10 @@ absl::Status Conn::Ensure(bool* fresh) {
     Close();
     return s;
   }
+  {
+    std::lock_guard<std::mutex> lock(socket_mu_);
+    socket_ = fcntl(PQsocket(conn_), F_DUPFD_CLOEXEC, 3);
+  }
   if (fresh != nullptr) *fresh = true;
   return absl::OkStatus();
 }
@@ -72,6 +79,15 @@ absl::Status Conn::Ensure(bool* fresh) {
 void Conn::Close() {
   if (conn_ != nullptr) PQfinish(conn_);
   conn_ = nullptr;
+  std::lock_guard<std::mutex> lock(socket_mu_);
+  if (socket_ >= 0) close(socket_);
+  socket_ = -1;
+}
+
+void Conn::Interrupt() {
+  std::lock_guard<std::mutex> lock(socket_mu_);
+  // Shuts the socket itself down, under every descriptor of it.
+  if (socket_ >= 0) shutdown(socket_, SHUT_RDWR);
 }
 
 absl::Status Error(PGconn* conn, const PGresult* res, absl::string_view what) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,20 @@ class Conn {
   void Close();
   const std::string& role() const { return role_; }
 
+  // From any thread, any time: a call blocked on the connection (a path
+  // that takes the bytes and never answers, a server that never answers)
+  // fails at once, and the next Ensure connects again. The socket is shut
+  // down through a duplicate of its own, closed only under socket_mu_, so
+  // this never reaches a descriptor reused by another.
+  void Interrupt();
+
  private:
   std::string url_;
   std::string role_;
   absl::Duration io_limit_;
   PGconn* conn_ = nullptr;
+  std::mutex socket_mu_;
+  int socket_ = -1;  // guarded by socket_mu_: a duplicate of conn_'s socket
 };
 
 // The status for a failed command: UNAVAILABLE when the connection is gone

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/store/postgres_schema.h"
@@ -164,6 +165,55 @@ TEST_F(PostgresStoreTest, ApplyAfterTheServerDroppedTheConnectionIsUnavailableTh
   core::WriteBatch stale;
   stale.tasks.push_back(NewRow("stale", 4));
   EXPECT_EQ((*s)->Apply(stale).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PostgresStoreTest, ACommitTheServerNeverAnswersEndsWhenInterrupted) {
+  const std::string app = "stuck_" + schema_.name();
+  auto s = PostgresStore::Open({Url(app)});
+  ASSERT_TRUE(s.ok()) << s.status();
+  core::WriteBatch first;
+  first.tasks.push_back(NewRow("before", 1));
+  ASSERT_TRUE((*s)->Apply(first).ok());
+  EXPECT_EQ((*s)->CommitInFlightFor(), absl::ZeroDuration());
+  // Another session holds the table: the next commit waits with no end.
+  PGconn* holder = PQconnectdb(schema_.url().c_str());
+  ASSERT_EQ(PQstatus(holder), CONNECTION_OK) << PQerrorMessage(holder);
+  PQclear(PQexec(holder, "BEGIN"));
+  PGresult* locked = PQexec(holder, "LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE");
+  ASSERT_EQ(PQresultStatus(locked), PGRES_COMMAND_OK) << PQresultErrorMessage(locked);
+  PQclear(locked);
+  absl::Status stuck;
+  std::thread commit([&] {
+    core::WriteBatch b;
+    b.tasks.push_back(NewRow("stuck", 2));
+    stuck = (*s)->Apply(b);
+  });
+  // Until the server says the writer waits on the lock (bounded: 30 s).
+  const std::string waiting = absl::StrCat(
+      "SELECT pg_sleep(0.01), count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+      "AND application_name LIKE '%",
+      app, "'");
+  bool waits = false;
+  for (int i = 0; i < 3000 && !waits; ++i) {
+    PGresult* r = PQexec(holder, waiting.c_str());
+    waits = PQresultStatus(r) == PGRES_TUPLES_OK && std::string(PQgetvalue(r, 0, 1)) == "1";
+    PQclear(r);
+  }
+  EXPECT_TRUE(waits) << "the commit never waited on the lock";
+  EXPECT_GT((*s)->CommitInFlightFor(), absl::ZeroDuration());
+  (*s)->InterruptCommit();
+  commit.join();
+  EXPECT_EQ(stuck.code(), absl::StatusCode::kUnavailable) << stuck;
+  EXPECT_EQ((*s)->CommitInFlightFor(), absl::ZeroDuration());
+  PQclear(PQexec(holder, "ROLLBACK"));
+  PQfinish(holder);
+  // The next commit connects again; the interrupted one left nothing.
+  core::WriteBatch after;
+  after.tasks.push_back(NewRow("after", 3));
+  ASSERT_TRUE((*s)->Apply(after).ok());
+  auto n = (*s)->CountTasks();
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 2);
 }
 
 TEST_F(PostgresStoreTest, ABadOrUnreachableUrlIsAClearError) {
