@@ -81,7 +81,7 @@ void Client::NoteFailover(const grpc::Status& s) const {
 }
 
 bool Client::NextScheduler(const grpc::ClientContext& ctx, const grpc::Status& s) {
-  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+  if (!IsLostScheduler(s)) return false;
   const std::string leader = LeaderNamedBy(ctx);
   if (addresses_.size() < 2 && leader.empty()) return false;
   addresses_.Failed(leader);
@@ -102,8 +102,8 @@ void Client::Report(const grpc::Status& gs) const {
 }
 
 void Client::ReportMaybeRun(const grpc::Status& s) const {
-  std::cerr << "error: UNAVAILABLE: " << s.error_message() << " (the call reached "
-            << addresses_.current()
+  std::cerr << "error: " << absl::StatusCodeToString(FromGrpcStatus(s).code()) << ": "
+            << s.error_message() << " (the call reached " << addresses_.current()
             << " and may have been carried out before its answer was lost; it is not sent again "
                "by itself, as twice would not do what once does: look (taskgridctl list) before "
                "you repeat it)\n";

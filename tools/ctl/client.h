@@ -150,9 +150,10 @@ class Client {
   // message" on stderr and returns false.
   // `repeatable`: running the call twice does what running it once does
   // (reads, submits whose every task has an id). A call that reached a
-  // scheduler and failed UNAVAILABLE may have been run there with its
-  // answer lost: it is made again (on the next address) only when
-  // repeatable; otherwise that is reported, saying it may have been run.
+  // scheduler and failed UNAVAILABLE (or CANCELLED: the server went away
+  // with it) may have been run there with its answer lost: it is made
+  // again (on the next address) only when repeatable; otherwise that is
+  // reported, saying it may have been run.
   // Calls a standby answered, or that could not connect, were not run and
   // are always made again.
   template <typename Rpc>
@@ -259,16 +260,19 @@ bool Client::Call(Rpc&& rpc, bool repeatable) {
       Reached();
       return true;
     }
-    if (sent && !repeatable && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        !AnsweredByStandby(ctx)) {
+    // Lost mid-call (UNAVAILABLE, or CANCELLED by a server going away):
+    // perhaps carried out.
+    const bool lost_in_hand = sent && IsLostScheduler(s) && !AnsweredByStandby(ctx);
+    if (lost_in_hand && !repeatable) {
       ReportMaybeRun(s);
       return false;
     }
     if (NextScheduler(ctx, s)) continue;
     // A failover under way: a standby answered, or the list's schedulers
-    // did not connect. The call was not run anywhere: ask again, within
-    // --timeout, until one leads.
-    if ((!sent || AnsweredByStandby(ctx)) &&
+    // did not connect (the call was not run anywhere), or one went away
+    // with a call that is safe to repeat: ask again, within --timeout,
+    // until one leads.
+    if ((!sent || AnsweredByStandby(ctx) || (lost_in_hand && addresses_.size() > 1)) &&
         failover.TryAgain(s, absl::InfiniteFuture(), [&] { NoteFailover(s); })) {
       continue;
     }
