@@ -103,6 +103,7 @@ Cluster::~Cluster() {
   KillChildren();
   agents_.clear();  // SIGKILL + reap each
   scheduler_.reset();
+  standby_.reset();
   tasks_.reset();
   cluster_.reset();
   health_.reset();
@@ -173,11 +174,8 @@ absl::Status Cluster::CheckServing(absl::Duration deadline) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags) {
-  ++scheduler_starts_;
-  const std::string port_file = absl::StrCat(dir_, "/port");
-  std::error_code ec;
-  std::filesystem::remove(port_file, ec);
+std::vector<std::string> Cluster::SchedulerArgv(const std::string& port_file,
+                                                const std::vector<std::string>& extra_flags) const {
   std::vector<std::string> argv = {
       opts_.scheduler_bin,
       "--listen=127.0.0.1:0",
@@ -195,16 +193,17 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
     argv.push_back(absl::StrCat("--tls_key=", opts_.tls_dir, "/head.key"));
   }
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-  const std::string log = absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log");
-  auto child = ChildProcess::Spawn("taskgrid-scheduler", argv, log);
-  if (!child.ok()) return child.status();
-  scheduler_ = std::move(*child);
-  spdlog::info("scheduler pid {} started (start #{}, log {})", scheduler_->pid(), scheduler_starts_,
-               log);
-  // The port file appears once the server listens (after recovery).
+  return argv;
+}
+
+absl::StatusOr<int> Cluster::WaitPortFile(ChildProcess* proc, const std::string& port_file) {
   absl::Status s = WaitFor("the scheduler to write its port file", kSchedulerStartTimeout,
                            absl::Milliseconds(1), [&]() -> absl::StatusOr<bool> {
-                             if (absl::Status a = CheckSchedulerAlive(); !a.ok()) return a;
+                             if (!proc->Alive()) {
+                               return absl::AbortedError(absl::StrCat(
+                                   "the scheduler ", proc->ExitDescription(), "; the end of ",
+                                   proc->log_path(), ":\n", proc->LogTail(3000)));
+                             }
                              return access(port_file.c_str(), R_OK) == 0;
                            });
   if (!s.ok()) return s;
@@ -213,7 +212,25 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
   if (!(in >> port) || port <= 0) {
     return absl::InternalError(absl::StrCat("cannot read a port from ", port_file));
   }
-  addr_ = absl::StrCat("127.0.0.1:", port);
+  return port;
+}
+
+absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags) {
+  ++scheduler_starts_;
+  const std::string port_file = absl::StrCat(dir_, "/port");
+  std::error_code ec;
+  std::filesystem::remove(port_file, ec);
+  const std::string log = absl::StrCat(dir_, "/scheduler-", scheduler_starts_, ".log");
+  auto child =
+      ChildProcess::Spawn("taskgrid-scheduler", SchedulerArgv(port_file, extra_flags), log);
+  if (!child.ok()) return child.status();
+  scheduler_ = std::move(*child);
+  spdlog::info("scheduler pid {} started (start #{}, log {})", scheduler_->pid(), scheduler_starts_,
+               log);
+  // The port file appears once the server listens (after recovery).
+  absl::StatusOr<int> port = WaitPortFile(scheduler_.get(), port_file);
+  if (!port.ok()) return port.status();
+  addr_ = absl::StrCat("127.0.0.1:", *port);
   Connect();
   return WaitFor("the scheduler's health check to answer SERVING", absl::Seconds(30),
                  absl::Milliseconds(1), [&]() -> absl::StatusOr<bool> {
@@ -222,6 +239,33 @@ absl::Status Cluster::SpawnScheduler(const std::vector<std::string>& extra_flags
                    if (!h.ok()) return h;
                    return true;
                  });
+}
+
+absl::StatusOr<std::string> Cluster::StartStandby(const std::vector<std::string>& extra_flags) {
+  if (external() || !absl::StartsWith(opts_.store, "postgres")) {
+    return absl::FailedPreconditionError(
+        "a standby needs a scheduler of the bench's on PostgreSQL");
+  }
+  const std::string port_file = absl::StrCat(dir_, "/standby.port");
+  std::vector<std::string> flags = scheduler_flags_;
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+  auto child = ChildProcess::Spawn("standby taskgrid-scheduler", SchedulerArgv(port_file, flags),
+                                   absl::StrCat(dir_, "/standby.log"));
+  if (!child.ok()) return child.status();
+  standby_ = std::move(*child);
+  // A standby writes its port file once it answers with the leader's address.
+  absl::StatusOr<int> port = WaitPortFile(standby_.get(), port_file);
+  if (!port.ok()) return port.status();
+  standby_addr_ = absl::StrCat("127.0.0.1:", *port);
+  spdlog::info("standby pid {} answers at {}", standby_->pid(), standby_addr_);
+  return standby_addr_;
+}
+
+void Cluster::KillSchedulerForStandby() {
+  if (scheduler_ != nullptr) scheduler_->Kill();
+  scheduler_ = std::move(standby_);
+  addr_ = standby_addr_;
+  Connect();
 }
 
 absl::Status Cluster::StartScheduler(const std::vector<std::string>& extra_flags) {

@@ -43,6 +43,7 @@ struct BenchOptions {
   pid_t scheduler_pid = 0;
   std::string scheduler_bin;
   std::string agent_bin;
+  std::string ctl_bin;   // taskgridctl, for the workloads that run it as a user would
   std::string self_exe;  // re-executed for simulated agents
   std::string durability = "full";
   // Empty or "sqlite": each scheduler on SQLite in its cluster's directory.
@@ -109,6 +110,13 @@ class Cluster {
   // An error naming the scheduler's exit and its last log lines when it is
   // no longer running (self-started only), else OK.
   absl::Status CheckSchedulerAlive();
+  // PostgreSQL only: a second scheduler on the same schema with the same
+  // flags (plus `extra_flags`), which waits as a standby answering with the
+  // leader's address. Returns its address once it answers.
+  absl::StatusOr<std::string> StartStandby(const std::vector<std::string>& extra_flags = {});
+  // SIGKILL to the scheduler (reaped); the standby becomes the cluster's
+  // scheduler: its address, stubs and log. Call StartStandby first.
+  void KillSchedulerForStandby();
 
   // Starts a taskgrid-agent with --id and --slots (plus `extra_flags`).
   absl::StatusOr<ChildProcess*> StartAgent(const std::string& id, int slots,
@@ -156,6 +164,11 @@ class Cluster {
   void Connect();
   // Spawns the scheduler on data_dir with a fresh port file and waits for it.
   absl::Status SpawnScheduler(const std::vector<std::string>& extra_flags);
+  // The scheduler's command line, writing its port to `port_file`.
+  std::vector<std::string> SchedulerArgv(const std::string& port_file,
+                                         const std::vector<std::string>& extra_flags) const;
+  // Waits for `port_file` while `proc` runs; the port in it.
+  absl::StatusOr<int> WaitPortFile(ChildProcess* proc, const std::string& port_file);
 
   const BenchOptions opts_;
   const std::string dir_;
@@ -163,6 +176,8 @@ class Cluster {
   std::vector<std::string> scheduler_flags_;  // extra flags of the last start
   int scheduler_starts_ = 0;
   std::unique_ptr<ChildProcess> scheduler_;
+  std::unique_ptr<ChildProcess> standby_;
+  std::string standby_addr_;
   std::map<std::string, std::unique_ptr<ChildProcess>> agents_;
   std::vector<std::unique_ptr<ChildProcess>> children_;
   std::shared_ptr<grpc::Channel> channel_;

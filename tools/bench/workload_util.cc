@@ -3,9 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/proto_time.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/pipeline.h"
@@ -110,5 +114,19 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(const RunContext& ctx,
 }
 
 double MiB(int64_t kib) { return static_cast<double>(kib) / 1024.0; }
+
+double RecoveredSeconds(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string line;
+  static const std::regex re("recovered ([0-9]+) tasks in ([0-9.a-zµ]+)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) {
+      absl::Duration d;
+      if (absl::ParseDuration(m[2].str(), &d)) return Seconds(d);
+    }
+  }
+  return std::nan("");
+}
 
 }  // namespace taskgrid::bench

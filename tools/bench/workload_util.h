@@ -56,5 +56,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(const RunContext& ctx,
                                                       const std::vector<std::string>& flags = {});
 
 double MiB(int64_t kib);
+// What "recovered 1000000 tasks in 1.234s" in the scheduler's log says, in
+// seconds (NaN when it is not there).
+double RecoveredSeconds(const std::string& log_path);
 
 }  // namespace taskgrid::bench

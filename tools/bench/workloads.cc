@@ -37,6 +37,7 @@ Sizes Sizes::Smoke() {
   s.w6_per_process = 50;
   s.w7_tasks = 1000;
   s.w8_submits = 2000;
+  s.w9_table = 2000;
   return s;
 }
 
@@ -380,21 +381,6 @@ absl::Status RunW4Recovery(const RunContext& ctx, std::vector<Figure>* out) {
 // W5: restart with a large table.
 
 namespace {
-
-// "recovered 1000000 tasks in 1.234s" from the scheduler's log.
-double RecoveredSeconds(const std::string& log_path) {
-  std::ifstream in(log_path);
-  std::string line;
-  static const std::regex re("recovered ([0-9]+) tasks in ([0-9.a-zµ]+)");
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) {
-      absl::Duration d;
-      if (absl::ParseDuration(m[2].str(), &d)) return Seconds(d);
-    }
-  }
-  return std::nan("");
-}
 
 struct RestartResult {
   double to_serving = 0;

@@ -48,6 +48,7 @@ struct Sizes {
   int w7_claimers = 16;
   int64_t w8_submits = 20000;
   int w8_keys = 100;
+  int64_t w9_table = 1000000;
 
   static Sizes Full() { return Sizes(); }
   static Sizes Smoke();
@@ -69,5 +70,7 @@ absl::Status RunW6ManyAgents(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW7Claims(const RunContext& ctx, std::vector<Figure>* out);
 // merge.cc: delivery by merge key.
 absl::Status RunW8MergeKeys(const RunContext& ctx, std::vector<Figure>* out);
+// failover.cc: a takeover on PostgreSQL with a large table.
+absl::Status RunW9Failover(const RunContext& ctx, std::vector<Figure>* out);
 
 }  // namespace taskgrid::bench
