@@ -142,17 +142,21 @@ class PostgresTest(unittest.TestCase):
         first.start_scheduler()
         for i in range(20):
             first.ctl("submit", f"--id=acked-{i}", "--", "/bin/echo", f"acked {i}", check=True)
+        self._start_standby(second)
+        self.assertRegex(second.scheduler.log(),
+                         r"is led by \S+ at \S+:%d \(lease epoch 1, " % first.port)
+        self.assertNotIn("serving on port", second.scheduler.log())
+        return first, second
+
+    def _start_standby(self, second):
+        """Starts `second`'s scheduler as a standby and reads its port once it answers."""
         second.start_scheduler(wait=False)
         # Said once the standby listens (after it said who leads), and
         # after its port file is written.
         wait_until(lambda: "standby: answering on port" in second.scheduler.log(), timeout=30,
                    what="the second scheduler to wait as a standby")
-        self.assertRegex(second.scheduler.log(),
-                         r"is led by \S+ at \S+:%d \(lease epoch 1, " % first.port)
-        self.assertNotIn("serving on port", second.scheduler.log())
         with open(os.path.join(second.dir, "port")) as f:
             second.port = int(f.read().strip())
-        return first, second
 
     def _takes_over(self, second, since):
         # Within the bound: --lease_ttl (6 s) + a standby's poll (1 s).
@@ -219,11 +223,7 @@ class PostgresTest(unittest.TestCase):
             first.start_scheduler()
             for i in range(5):
                 first.ctl("submit", f"--id=acked-{i}", "--builtin=noop", check=True)
-            second.start_scheduler(wait=False)
-            wait_until(lambda: "standby: answering on port" in second.scheduler.log(),
-                       timeout=30, what="the second scheduler to wait as a standby")
-            with open(os.path.join(second.dir, "port")) as f:
-                second.port = int(f.read().strip())
+            self._start_standby(second)
             both = f"127.0.0.1:{first.port},127.0.0.1:{second.port}"
             first.start_agent("follower", slots=2, scheduler_addr=both)
             wait_until(lambda: "connected to 127.0.0.1:%d" % first.port in

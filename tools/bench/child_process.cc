@@ -299,8 +299,8 @@ void ChildProcess::ReapAfterKill() {
   }
 }
 
-std::string ChildProcess::LogTail(size_t bytes) const {
-  std::ifstream in(log_path_, std::ios::binary);
+std::string FileTail(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) return "";
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
@@ -310,6 +310,8 @@ std::string ChildProcess::LogTail(size_t bytes) const {
   ss << in.rdbuf();
   return ss.str();
 }
+
+std::string ChildProcess::LogTail(size_t bytes) const { return FileTail(log_path_, bytes); }
 
 int KillOrphans(absl::Duration timeout) {
   std::lock_guard<std::mutex> lock(registry().mu);

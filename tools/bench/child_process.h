@@ -108,6 +108,9 @@ absl::StatusOr<int64_t> ReadPeakRssKiB(pid_t pid);
 absl::StatusOr<double> ReadCpuSeconds(pid_t pid);
 
 // The directory holding this executable (/proc/self/exe).
+// The last `bytes` of the file at `path` ("" when it cannot be read).
+std::string FileTail(const std::string& path, size_t bytes);
+
 std::string SelfDir();
 std::string SelfExe();
 

@@ -11,8 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -23,13 +21,6 @@
 namespace taskgrid::bench {
 
 namespace {
-
-// The last `bytes` of the file at `path`.
-std::string Tail(const std::string& path, size_t bytes) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text.size() > bytes ? text.substr(text.size() - bytes) : text;
-}
 
 struct ClientCalls {
   std::atomic<int64_t> made{0};
@@ -131,8 +122,8 @@ absl::Status RunW9Failover(const RunContext& ctx, std::vector<Figure>* out) {
               [&]() -> absl::StatusOr<bool> { return calls.made >= at_serving + 3; });
   join_client();
   if (!s.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat(s.message(), "; the client's output (",
-                                                    client_log, "):\n", Tail(client_log, 3000)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        s.message(), "; the client's output (", client_log, "):\n", FileTail(client_log, 3000)));
   }
   if (calls.failed > 0) {
     return absl::InternalError(
