@@ -19,7 +19,7 @@ pkgs=(
   cmake ninja-build g++ pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
-  libcurl4-openssl-dev libcpp-httplib-dev grpc-proto procps python3 openssl tzdata
+  libcurl4-openssl-dev libmicrohttpd-dev libcpp-httplib-dev grpc-proto procps python3 openssl tzdata
   libpq-dev
 )
 for arg in "$@"; do

@@ -1,15 +1,23 @@
 #include "scheduler/http/http_server.h"
 
-#include <httplib.h>
+#include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
+#include <cstdint>
+#include <fstream>
 #include <mutex>
-#include <string_view>
+#include <optional>
+#include <sstream>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -22,66 +30,99 @@ namespace taskgrid::http {
 
 namespace {
 
-// httplib's ThreadPool queues every accepted connection without bound.
-// This one keeps at most `max_queued` waiting; past that the accepting
-// thread runs the connection itself, so it stops accepting meanwhile and
-// further clients wait in the kernel's listen backlog.
-class BoundedPool final : public httplib::TaskQueue {
- public:
-  BoundedPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
-    for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
-  }
-  ~BoundedPool() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!stop_ && queue_.size() < max_queued_) {
-        queue_.push_back(std::move(fn));
-        cv_.notify_one();
-        return;
-      }
-    }
-    fn();  // full (or stopping): served here, which holds back the next accept
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-      stop_ = true;
-      cv_.notify_all();
-    }
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  void Work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and every connection was served
-        fn = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      fn();
-    }
-  }
-
-  const size_t max_queued_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stop_ = false;                        // guarded by mu_
-  std::vector<std::thread> threads_;
-};
-
 std::vector<std::string> Segments(absl::string_view path) { return absl::StrSplit(path, '/'); }
 
-std::chrono::microseconds Micros(absl::Duration d) {
-  return std::chrono::microseconds(absl::ToInt64Microseconds(d));
+// The whole file, or nullopt when it cannot be read.
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return out.str();
+}
+
+gnutls_datum_t Datum(const std::string& s) {
+  return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(s.data())),
+                        static_cast<unsigned int>(s.size())};
+}
+
+// Whether GnuTLS takes the certificate, key and CA as the server will:
+// "" when it does, else what is wrong.
+std::string CheckTls(const std::string& cert, const std::string& key, const std::string& ca) {
+  gnutls_certificate_credentials_t creds = nullptr;
+  if (gnutls_certificate_allocate_credentials(&creds) != GNUTLS_E_SUCCESS) return "out of memory";
+  std::string problem;
+  const gnutls_datum_t c = Datum(cert);
+  const gnutls_datum_t k = Datum(key);
+  int rc = gnutls_certificate_set_x509_key_mem(creds, &c, &k, GNUTLS_X509_FMT_PEM);
+  if (rc < 0) problem = absl::StrCat("the certificate and key: ", gnutls_strerror(rc));
+  if (problem.empty() && !ca.empty()) {
+    const gnutls_datum_t a = Datum(ca);
+    rc = gnutls_certificate_set_x509_trust_mem(creds, &a, GNUTLS_X509_FMT_PEM);
+    if (rc <= 0) {
+      problem = absl::StrCat("the client CA: ", rc < 0 ? gnutls_strerror(rc) : "no certificate");
+    }
+  }
+  gnutls_certificate_free_credentials(creds);
+  return problem;
+}
+
+// "" when the connection's client presented a certificate the trusted CA
+// signed (and it is valid now); else what was wrong.
+std::string ClientCertificateProblem(MHD_Connection* c) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (info == nullptr || info->tls_session == nullptr) return "not a TLS connection";
+  auto session = static_cast<gnutls_session_t>(info->tls_session);
+  unsigned int status = 0;
+  const int rc = gnutls_certificate_verify_peers2(session, &status);
+  if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND) return "no client certificate was presented";
+  if (rc < 0) return gnutls_strerror(rc);
+  if (status == 0) return "";
+  gnutls_datum_t out{};
+  if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0) < 0) {
+    return "the client certificate is not valid";
+  }
+  std::string why(reinterpret_cast<const char*>(out.data), out.size);
+  gnutls_free(out.data);
+  return why;
+}
+
+// A listening TCP socket on host:port (non-blocking, close-on-exec,
+// SO_REUSEADDR so a restart need not wait out TIME_WAIT, never
+// SO_REUSEPORT, with which a second process would take half the
+// requests), or -1.
+int Listen(const std::string& host, int port, int* family) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 512) != 0) {
+      close(fd);
+      fd = -1;
+      continue;
+    }
+    *family = a->ai_family;
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+int BoundPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
 }
 
 }  // namespace
@@ -120,12 +161,35 @@ struct HttpServer::Impl {
     Handler handler;
   };
 
+  // One TCP connection, from MHD's STARTED notice to its CLOSED notice
+  // (which comes before MHD closes the socket, so `fd` is still this
+  // connection's while it is in `connections`).
+  struct Connection {
+    int fd = -1;
+    // Waiting for a whole request, which must have come by `deadline`.
+    bool waiting = true;
+    absl::Time deadline;
+    // The client certificate's check (mTLS), done at the first request.
+    bool checked = false;
+    std::string client_problem;
+  };
+
+  // One request while its body comes in.
+  struct Pending {
+    std::string body;
+  };
+
   Options opts;
-  std::unique_ptr<httplib::Server> server;
   std::vector<Route> routes;  // fixed once Start ran
   ErrorPage error_page;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
+  std::string cert_pem, key_pem, ca_pem;  // kept while the daemon runs
+  MHD_Daemon* daemon = nullptr;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_set<Connection*> connections;  // guarded by mu
+  bool stopping = false;                        // guarded by mu
+  std::thread watchdog;
 
   // Whether `path` is one the route's pattern matches; fills `params`.
   static bool Matches(const Route& route, const std::vector<std::string>& path,
@@ -145,14 +209,7 @@ struct HttpServer::Impl {
     return true;
   }
 
-  void Dispatch(const httplib::Request& req, httplib::Response& res) const {
-    Request r;
-    r.method = req.method;
-    r.path = req.path;
-    for (const auto& [name, value] : req.params) r.query.emplace_back(name, value);
-    for (const auto& [name, value] : req.headers)
-      r.headers.emplace(absl::AsciiStrToLower(name), value);
-    r.body = req.body;
+  Response Dispatch(Request& r) const {
     const std::string method = r.method == "HEAD" ? "GET" : r.method;
     const std::vector<std::string> path = Segments(r.path);
     std::vector<std::string> allowed;
@@ -161,39 +218,164 @@ struct HttpServer::Impl {
       if (!Matches(route, path, &params)) continue;
       if (route.method == method) {
         r.params = std::move(params);
-        Write(route.handler(r), res);
-        return;
+        return route.handler(r);
       }
       allowed.push_back(route.method == "GET" ? "GET, HEAD" : route.method);
     }
-    if (allowed.empty()) {
-      Write(error_page(r, 404, "not found: " + r.path), res);
-      return;
-    }
+    if (allowed.empty()) return error_page(r, 404, "not found: " + r.path);
     const std::string allow = absl::StrJoin(allowed, ", ");
     Response page = error_page(
         r, 405, absl::StrCat("method not allowed: ", r.path, " takes ", allow, ", not ", r.method));
     page.headers.emplace_back("Allow", allow);
-    Write(std::move(page), res);
+    return page;
   }
 
-  static void Write(Response r, httplib::Response& res) {
-    res.status = r.status;
-    for (const auto& [name, value] : r.headers) res.set_header(name, value);
-    res.set_content(std::move(r.body), r.content_type.c_str());
+  static MHD_Result Send(MHD_Connection* c, const Response& r) {
+    MHD_Response* res = MHD_create_response_from_buffer(
+        r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+    if (res == nullptr) return MHD_NO;
+    MHD_add_response_header(res, "Content-Type", r.content_type.c_str());
+    for (const auto& [name, value] : r.headers) {
+      MHD_add_response_header(res, name.c_str(), value.c_str());
+    }
+    const MHD_Result queued = MHD_queue_response(c, static_cast<unsigned int>(r.status), res);
+    MHD_destroy_response(res);
+    return queued;
   }
 
-  static std::string Describe(int status, const Options& opts) {
-    switch (status) {
-      case 400:
-        return "bad request: malformed, or a POST without Content-Length (send an empty "
-               "body: curl -d '')";
-      case 413:
-        return absl::StrCat("request body too large: at most ", opts.max_request_bytes, " bytes");
-      case 414:
-        return "request line too long";
-      default:
-        return absl::StrCat("error ", status);
+  static Connection* Of(MHD_Connection* c) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == nullptr ? nullptr : static_cast<Connection*>(info->socket_context);
+  }
+
+  // The request is all in: its deadline no longer runs. Checks the client
+  // certificate once per connection; returns what is wrong with it.
+  std::string Received(MHD_Connection* c) {
+    Connection* conn = Of(c);
+    if (conn == nullptr) return "";
+    bool check = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      conn->waiting = false;
+      check = !conn->checked && !opts.tls.client_ca.empty();
+      conn->checked = true;
+    }
+    if (check) conn->client_problem = ClientCertificateProblem(c);
+    return conn->client_problem;
+  }
+
+  Response ErrorFor(MHD_Connection* c, const char* url, const char* method, int status,
+                    const std::string& message) const {
+    Request r = Head(c, url, method);
+    return error_page(r, status, message);
+  }
+
+  static Request Head(MHD_Connection* c, const char* url, const char* method) {
+    Request r;
+    r.method = method;
+    r.path = url;
+    MHD_get_connection_values(
+        c, MHD_GET_ARGUMENT_KIND,
+        [](void* cls, MHD_ValueKind, const char* key, const char* value) {
+          static_cast<Request*>(cls)->query.emplace_back(key, value == nullptr ? "" : value);
+          return MHD_YES;
+        },
+        &r);
+    MHD_get_connection_values(
+        c, MHD_HEADER_KIND,
+        [](void* cls, MHD_ValueKind, const char* key, const char* value) {
+          static_cast<Request*>(cls)->headers.emplace(absl::AsciiStrToLower(key),
+                                                      value == nullptr ? "" : value);
+          return MHD_YES;
+        },
+        &r);
+    return r;
+  }
+
+  static MHD_Result OnRequest(void* cls, MHD_Connection* c, const char* url, const char* method,
+                              const char* /*version*/, const char* upload, size_t* upload_size,
+                              void** request_state) {
+    Impl* impl = static_cast<Impl*>(cls);
+    auto* pending = static_cast<Pending*>(*request_state);
+    if (pending == nullptr) {  // the head is in
+      *request_state = new Pending;
+      const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+      uint64_t n = 0;
+      if (length != nullptr && absl::SimpleAtoi(length, &n) && n > impl->opts.max_request_bytes) {
+        const std::string problem = impl->Received(c);
+        if (!problem.empty()) return impl->RefuseClient(c, url, method, problem);
+        return Send(c, impl->ErrorFor(c, url, method, 413,
+                                      absl::StrCat("request body too large: at most ",
+                                                   impl->opts.max_request_bytes, " bytes")));
+      }
+      return MHD_YES;
+    }
+    if (*upload_size > 0) {
+      // A chunked body past the limit: no answer can be queued mid-body.
+      if (pending->body.size() + *upload_size > impl->opts.max_request_bytes) return MHD_NO;
+      pending->body.append(upload, *upload_size);
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    const std::string problem = impl->Received(c);
+    if (!problem.empty()) return impl->RefuseClient(c, url, method, problem);
+    Request r = Head(c, url, method);
+    r.body = std::move(pending->body);
+    return Send(c, impl->Dispatch(r));
+  }
+
+  MHD_Result RefuseClient(MHD_Connection* c, const char* url, const char* method,
+                          const std::string& problem) const {
+    return Send(c, ErrorFor(c, url, method, 403,
+                            "this HTTPS port takes only clients with a certificate signed by "
+                            "its client CA (--tls_ca): " +
+                                problem));
+  }
+
+  static void OnCompleted(void* cls, MHD_Connection* c, void** request_state,
+                          MHD_RequestTerminationCode) {
+    delete static_cast<Pending*>(*request_state);
+    *request_state = nullptr;
+    Impl* impl = static_cast<Impl*>(cls);
+    Connection* conn = Of(c);
+    if (conn == nullptr) return;
+    std::lock_guard<std::mutex> lock(impl->mu);
+    conn->waiting = true;  // for the next request on this connection
+    conn->deadline = absl::Now() + impl->opts.request_deadline;
+  }
+
+  static void OnConnection(void* cls, MHD_Connection* c, void** socket_context,
+                           MHD_ConnectionNotificationCode code) {
+    Impl* impl = static_cast<Impl*>(cls);
+    std::lock_guard<std::mutex> lock(impl->mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      auto* conn = new Connection;
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+      conn->fd = info == nullptr ? -1 : info->connect_fd;
+      conn->deadline = absl::Now() + impl->opts.request_deadline;
+      impl->connections.insert(conn);
+      *socket_context = conn;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      auto* conn = static_cast<Connection*>(*socket_context);
+      impl->connections.erase(conn);
+      delete conn;
+      *socket_context = nullptr;
+    }
+  }
+
+  // Cuts off every connection whose request is overdue: shutdown() makes
+  // its event loop see the end and close it. Checks every 100 ms.
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      cv.wait_for(lock, std::chrono::milliseconds(100));
+      const absl::Time now = absl::Now();
+      for (Connection* conn : connections) {
+        if (!conn->waiting || now < conn->deadline || conn->fd < 0) continue;
+        conn->waiting = false;
+        shutdown(conn->fd, SHUT_RDWR);
+      }
     }
   }
 };
@@ -203,50 +385,6 @@ HttpServer::HttpServer(Options opts) : impl_(std::make_unique<Impl>()) {
   impl_->error_page = [](const Request&, int status, const std::string& message) {
     return Response{status, "text/plain; charset=utf-8", message + "\n", {}};
   };
-  if (opts.tls.cert.empty()) {
-    impl_->server = std::make_unique<httplib::Server>();
-  } else {
-    impl_->server = std::make_unique<httplib::SSLServer>(
-        opts.tls.cert.c_str(), opts.tls.key.c_str(),
-        opts.tls.client_ca.empty() ? nullptr : opts.tls.client_ca.c_str());
-  }
-  httplib::Server& s = *impl_->server;
-  s.new_task_queue = [threads = opts.threads, queued = opts.max_queued] {
-    return new BoundedPool(threads, queued);
-  };
-  // httplib's default also sets SO_REUSEPORT, with which a second process
-  // binds the same port and takes half the requests: reuse the address
-  // (a restart need not wait out TIME_WAIT), never the port.
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  s.set_payload_max_length(opts.max_request_bytes);
-  s.set_read_timeout(Micros(opts.read_timeout));
-  s.set_write_timeout(Micros(opts.write_timeout));
-  s.set_keep_alive_timeout(
-      static_cast<time_t>(std::max<int64_t>(1, absl::ToInt64Seconds(opts.keep_alive_timeout))));
-  s.set_keep_alive_max_count(opts.keep_alive_max_requests);
-  // Every method goes to the one router, which knows 404 from 405.
-  auto dispatch = [impl = impl_.get()](const httplib::Request& req, httplib::Response& res) {
-    impl->Dispatch(req, res);
-  };
-  s.Get(".*", dispatch);
-  s.Post(".*", dispatch);
-  s.Put(".*", dispatch);
-  s.Patch(".*", dispatch);
-  s.Delete(".*", dispatch);
-  s.Options(".*", dispatch);
-  // A page for the errors httplib answers itself (413, 400, ...).
-  s.set_error_handler(httplib::Server::HandlerWithResponse(
-      [impl = impl_.get()](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        Request r;
-        r.method = req.method;
-        r.path = req.path;
-        Impl::Write(impl->error_page(r, res.status, Impl::Describe(res.status, impl->opts)), res);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -263,42 +401,92 @@ void HttpServer::SetErrorPage(ErrorPage page) { impl_->error_page = std::move(pa
 
 bool HttpServer::tls() const { return !impl_->opts.tls.cert.empty(); }
 
+size_t HttpServer::connections() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->connections.size();
+}
+
 absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
-  httplib::Server& s = *impl_->server;
-  if (!s.is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot serve HTTPS with certificate ", impl_->opts.tls.cert, " and key ",
-        impl_->opts.tls.key,
-        impl_->opts.tls.client_ca.empty() ? "" : " and client CA " + impl_->opts.tls.client_ca,
-        ": a file is missing, unreadable, not PEM, or the key does not match"));
+  Impl& im = *impl_;
+  const Options& o = im.opts;
+  if (tls()) {
+    std::string problem;
+    for (auto [path, pem] :
+         {std::pair{&o.tls.cert, &im.cert_pem}, std::pair{&o.tls.key, &im.key_pem},
+          std::pair{&o.tls.client_ca, &im.ca_pem}}) {
+      if (path->empty()) continue;
+      std::optional<std::string> text = ReadFile(*path);
+      if (!text.has_value()) {
+        problem = absl::StrCat(*path, " cannot be read");
+        break;
+      }
+      *pem = *std::move(text);
+    }
+    if (problem.empty()) problem = CheckTls(im.cert_pem, im.key_pem, im.ca_pem);
+    if (!problem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot serve HTTPS with certificate ", o.tls.cert, " and key ", o.tls.key,
+          o.tls.client_ca.empty() ? "" : " and client CA " + o.tls.client_ca, ": ", problem));
+    }
   }
-  int bound = port;
-  if (port == 0) {
-    bound = s.bind_to_any_port(host);
-  } else if (!s.bind_to_port(host, port)) {
-    bound = -1;
-  }
+  int family = AF_INET;
+  const int fd = Listen(host, port, &family);
+  const int bound = fd < 0 ? -1 : BoundPort(fd);
   if (bound <= 0) {
+    if (fd >= 0) close(fd);
     return absl::UnavailableError(
         absl::StrCat("cannot listen for HTTP on ", host, ":", port,
                      " (address in use, or not an address of this machine)"));
   }
-  impl_->thread = std::thread([this] {
-    impl_->server->listen_after_bind();
-    impl_->listen_returned = true;
-  });
-  // stop() only reaches a server that is running: wait until it is, so a
-  // Stop right after Start cannot miss it.
-  while (!s.is_running() && !impl_->listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<MHD_OptionItem> items = {
+      {MHD_OPTION_LISTEN_SOCKET, fd, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(o.max_connections), nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, static_cast<intptr_t>(o.max_connections_per_address),
+       nullptr},
+      {MHD_OPTION_CONNECTION_TIMEOUT,
+       static_cast<intptr_t>(std::max<int64_t>(1, absl::ToInt64Seconds(o.idle_timeout))), nullptr},
+      {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&Impl::OnConnection), &im},
+      {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::OnCompleted), &im},
+  };
+  if (o.threads > 1) {
+    items.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(o.threads), nullptr});
   }
+  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD;
+  if (family == AF_INET6) flags |= MHD_USE_IPv6;
+  if (tls()) {
+    flags |= MHD_USE_TLS;
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(im.cert_pem.c_str())});
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(im.key_pem.c_str())});
+    if (!im.ca_pem.empty()) {
+      items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(im.ca_pem.c_str())});
+    }
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  im.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, &im, MHD_OPTION_ARRAY,
+                               items.data(), MHD_OPTION_END);
+  if (im.daemon == nullptr) {
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve HTTP on ", host, ":", bound, " (libmicrohttpd did not start)"));
+  }
+  im.watchdog = std::thread([&im] { im.Watch(); });
   return bound;
 }
 
 void HttpServer::Stop() {
-  if (!impl_->thread.joinable()) return;
-  impl_->server->stop();
-  impl_->thread.join();
+  Impl& im = *impl_;
+  if (im.daemon == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    im.stopping = true;
+  }
+  im.cv.notify_all();
+  im.watchdog.join();
+  MHD_stop_daemon(im.daemon);  // closes the listening socket and every connection
+  im.daemon = nullptr;
+  std::lock_guard<std::mutex> lock(im.mu);
+  for (Impl::Connection* conn : im.connections) delete conn;
+  im.connections.clear();
 }
 
 }  // namespace taskgrid::http

@@ -1,7 +1,6 @@
-// HttpServer: a small embedded HTTP(S) server (cpp-httplib) for what is not
-// gRPC: the /metrics page, the dashboard's static files and its JSON API.
-// It owns the httplib::Server and the thread that accepts on it; handlers
-// are registered by path pattern and method before Start.
+// HttpServer: a small embedded HTTP(S) server (GNU libmicrohttpd) for what
+// is not gRPC: the /metrics page, the dashboard's static files and its JSON
+// API. Handlers are registered by path pattern and method before Start.
 //
 // Routing: a pattern is a path whose segments are literal or "{name}" (one
 // segment, any characters but '/', handed to the handler in
@@ -11,18 +10,25 @@
 // Error pages (404, 405, 413, ...) are written by the error page writer
 // (SetErrorPage), plain text unless one is set.
 //
-// Bounded: at most Options::threads requests are served at once, at most
-// Options::max_queued accepted connections wait for a thread (past that
-// the accepting thread serves the next one itself, so new connections
-// wait in the kernel's backlog), request bodies are capped and slow
-// clients time out.
+// Event-driven and bounded, so that clients which are slow on purpose
+// cannot take it down: Options::threads event loops (epoll) serve every
+// connection, each costing a file descriptor and a few KiB, never a thread
+// of its own, and handlers run on those loops (they must be quick). A
+// connection must deliver its whole request (the TLS handshake, the head
+// and the body) within Options::request_deadline of being accepted or of
+// its previous answer, however it trickles the bytes in; it is cut off
+// after Options::idle_timeout with nothing moving either way; one client
+// address holds at most Options::max_connections_per_address connections
+// (more are closed at once) and all clients together at most
+// Options::max_connections. Request bodies are capped (413).
 //
 // TLS: with Options::tls cert and key it serves HTTPS only; with a client
-// CA too, every connection must present a certificate that CA signed.
+// CA too, a request on a connection without a certificate that CA signed
+// is answered 403, saying what was wrong with the certificate.
 //
 // Thread-safe for Start and Stop from one owner; handlers run on the
 // server's threads, several at once, and must be thread-safe themselves.
-// httplib stays inside http_server.cc: this header does not include it.
+// libmicrohttpd stays inside http_server.cc: this header does not include it.
 #pragma once
 
 #include <cstddef>
@@ -80,17 +86,17 @@ class HttpServer {
   };
 
   struct Options {
-    size_t threads = 2;                  // requests served at once
-    size_t max_queued = 16;              // accepted connections waiting for a thread
+    size_t threads = 2;                  // event loops; handlers run on them
     size_t max_request_bytes = 8 << 10;  // a request body
-    absl::Duration read_timeout = absl::Seconds(5);
-    absl::Duration write_timeout = absl::Seconds(5);
-    absl::Duration keep_alive_timeout = absl::Seconds(5);
-    // Requests per connection. httplib holds a thread for a connection's
-    // whole life, so a browser's idle kept-alive connections (a page
-    // polling every few seconds keeps several) would hold every thread and
-    // starve other clients: by default each connection serves one request.
-    size_t keep_alive_max_requests = 1;
+    // All connections, and those of one client address.
+    size_t max_connections = 1024;
+    size_t max_connections_per_address = 64;
+    // The TLS handshake, request head and body, from the accept (or the
+    // end of the previous answer on a kept-alive connection).
+    absl::Duration request_deadline = absl::Seconds(10);
+    // Nothing read or written for this long ends the connection (whole
+    // seconds, at least one).
+    absl::Duration idle_timeout = absl::Seconds(5);
     Tls tls;
   };
 
@@ -114,6 +120,9 @@ class HttpServer {
 
   // Whether it serves HTTPS.
   bool tls() const;
+
+  // Connections open now (accepted and not yet closed).
+  size_t connections() const;
 
   // Stops accepting, ends the connections, and joins the threads. Requests
   // being handled finish first. Idempotent.
