@@ -38,6 +38,7 @@
 #include "scheduler/service/standby_server.h"
 #include "scheduler/store/postgres_lease.h"
 #include "scheduler/store/postgres_store.h"
+#include "scheduler/store/redact.h"
 #include "scheduler/store/sqlite_store.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -436,7 +437,7 @@ int main(int argc, char** argv) {
       absl::StartsWith(store_url, "postgres://") || absl::StartsWith(store_url, "postgresql://");
   if (store_url != "sqlite" && !postgres) {
     spdlog::error("--store must be sqlite or a postgres:// URL, not '{}'",
-                  absl::StrContains(store_url, "@") ? "(a URL naming a user)" : store_url);
+                  taskgrid::store::RedactPasswords(store_url));
     return 2;
   }
   const std::string durability = absl::GetFlag(FLAGS_durability);

@@ -18,6 +18,7 @@
 #include "scheduler/store/postgres_lease.h"
 #include "scheduler/store/postgres_schema.h"
 #include "scheduler/store/postgres_util.h"
+#include "scheduler/store/redact.h"
 
 namespace taskgrid::store {
 
@@ -163,7 +164,8 @@ absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const Postgre
   if (parsed == nullptr) {
     absl::Status s = absl::InvalidArgumentError(
         absl::StrCat("not a PostgreSQL connection URL: ",
-                     absl::StripTrailingAsciiWhitespace(err != nullptr ? err : "out of memory")));
+                     RedactPasswords(absl::StripTrailingAsciiWhitespace(
+                         err != nullptr ? err : "out of memory"))));
     if (err != nullptr) PQfreemem(err);
     return s;
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "scheduler/store/redact.h"
 
 namespace taskgrid::store::pg {
 
@@ -61,7 +62,7 @@ absl::Status Conn::Ensure(bool* fresh) {
   if (PQstatus(conn_) != CONNECTION_OK) {
     // libpq's message may take several lines (a hint, each address
     // tried): one line here, for logs.
-    std::string why(Trimmed(PQerrorMessage(conn_)));
+    std::string why = RedactPasswords(Trimmed(PQerrorMessage(conn_)));
     absl::StrReplaceAll({{"\n\t", "; "}, {"\n", "; "}}, &why);
     absl::Status s = absl::UnavailableError(absl::StrCat(
         "cannot connect to PostgreSQL at ", DisplayName(url_), " (", role_, " connection): ", why));
@@ -92,8 +93,10 @@ void Conn::Interrupt() {
 
 absl::Status Error(PGconn* conn, const PGresult* res, absl::string_view what) {
   const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
-  absl::string_view msg = Trimmed(res != nullptr ? PQresultErrorMessage(res) : "");
-  if (msg.empty()) msg = Trimmed(conn != nullptr ? PQerrorMessage(conn) : "no connection");
+  std::string msg = RedactPasswords(Trimmed(res != nullptr ? PQresultErrorMessage(res) : ""));
+  if (msg.empty()) {
+    msg = RedactPasswords(Trimmed(conn != nullptr ? PQerrorMessage(conn) : "no connection"));
+  }
   const absl::string_view code = state != nullptr ? state : "";
   if (conn == nullptr || PQstatus(conn) == CONNECTION_BAD || absl::StartsWith(code, "08") ||
       absl::StartsWith(code, "57P")) {

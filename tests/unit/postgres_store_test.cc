@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "scheduler/store/postgres_schema.h"
 #include "scheduler/store/postgres_util.h"
+#include "scheduler/store/redact.h"
 #include "tests/testing/postgres.h"
 
 namespace taskgrid::store::postgres_test {
@@ -63,6 +64,41 @@ TEST_F(PostgresStoreTest, OpensAnEmptySchemaAtTheLatestVersionAndNamesItWithoutT
             "postgres://db.example.com:6543/tasks");
   EXPECT_THAT(pg::DisplayName("host=db user=ann password=s3cret dbname=tasks"),
               Not(HasSubstr("s3cret")));
+}
+
+// No password reaches a message, in any form of --store, parsed or not.
+TEST(PostgresRedact, HidesEveryPasswordInAnyForm) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"postgres://tg:PW1x@db:5432/tg", "postgres://tg:***@db:5432/tg"},
+      {"postgres://tg:PW1x@[bad/tg", "postgres://tg:***@[bad/tg"},
+      {"missing \"]\" in URI: \"postgresql://tg:p@ss/w0rd@[::1/tg\"",
+       "missing \"]\" in URI: \"postgresql://tg:***@[::1/tg\""},
+      {"host=db password=PW1x user=tg", "host=db password=*** user=tg"},
+      {"host=db password = 'P W\\'1x' user=tg", "host=db password = *** user=tg"},
+      {"postgres://db/tg?sslmode=require&password=PW1x&x=1",
+       "postgres://db/tg?sslmode=require&password=***&x=1"},
+      {"PASSWORD=PW1x", "PASSWORD=***"},
+      {"postgres://tg@db/tg", "postgres://tg@db/tg"},
+      {"no secrets here", "no secrets here"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(RedactPasswords(in), want) << in;
+}
+
+// libpq quotes a URL it cannot parse, whole, in its error: the message
+// taskgrid gives names neither the password nor the URL's secret.
+TEST(PostgresRedact, AMalformedUrlsErrorHoldsNoPassword) {
+  for (const std::string url :
+       {"postgres://tg:PW1xsecret@[bad/tg", "postgres://tg:PW1xsecret@db:notaport/tg",
+        "host=127.0.0.1 port=1 password=PW1xsecret connect_timeout=2 bogus_key=1"}) {
+    pg::Conn conn(url, "writer");
+    absl::Status s = conn.Ensure();
+    ASSERT_FALSE(s.ok()) << url;
+    EXPECT_THAT(std::string(s.message()), Not(HasSubstr("PW1xsecret"))) << s;
+    auto store = PostgresStore::Open({url});
+    ASSERT_FALSE(store.ok()) << url;
+    EXPECT_THAT(std::string(store.status().message()), Not(HasSubstr("PW1xsecret")))
+        << store.status();
+  }
 }
 
 TEST_F(PostgresStoreTest, MakesTheSchemaTheUrlNamesWhenItIsNotThereYet) {
