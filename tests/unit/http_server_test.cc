@@ -337,7 +337,9 @@ TEST(HttpServerBounds, HundredsOfSlowAndIdleConnectionsDoNotStopOthers) {
   }
   ASSERT_TRUE(WaitForConnections(server, 300)) << server.connections();
   for (int i = 0; i < 20; ++i) EXPECT_EQ(GetFrom(*port, "127.0.0.1"), 200) << i;
-  EXPECT_EQ(server.connections(), 300u) << "the slow ones are still open";
+  // The slow ones are still open (the last GET's own may take a moment
+  // to be counted out).
+  EXPECT_TRUE(WaitForConnections(server, 300)) << server.connections();
   for (int fd : fds) close(fd);
   EXPECT_TRUE(WaitForConnections(server, 0));
 }
