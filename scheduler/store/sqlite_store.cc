@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sqlite3.h>
 #include <string.h>
 #include <sys/file.h>
@@ -16,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -92,6 +95,54 @@ std::string LockHolder(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// Makes `dir` (0700, whatever the umask) if it is not there; refuses one
+// that users other than its owner may write (they could replace the task
+// table): writable by others, or by a group other than the owner's own
+// private group.
+absl::Status PrivateDirectory(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot use data directory ", dir, ": ", strerror(errno)));
+    }
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec || (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) || chmod(dir.c_str(), 0700) != 0 ||
+        stat(dir.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot create data directory ", dir, ": ",
+                                                        ec ? ec.message() : strerror(errno)));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data directory ", dir, " is not a directory"));
+  }
+  bool others_write = (st.st_mode & S_IWOTH) != 0;
+  if ((st.st_mode & S_IWGRP) != 0) {
+    // A group of its own (the user private groups of most distributions)
+    // holds nobody else.
+    const group* g = getgrgid(st.st_gid);
+    const passwd* owner = getpwuid(st.st_uid);
+    const bool private_group = g != nullptr && owner != nullptr && g->gr_mem[0] == nullptr &&
+                               std::string(g->gr_name) == owner->pw_name;
+    others_write = others_write || !private_group;
+  }
+  if (others_write) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", dir, " can be written by other users (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777),
+        "): they could replace the task table. Make it private (chmod 700 ", dir,
+        "; taskgrid-scheduler creates a missing one so) or choose another --data_dir"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opts) {
   std::unique_ptr<SqliteStore> s(new SqliteStore());
   if (absl::Status st = s->Init(opts); !st.ok()) return st;
@@ -100,14 +151,9 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptio
 
 absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   if (opts.data_dir.empty()) return absl::InvalidArgumentError("data_dir is empty");
-  std::error_code ec;
-  std::filesystem::create_directories(opts.data_dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create data directory ", opts.data_dir, ": ", ec.message()));
-  }
+  if (absl::Status st = PrivateDirectory(opts.data_dir); !st.ok()) return st;
   const std::string lock_path = opts.data_dir + "/LOCK";
-  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
@@ -127,6 +173,21 @@ absl::Status SqliteStore::Init(const SqliteOptions& opts) {
   }
 
   db_path_ = opts.data_dir + "/taskgrid.db";
+  // Every task's env, payload and output is in these files: 0600 whatever
+  // the umask, also for files an older version made. SQLite gives the WAL
+  // and shared-memory files it creates the database file's mode.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string path = db_path_ + suffix;
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (*suffix == '\0' ? O_CREAT : 0), 0600);
+    if (fd < 0 && errno == ENOENT) continue;
+    if (fd < 0 || fchmod(fd, 0600) != 0 || fchmod(lock_fd_, 0600) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot make ", path, " private (mode 0600): ", strerror(err)));
+    }
+    close(fd);
+  }
   if (sqlite3_open_v2(db_path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                       nullptr) != SQLITE_OK) {
     return SqlError(db_, absl::StrCat("cannot open ", db_path_));

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <memory>
@@ -1036,6 +1037,49 @@ TEST(SqliteStore, SecondOpenOfTheSameDirectoryIsRefused) {
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use by another"));
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("pid"));
   first->reset();  // the lock goes with the first
+  EXPECT_TRUE(SqliteStore::Open({dir.path(), Durability::kFull}).ok());
+}
+
+// The task table holds every task's env, payload and output: the data
+// directory is made 0700 and its files 0600 whatever the umask (here none
+// at all), also files an older version left readable.
+TEST(SqliteStore, KeepsItsFilesPrivateWhateverTheUmask) {
+  testing::TempDir dir;
+  const std::string data = dir.path() + "/data";
+  const mode_t old_umask = umask(0);
+  {
+    auto s = SqliteStore::Open({data, Durability::kFull});
+    ASSERT_TRUE(s.ok()) << s.status();
+    core::WriteBatch b;
+    b.tasks.push_back(Row("private", 1));
+    ASSERT_TRUE((*s)->Apply(b).ok());
+    auto mode = [](const std::string& path) {
+      struct stat st {};
+      return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+    };
+    EXPECT_EQ(mode(data), 0700);
+    for (const char* file : {"/taskgrid.db", "/taskgrid.db-wal", "/taskgrid.db-shm", "/LOCK"}) {
+      EXPECT_EQ(mode(data + file), 0600) << file;
+    }
+  }
+  ASSERT_EQ(chmod((data + "/taskgrid.db").c_str(), 0644), 0);
+  ASSERT_TRUE(SqliteStore::Open({data, Durability::kFull}).ok());
+  struct stat st {};
+  ASSERT_EQ(stat((data + "/taskgrid.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  umask(old_umask);
+}
+
+TEST(SqliteStore, RefusesADataDirectoryOthersCanWrite) {
+  testing::TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  auto s = SqliteStore::Open({dir.path(), Durability::kFull});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("can be written by other users (mode 0777)"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/taskgrid.db")) << "nothing made";
+  ASSERT_EQ(chmod(dir.path().c_str(), 0700), 0);
   EXPECT_TRUE(SqliteStore::Open({dir.path(), Durability::kFull}).ok());
 }
 
