@@ -35,6 +35,16 @@ extern char** environ;
 namespace taskgrid::agent {
 namespace {
 
+// The variables of the agent's environment a step does not inherit: the
+// TASKGRID_ ones (the agent's and taskgridctl's settings, e.g.
+// TASKGRID_TOKEN_FILE and TASKGRID_TLS_KEY; a step gets its own TASKGRID_
+// variables from the agent) and systemd's CREDENTIALS_DIRECTORY, where the
+// agent's certificate, key and token are. A step may still set any of them
+// itself (ExecStep.env).
+bool IsAgentsOwnVariable(absl::string_view name) {
+  return absl::StartsWith(name, "TASKGRID_") || name == "CREDENTIALS_DIRECTORY";
+}
+
 using internal::OutputTail;
 using internal::StopReason;
 
@@ -629,11 +639,14 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   }
   if (HasNul(exec.cwd())) return StepEnd::Failed(-1, prefix + "cwd contains a NUL byte");
 
-  // The agent's environment, the step's overrides, then ours.
+  // The agent's environment without its own settings and credentials,
+  // the step's overrides, then ours.
   std::map<std::string, std::string> vars;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr) vars.emplace(std::string(*e, eq - *e), std::string(eq + 1));
+    if (eq == nullptr) continue;
+    std::string name(*e, eq - *e);
+    if (!IsAgentsOwnVariable(name)) vars.emplace(std::move(name), std::string(eq + 1));
   }
   for (const auto& [name, value] : exec.env()) vars[name] = value;
   auto path = vars.find("PATH");

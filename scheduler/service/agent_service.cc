@@ -181,12 +181,11 @@ class AgentStream final : public Reactor {
   // cert_names: the verified client certificate's names when agent ids are
   // bound to certificates (mTLS), else nullopt.
   AgentStream(engine::Engine* engine, std::atomic<int64_t>* logged_interval_ns,
-              grpc::CallbackServerContext* ctx, OutboxLimits limits,
-              std::optional<std::vector<std::string>> cert_names)
+              grpc::CallbackServerContext* ctx, OutboxLimits limits, CallerIdentity caller)
       : engine_(engine),
         logged_interval_ns_(logged_interval_ns),
         peer_(ctx->peer()),
-        cert_names_(std::move(cert_names)),
+        caller_(std::move(caller)),
         outbox_(std::make_shared<Outbox>(this, ctx, limits)) {
     conn_ = engine_->AttachAgent(outbox_);
     StartRead(&in_);
@@ -203,9 +202,7 @@ class AgentStream final : public Reactor {
                                      "the first message on a stream must be hello"));
         return;
       }
-      absl::Status s = cert_names_.has_value()
-                           ? CheckAgentIdentity(in_.hello().agent_id(), *cert_names_)
-                           : absl::OkStatus();
+      absl::Status s = caller_.Check(in_.hello().agent_id());
       if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
         spdlog::warn("agent stream from {} refused: {}", peer_, s.ToString());
@@ -245,7 +242,7 @@ class AgentStream final : public Reactor {
   engine::Engine* const engine_;
   std::atomic<int64_t>* const logged_interval_ns_;
   const std::string peer_;
-  const std::optional<std::vector<std::string>> cert_names_;
+  const CallerIdentity caller_;
   std::shared_ptr<Outbox> outbox_;
   uint64_t conn_ = 0;
   bool hello_seen_ = false;  // touched only by reactions, which do not overlap for reads
@@ -256,12 +253,8 @@ class AgentStream final : public Reactor {
 }  // namespace
 
 Reactor* AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
-  std::optional<std::vector<std::string>> cert_names;
-  if (bind_agent_ids_) {
-    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-    cert_names = auth == nullptr ? std::vector<std::string>{} : PeerCertificateNames(*auth);
-  }
-  return new AgentStream(engine_, &logged_interval_ns_, ctx, outbox_limits_, std::move(cert_names));
+  return new AgentStream(engine_, &logged_interval_ns_, ctx, outbox_limits_,
+                         CallerIdentity::Of(*ctx, bind_agent_ids_, tokens_));
 }
 
 }  // namespace taskgrid::service

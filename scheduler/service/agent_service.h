@@ -23,6 +23,7 @@
 
 #include "absl/time/time.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/service/auth.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 
 namespace taskgrid::service {
@@ -38,10 +39,15 @@ struct OutboxLimits {
 class AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
   // bind_agent_ids: clients present verified certificates (mTLS), and a
-  // Hello's agent_id must be one of the certificate's names.
+  // Hello's agent_id must be one of the certificate's names. tokens (if
+  // not null): the server checks tokens, and a Hello's agent_id must be
+  // one the caller's token may act as.
   explicit AgentServiceImpl(engine::Engine* engine, bool bind_agent_ids = false,
-                            OutboxLimits outbox_limits = {})
-      : engine_(engine), bind_agent_ids_(bind_agent_ids), outbox_limits_(outbox_limits) {}
+                            OutboxLimits outbox_limits = {}, const TokenAuth* tokens = nullptr)
+      : engine_(engine),
+        bind_agent_ids_(bind_agent_ids),
+        outbox_limits_(outbox_limits),
+        tokens_(tokens) {}
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
@@ -50,6 +56,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
   engine::Engine* const engine_;
   const bool bind_agent_ids_;
   const OutboxLimits outbox_limits_;
+  const TokenAuth* const tokens_;
   // The heartbeat interval last logged (0: none yet).
   std::atomic<int64_t> logged_interval_ns_{0};
 };

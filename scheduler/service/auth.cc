@@ -14,6 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/grpc_status.h"
+#include "common/ids.h"
+#include "common/tls.h"
 
 namespace taskgrid::service {
 
@@ -147,9 +149,10 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Parse(const std::string& t
     std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (fields.empty()) continue;
-    if (fields.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "expected 'NAME ROLE[,ROLE...] TOKEN', got ", fields.size(), " fields"));
+    if (fields.size() != 3 && fields.size() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "expected 'NAME ROLE[,ROLE...] TOKEN [ids=ID[,ID...]]', got ",
+                       fields.size(), " fields"));
     }
     Principal p;
     p.name = std::string(fields[0]);
@@ -162,6 +165,23 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Parse(const std::string& t
       p.roles.push_back(*role);
     }
     p.token = std::string(fields[2]);
+    if (fields.size() == 4) {
+      absl::string_view ids = fields[3];
+      if (!absl::ConsumePrefix(&ids, "ids=") || ids.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "the fourth field must be ids=ID[,ID...] (the agent ids and board owners ",
+            p.name, " may act as; 'name*' for a prefix, '*' for any)"));
+      }
+      for (absl::string_view id : absl::StrSplit(ids, ',')) {
+        absl::string_view stem = id;
+        absl::ConsumeSuffix(&stem, "*");
+        if (id != "*" && !IsValidName(stem, kMaxIdLength)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "'", std::string(id), "' in ids= is not an agent id or prefix*"));
+        }
+        p.ids.emplace_back(id);
+      }
+    }
     if (p.token.size() < kMinTokenLength) {
       return absl::InvalidArgumentError(absl::StrCat(where, "the token of ", p.name,
                                                      " is shorter than ", kMinTokenLength,
@@ -255,6 +275,53 @@ grpc::Status TokenAuth::Process(const InputMetadata& auth_metadata, grpc::AuthCo
   }
   if (!principal.empty()) context->AddProperty(kPrincipalProperty, principal);
   return grpc::Status::OK;
+}
+
+absl::Status TokenAuth::CheckActsAs(const std::string& principal, const std::string& id,
+                                    absl::string_view what) const {
+  const Principal* p = nullptr;
+  for (const Principal& q : principals_) {
+    if (q.name == principal) p = &q;
+  }
+  if (p == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", id, ": the caller has no token"));
+  }
+  const std::vector<std::string> own = {p->name};
+  const std::vector<std::string>& ids = p->ids.empty() ? own : p->ids;
+  for (absl::string_view pattern : ids) {
+    if (pattern == id || (absl::ConsumeSuffix(&pattern, "*") && absl::StartsWith(id, pattern))) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, " ", id, " is not one the token of ", p->name, " may act as (it may: ",
+                   absl::StrJoin(ids, ", "), "): name it in the token's ids= in --tokens_file"));
+}
+
+CallerIdentity CallerIdentity::Of(const grpc::ServerContextBase& ctx, bool bind_certificates,
+                                  const TokenAuth* tokens) {
+  CallerIdentity who;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (bind_certificates) {
+    who.cert_names = auth == nullptr ? std::vector<std::string>{} : PeerCertificateNames(*auth);
+  }
+  if (tokens != nullptr) {
+    who.tokens = tokens;
+    if (auth != nullptr) {
+      for (const grpc::string_ref& v : auth->FindPropertyValues(kPrincipalProperty)) {
+        who.principal.assign(v.data(), v.size());
+      }
+    }
+  }
+  return who;
+}
+
+absl::Status CallerIdentity::Check(const std::string& id, absl::string_view what) const {
+  if (cert_names.has_value()) {
+    if (absl::Status s = CheckAgentIdentity(id, *cert_names, what); !s.ok()) return s;
+  }
+  if (tokens != nullptr) return tokens->CheckActsAs(principal, id, what);
+  return absl::OkStatus();
 }
 
 absl::Status CheckAgentIdentity(const std::string& agent_id,

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/server_context.h>
 
 #include <map>
 #include <memory>
@@ -57,10 +58,14 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
     std::string name;
     std::vector<Role> roles;
     std::string token;
+    // The agent ids (and board owners) it may act as: exact names, or
+    // prefixes ending in '*' ("*" alone: any). Empty: its own name only.
+    std::vector<std::string> ids;
   };
 
-  // Lines "NAME ROLE[,ROLE...] TOKEN"; '#' starts a comment; blank lines are
-  // fine. `origin` (a path) names the file in errors, with the line number.
+  // Lines "NAME ROLE[,ROLE...] TOKEN [ids=ID[,ID...]]"; '#' starts a
+  // comment; blank lines are fine. `origin` (a path) names the file in
+  // errors, with the line number.
   static absl::StatusOr<std::unique_ptr<TokenAuth>> Parse(const std::string& text,
                                                           const std::string& origin);
   static absl::StatusOr<std::unique_ptr<TokenAuth>> FromFile(const std::string& path);
@@ -74,6 +79,11 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
                      std::string* principal) const;
 
   size_t size() const { return principals_.size(); }
+
+  // OK when the principal named `principal` may act as agent id (or board
+  // owner) `id`; PERMISSION_DENIED naming both and what it may act as.
+  absl::Status CheckActsAs(const std::string& principal, const std::string& id,
+                           absl::string_view what) const;
 
   // grpc::AuthMetadataProcessor: a table lookup, never blocks.
   bool IsBlocking() const override { return false; }
@@ -93,5 +103,23 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
 absl::Status CheckAgentIdentity(const std::string& agent_id,
                                 const std::vector<std::string>& cert_names,
                                 absl::string_view what = "agent id");
+
+// Who a caller may act as (a Hello's agent_id, a board call's owner),
+// from what it proved: the names of its verified client certificate (with
+// mTLS) and its token's principal (with tokens). Either, both or neither
+// may apply; each that does must allow the id.
+struct CallerIdentity {
+  std::optional<std::vector<std::string>> cert_names;  // set with mTLS
+  const TokenAuth* tokens = nullptr;                   // set with tokens
+  std::string principal;                               // the token's name
+
+  // From the call's auth context: `bind_certificates` when the server
+  // requires client certificates, `tokens` (may be null) when it checks
+  // tokens.
+  static CallerIdentity Of(const grpc::ServerContextBase& ctx, bool bind_certificates,
+                           const TokenAuth* tokens);
+  // OK, or PERMISSION_DENIED naming `id` (as `what`: "agent id", "owner").
+  absl::Status Check(const std::string& id, absl::string_view what = "agent id") const;
+};
 
 }  // namespace taskgrid::service

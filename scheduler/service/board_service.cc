@@ -13,10 +13,8 @@ namespace taskgrid::service {
 
 absl::Status BoardServiceImpl::CheckOwner(const grpc::CallbackServerContext* ctx,
                                           const std::string& owner) const {
-  if (!bind_owners_) return absl::OkStatus();
-  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-  return CheckAgentIdentity(
-      owner, auth == nullptr ? std::vector<std::string>{} : PeerCertificateNames(*auth), "owner");
+  if (!bind_owners_ && tokens_ == nullptr) return absl::OkStatus();
+  return CallerIdentity::Of(*ctx, bind_owners_, tokens_).Check(owner, "owner");
 }
 
 namespace {

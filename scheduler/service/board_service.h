@@ -11,15 +11,19 @@
 
 #include "absl/status/status.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/service/auth.h"
 #include "taskgrid/v1/board_service.grpc.pb.h"
 
 namespace taskgrid::service {
 
 class BoardServiceImpl final : public v1::BoardService::CallbackService {
  public:
-  // `bind_owners`: the server checks client certificates (mTLS).
-  BoardServiceImpl(engine::Engine* engine, bool bind_owners)
-      : engine_(engine), bind_owners_(bind_owners) {}
+  // `bind_owners`: the server checks client certificates (mTLS), and an
+  // owner must be one of the certificate's names. `tokens` (if not null):
+  // the server checks tokens, and an owner must be one the caller's token
+  // may act as.
+  BoardServiceImpl(engine::Engine* engine, bool bind_owners, const TokenAuth* tokens = nullptr)
+      : engine_(engine), bind_owners_(bind_owners), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* ctx, const v1::ClaimRequest* req,
                                   v1::ClaimResponse* resp) override;
@@ -43,12 +47,13 @@ class BoardServiceImpl final : public v1::BoardService::CallbackService {
                                         v1::WaitForWorkResponse* resp) override;
 
  private:
-  // OK, or PERMISSION_DENIED when mTLS is on and `owner` is not a name of
-  // the caller's certificate.
+  // OK, or PERMISSION_DENIED when `owner` is not a name of the caller's
+  // certificate (mTLS) or not one its token may act as (tokens).
   absl::Status CheckOwner(const grpc::CallbackServerContext* ctx, const std::string& owner) const;
 
   engine::Engine* const engine_;
   const bool bind_owners_;
+  const TokenAuth* const tokens_;
 };
 
 }  // namespace taskgrid::service

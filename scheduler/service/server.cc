@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
   if (!creds.ok()) return creds.status();
   std::unique_ptr<SchedulerServer> s(
-      new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox));
+      new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox, opts.tokens.get()));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.listen, *creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);

@@ -57,13 +57,14 @@ class SchedulerServer {
   void Shutdown(absl::Duration deadline);
 
  private:
-  SchedulerServer(engine::Engine* engine, bool bind_agent_ids, OutboxLimits agent_outbox)
+  SchedulerServer(engine::Engine* engine, bool bind_agent_ids, OutboxLimits agent_outbox,
+                  const TokenAuth* tokens)
       : engine_(engine),
         tasks_(engine),
-        agents_(engine, bind_agent_ids, agent_outbox),
+        agents_(engine, bind_agent_ids, agent_outbox, tokens),
         cluster_(engine),
         jobs_(engine),
-        board_(engine, bind_agent_ids),
+        board_(engine, bind_agent_ids, tokens),
         schedules_(engine) {}
   engine::Engine* const engine_;
   TaskServiceImpl tasks_;

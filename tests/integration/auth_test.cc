@@ -221,6 +221,11 @@ TEST(TokenAuth, BadTokensFileNamesTheLine) {
       {"a reader token-0123456789abc\na admin token-0123456789xyz\n",
        "tokens.txt:2: principal a is named twice"},
       {"# only comments\n\n", "tokens.txt: no tokens in it"},
+      {"w agent token-0123456789abc w1\n", "tokens.txt:1: the fourth field must be ids="},
+      {"w agent token-0123456789abc ids=\n", "tokens.txt:1: the fourth field must be ids="},
+      {"w agent token-0123456789abc ids=w1,a/b\n", "tokens.txt:1: 'a/b' in ids="},
+      {"w agent token-0123456789abc ids=w*x\n", "tokens.txt:1: 'w*x' in ids="},
+      {"w agent token-0123456789abc ids=w1 x\n", "tokens.txt:1: expected 'NAME ROLE"},
   };
   for (const Case& c : cases) {
     auto auth = TokenAuth::Parse(c.text, "tokens.txt");
@@ -245,6 +250,49 @@ TEST(TokenAuth, FromFileReadsTheFileAndNamesIt) {
   auth = TokenAuth::FromFile(dir.path() + "/missing");
   ASSERT_FALSE(auth.ok());
   EXPECT_THAT(std::string(auth.status().message()), HasSubstr(dir.path() + "/missing"));
+}
+
+// With tokens, an agent id (or board owner) must be one the token names:
+// its principal's own name unless ids= says otherwise.
+TEST(TokenAuth, ATokenActsOnlyAsTheIdsItNames) {
+  auto auth = TokenAuth::Parse(
+      "w1 agent token-w1-0123456789\n"
+      "pool agent token-pool-0123456789 ids=gpu-*,cpu-1\n"
+      "any agent token-any-0123456789 ids=*\n",
+      "tokens");
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_TRUE((*auth)->CheckActsAs("w1", "w1", "agent id").ok());
+  absl::Status s = (*auth)->CheckActsAs("w1", "w2", "agent id");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("agent id w2 is not one the token of w1 may act as (it may: w1)"));
+  EXPECT_TRUE((*auth)->CheckActsAs("pool", "gpu-7", "agent id").ok());
+  EXPECT_TRUE((*auth)->CheckActsAs("pool", "cpu-1", "owner").ok());
+  EXPECT_FALSE((*auth)->CheckActsAs("pool", "cpu-12", "owner").ok());
+  EXPECT_FALSE((*auth)->CheckActsAs("pool", "pool", "agent id").ok());
+  EXPECT_THAT(std::string((*auth)->CheckActsAs("pool", "w1", "owner").message()),
+              HasSubstr("owner w1 is not one the token of pool may act as (it may: gpu-*, cpu-1)"));
+  EXPECT_TRUE((*auth)->CheckActsAs("any", "whatever", "agent id").ok());
+  EXPECT_FALSE((*auth)->CheckActsAs("", "w1", "agent id").ok()) << "no token, no id";
+  EXPECT_FALSE((*auth)->CheckActsAs("nobody", "nobody", "agent id").ok());
+}
+
+// Both proofs apply when both are on: the certificate's names and the
+// token's ids.
+TEST(CallerIdentity, EveryProofGivenMustAllowTheId) {
+  auto auth = TokenAuth::Parse("w1 agent token-w1-0123456789\n", "tokens");
+  ASSERT_TRUE(auth.ok());
+  CallerIdentity none;
+  EXPECT_TRUE(none.Check("anything").ok());
+  CallerIdentity cert;
+  cert.cert_names = std::vector<std::string>{"w1", "w2"};
+  EXPECT_TRUE(cert.Check("w2").ok());
+  CallerIdentity both = cert;
+  both.tokens = auth->get();
+  both.principal = "w1";
+  EXPECT_TRUE(both.Check("w1").ok());
+  EXPECT_EQ(both.Check("w2").code(), absl::StatusCode::kPermissionDenied) << "the token says no";
+  EXPECT_EQ(both.Check("w3").code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST(AgentIdentity, IdMustBeANameOfTheCertificate) {

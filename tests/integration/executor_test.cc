@@ -260,12 +260,18 @@ TEST(TaskRun, UsesTheStepsPathAndRunsScriptsWithoutShebang) {
   EXPECT_EQ(r.stdout_tail(), "hello from script x\n");
 }
 
+// A step inherits the agent's environment except the agent's own
+// settings and credentials (TASKGRID_*, CREDENTIALS_DIRECTORY), which it
+// may still set itself.
 TEST(TaskRun, PassesEnvironment) {
-  setenv("TASKGRID_TEST_INHERITED", "agent", 1);
+  setenv("TG_TEST_INHERITED", "agent", 1);
   setenv("TASKGRID_TEST_OVERRIDDEN", "agent", 1);
+  setenv("TASKGRID_TOKEN_FILE", "/agent/secret.token", 1);
+  setenv("CREDENTIALS_DIRECTORY", "/run/credentials/agent", 1);
   v1::Step step =
-      Sh("echo \"$TASKGRID_TEST_INHERITED $TASKGRID_TEST_OVERRIDDEN $FOO $TASKGRID_TASK_ID "
-         "$TASKGRID_ATTEMPT $TASKGRID_QUEUE $TASKGRID_STEP\"");
+      Sh("echo \"$TG_TEST_INHERITED $TASKGRID_TEST_OVERRIDDEN $FOO $TASKGRID_TASK_ID "
+         "$TASKGRID_ATTEMPT $TASKGRID_QUEUE $TASKGRID_STEP "
+         "[${TASKGRID_TOKEN_FILE-unset} ${CREDENTIALS_DIRECTORY-unset}]\"");
   (*step.mutable_exec()->mutable_env())["TASKGRID_TEST_OVERRIDDEN"] = "step";
   (*step.mutable_exec()->mutable_env())["FOO"] = "bar baz";
   v1::Assignment a = Assignment({Builtin("noop"), step});
@@ -273,10 +279,12 @@ TEST(TaskRun, PassesEnvironment) {
   a.set_attempt(3);
   a.set_queue("gpu");
   const v1::TaskResult r = RunTask(a);
-  unsetenv("TASKGRID_TEST_INHERITED");
+  unsetenv("TG_TEST_INHERITED");
   unsetenv("TASKGRID_TEST_OVERRIDDEN");
+  unsetenv("TASKGRID_TOKEN_FILE");
+  unsetenv("CREDENTIALS_DIRECTORY");
   EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
-  EXPECT_EQ(r.stdout_tail(), "agent step bar baz task-42 3 gpu 1\n");
+  EXPECT_EQ(r.stdout_tail(), "agent step bar baz task-42 3 gpu 1 [unset unset]\n");
 }
 
 TEST(TaskRun, RunsInWorkingDirectory) {

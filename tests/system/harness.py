@@ -179,15 +179,17 @@ class Cluster:
                 self.port = int(f.read().strip())
         return self.scheduler
 
-    def start_agent(self, agent_id, slots=2, labels="", extra_flags=(), scheduler_addr=None):
+    def start_agent(self, agent_id, slots=2, labels="", extra_flags=(), scheduler_addr=None,
+                    env=None):
         """scheduler_addr: where the agent connects (default: the scheduler
-        itself; e.g. a TcpProxy's addr)."""
+        itself; e.g. a TcpProxy's addr). env: the agent's environment
+        (default: the test's)."""
         argv = [binary("TASKGRID_AGENT"), f"--scheduler={scheduler_addr or self.addr}",
                 f"--id={agent_id}", f"--slots={slots}"]
         if labels:
             argv.append(f"--labels={labels}")
         argv += list(extra_flags)
-        agent = Process(argv, os.path.join(self.dir, f"agent-{agent_id}.log"))
+        agent = Process(argv, os.path.join(self.dir, f"agent-{agent_id}.log"), env=env)
         self.agents[agent_id] = agent
         self._all.append(agent)
         return agent

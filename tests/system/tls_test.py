@@ -22,6 +22,7 @@ Needs openssl and /usr/bin/python3 with python3-grpcio (for the health call).
 Run through ctest (system.tls), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
 """
+import base64
 import json
 import os
 import shutil
@@ -158,8 +159,10 @@ class TokenTest(unittest.TestCase):
             scheduler_flags=server_tls(d, ca=False) + [f"--tokens_file={tokens}"])
         cls.addClassCleanup(c.close)
         c.start_scheduler()
+        env = dict(os.environ, TASKGRID_TOKEN_FILE=cls.token_files["w1"],
+                   CREDENTIALS_DIRECTORY=d, TG_VISIBLE="yes")
         c.start_agent("w1", extra_flags=[f"--tls_ca={d}/ca.pem",
-                                         f"--token_file={cls.token_files['w1']}"])
+                                         f"--token_file={cls.token_files['w1']}"], env=env)
         harness.wait_until(lambda: "w1" in cls.as_("ada", "--json", "agents").stdout,
                            what="agent w1 to connect")
 
@@ -212,6 +215,36 @@ class TokenTest(unittest.TestCase):
         res = self.as_("ada", "drain", "no-such-agent")
         self.assertEqual(res.returncode, 1)
         self.assertIn("NOT_FOUND", res.stderr)
+
+    def test_an_agent_token_acts_only_as_its_own_agent_id(self):
+        d = self.certs
+        impostor = self.cluster.start_agent(
+            "w2", extra_flags=[f"--tls_ca={d}/ca.pem", f"--token_file={self.token_files['w1']}",
+                               f"--work_dir={d}/wd-w2"])
+        wait_log(impostor, "PERMISSION_DENIED", "the agent to be refused")
+        self.assertIn("agent id w2 is not one the token of w1 may act as", impostor.log())
+        impostor.stop()
+        self.assertNotIn("w2", self.as_("ada", "agents").stdout)
+        # Nor may it claim from the board as another owner.
+        res = self.as_("w1", "board", "claim", "--owner=w2", "--queue=nothing-here")
+        self.assertEqual(res.returncode, 1, res.stdout + res.stderr)
+        self.assertIn("owner w2 is not one the token of w1 may act as", res.stderr)
+        res = self.as_("w1", "board", "claim", "--owner=w1", "--queue=nothing-here")
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+
+    def test_tasks_do_not_inherit_the_agents_credentials(self):
+        # w1 runs with TASKGRID_TOKEN_FILE and CREDENTIALS_DIRECTORY set
+        # (setUpClass), as under systemd or after exporting taskgridctl's.
+        res = self.as_("sam", "submit", "--id=env-probe", "--agents=w1", "--wait", "--",
+                       "sh", "-c", "env")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        task = json.loads(self.as_("sam", "--json", "get", "env-probe").stdout)
+        out = base64.b64decode(task["result"]["stdout_tail"]).decode()
+        self.assertIn("TG_VISIBLE=yes", out)
+        self.assertIn("TASKGRID_TASK_ID=env-probe", out)
+        self.assertNotIn("TASKGRID_TOKEN_FILE", out)
+        self.assertNotIn("CREDENTIALS_DIRECTORY", out)
+        self.assertNotIn(ROLES["w1"][1], out)
 
     def test_agent_needs_the_agent_role(self):
         d = self.certs

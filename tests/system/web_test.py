@@ -158,7 +158,8 @@ class DashboardRolesTest(unittest.TestCase):
             return path
 
         tokens_file = secret("tokens", "".join(
-            f"{role}-1 {role} {token}\n" for role, token in tokens.items()))
+            f"{role}-1 {role} {token}{' ids=web-tls' if role == 'agent' else ''}\n"
+            for role, token in tokens.items()))
         admin_file = secret("admin.token", tokens["admin"] + "\n")
         agent_file = secret("agent.token", tokens["agent"] + "\n")
         ca = os.path.join(certs, "ca.pem")
