@@ -617,7 +617,8 @@ int main(int argc, char** argv) {
   if (tls) http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca};
   taskgrid::http::HttpServer http(http_opts);
   if (!http_listen->value.empty()) {
-    const taskgrid::http::ProcessInfo process{start};
+    taskgrid::http::ProcessInfo process;
+    process.start_time = start;
     http.Get("/metrics", [&engine, &api, process](const taskgrid::http::Request& req) {
       // With tokens, what GetQueueStats needs (reader): the page shows
       // queue names and counts.
@@ -627,9 +628,12 @@ int main(int argc, char** argv) {
                                         std::string(s.message()) + "\n",
                                         {}};
       }
+      taskgrid::http::ProcessInfo now = process;
+      now.refused["grpc"] = taskgrid::service::GrpcRefusals().Counts();
+      now.refused["http"] = api.refusals().Counts();
       return taskgrid::http::Response{200,
                                       taskgrid::prometheus::kContentType,
-                                      taskgrid::http::MetricsPage(engine.Metrics(), process),
+                                      taskgrid::http::MetricsPage(engine.Metrics(), now),
                                       {}};
     });
     api.Register(&http);

@@ -253,8 +253,10 @@ absl::Status Api::Authorize(const Request& req, const std::string& grpc_method) 
   std::string principal;
   absl::Status s = opts_.tokens->Check(grpc_method, req.Header("authorization"), &principal);
   if (!s.ok()) {
-    spdlog::warn("refused HTTP {} {} ({}) from {}: {}", req.method, req.path, grpc_method,
-                 principal.empty() ? "a caller" : principal, std::string(s.message()));
+    refusals_.Log(
+        s.code(),
+        absl::StrCat("refused HTTP ", req.method, " ", req.path, " (", grpc_method, ") from ",
+                     principal.empty() ? "a caller" : principal, ": ", s.message()));
   }
   return s;
 }

@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/refusal_log.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/http_server.h"
 #include "scheduler/service/auth.h"
@@ -87,7 +88,11 @@ class Api {
   // role. Without tokens: OK. (For /metrics, which is not in the API.)
   absl::Status Authorize(const Request& req, const std::string& grpc_method) const;
 
+  // This port's refusals: counted, and logged at most once a second.
+  const RefusalLog& refusals() const { return refusals_; }
+
  private:
+  mutable RefusalLog refusals_;
   struct Endpoint;
   // Host, action header and role checks; OK or the error to answer.
   absl::Status Admit(const Request& req, const std::string& method, bool action) const;

@@ -131,6 +131,20 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
   w.Family("taskgrid_waiters", Type::kGauge, "Long-poll calls waiting, by call.");
   w.Sample("taskgrid_waiters", {{"call", "WaitTask"}}, static_cast<double>(m.task_waits));
   w.Sample("taskgrid_waiters", {{"call", "WaitForWork"}}, static_cast<double>(m.work_waits));
+  w.Family("taskgrid_refused_requests_total", Type::kCounter,
+           "Requests refused for want of a token, a role or an identity since start-up, by "
+           "port and code (the log has at most one line a second of them).");
+  for (const char* port : {"grpc", "http"}) {
+    // The two every protected port has, zeros too; any other code seen.
+    std::map<std::string, int64_t> codes = {{"PERMISSION_DENIED", 0}, {"UNAUTHENTICATED", 0}};
+    if (auto p = process.refused.find(port); p != process.refused.end()) {
+      for (const auto& [code, n] : p->second) codes[code] = n;
+    }
+    for (const auto& [code, n] : codes) {
+      w.Sample("taskgrid_refused_requests_total", {{"port", port}, {"code", code}},
+               static_cast<double>(n));
+    }
+  }
   w.Single("taskgrid_process_start_time_seconds", Type::kGauge,
            "When the scheduler started, in seconds since the Unix epoch.",
            absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));

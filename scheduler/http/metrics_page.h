@@ -6,6 +6,8 @@
 // gRPC-free and thread-free: a pure function of the snapshot.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -16,6 +18,9 @@ namespace taskgrid::http {
 // Process-wide facts the page shows beside the snapshot.
 struct ProcessInfo {
   absl::Time start_time = absl::UnixEpoch();
+  // Requests refused (no token, a missing role, an id the caller may not
+  // use) by port ("grpc", "http") and code, from each port's RefusalLog.
+  std::map<std::string, std::map<std::string, int64_t>> refused;
 };
 
 std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& process);

@@ -205,7 +205,8 @@ class AgentStream final : public Reactor {
       absl::Status s = caller_.Check(in_.hello().agent_id());
       if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
-        spdlog::warn("agent stream from {} refused: {}", peer_, s.ToString());
+        GrpcRefusals().Log(s.code(),
+                           absl::StrCat("agent stream from ", peer_, " refused: ", s.ToString()));
         outbox_->Finish(ToGrpcStatus(s));
         return;
       }

@@ -269,8 +269,9 @@ grpc::Status TokenAuth::Process(const InputMetadata& auth_metadata, grpc::AuthCo
   std::string principal;
   absl::Status s = Check(method, authorization, &principal);
   if (!s.ok()) {
-    spdlog::warn("refused {} from {}: {}", method, principal.empty() ? "a caller" : principal,
-                 std::string(s.message()));
+    GrpcRefusals().Log(s.code(),
+                       absl::StrCat("refused ", method, " from ",
+                                    principal.empty() ? "a caller" : principal, ": ", s.message()));
     return ToGrpcStatus(s);
   }
   if (!principal.empty()) context->AddProperty(kPrincipalProperty, principal);
@@ -296,6 +297,11 @@ absl::Status TokenAuth::CheckActsAs(const std::string& principal, const std::str
   return absl::PermissionDeniedError(
       absl::StrCat(what, " ", id, " is not one the token of ", p->name, " may act as (it may: ",
                    absl::StrJoin(ids, ", "), "): name it in the token's ids= in --tokens_file"));
+}
+
+RefusalLog& GrpcRefusals() {
+  static RefusalLog* const log = new RefusalLog();
+  return *log;
 }
 
 CallerIdentity CallerIdentity::Of(const grpc::ServerContextBase& ctx, bool bind_certificates,

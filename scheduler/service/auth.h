@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/refusal_log.h"
 
 namespace taskgrid::service {
 
@@ -103,6 +104,10 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
 absl::Status CheckAgentIdentity(const std::string& agent_id,
                                 const std::vector<std::string>& cert_names,
                                 absl::string_view what = "agent id");
+
+// The gRPC port's refusals (tokens, roles, agent ids): counted, and
+// logged at most once a second (common/refusal_log.h).
+RefusalLog& GrpcRefusals();
 
 // Who a caller may act as (a Hello's agent_id, a board call's owner),
 // from what it proved: the names of its verified client certificate (with

@@ -12,10 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/address.h"
 #include "common/builtins.h"
+#include "common/clock.h"
 #include "common/ids.h"
 #include "common/json.h"
 #include "common/key_values.h"
+#include "common/logging.h"
 #include "common/proto_time.h"
+#include "common/refusal_log.h"
 #include "common/worker_pool.h"
 
 namespace taskgrid {
@@ -261,6 +264,39 @@ TEST(Json, OnlyOneStrictValueIsJson) {
       std::string(kMaxJsonDepth + 1, '[') + std::string(kMaxJsonDepth + 1, ']');
   EXPECT_FALSE(IsJsonValue(too_deep));
   EXPECT_FALSE(IsJsonValue(std::string(100000, '[')));
+}
+
+}  // namespace
+}  // namespace taskgrid
+
+namespace taskgrid {
+namespace {
+
+// Refusals a client can cause at will: each counted, at most one line a
+// second logged, and that line says how many were left out.
+TEST(RefusalLog, CountsEveryRefusalAndLogsAtMostOneLineASecond) {
+  FakeClock clock;
+  RefusalLog log(&clock);
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused a"), "refused a");
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused b"), "") << i;
+  }
+  clock.Advance(absl::Milliseconds(999));
+  EXPECT_EQ(log.Refused(absl::StatusCode::kPermissionDenied, "refused c"), "");
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(log.Refused(absl::StatusCode::kPermissionDenied, "refused d"),
+            "refused d (and 1001 more refusals not logged since the last line)");
+  clock.Advance(absl::Seconds(5));
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused e"), "refused e");
+  EXPECT_EQ(log.Counts(),
+            (std::map<std::string, int64_t>{{"PERMISSION_DENIED", 2}, {"UNAUTHENTICATED", 1002}}));
+}
+
+TEST(Logging, ControlBytesFromTheNetworkAreEscaped) {
+  EXPECT_EQ(EscapeControlBytes("plain /path ok"), "plain /path ok");
+  EXPECT_EQ(EscapeControlBytes("a\x1b[31mred\nforged line\r\t\x7f"),
+            "a\\x1b[31mred\\x0aforged line\\x0d\\x09\\x7f");
+  EXPECT_EQ(EscapeControlBytes(std::string("nul\0byte", 8)), "nul\\x00byte");
 }
 
 }  // namespace

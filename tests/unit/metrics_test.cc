@@ -140,7 +140,20 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_EQ(m.scheduler.cluster.stale_messages(), 1);
 
   // The page shows the same numbers.
-  const std::string page = http::MetricsPage(m, {absl::FromUnixSeconds(1'700'000'000)});
+  http::ProcessInfo process;
+  process.start_time = absl::FromUnixSeconds(1'700'000'000);
+  process.refused["grpc"] = {{"UNAUTHENTICATED", 7}, {"ALREADY_EXISTS", 1}};
+  const std::string page = http::MetricsPage(m, process);
+  EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_refused_requests_total counter\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_refused_requests_total{port=\"grpc\",code=\"UNAUTHENTICATED\"} 7\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_refused_requests_total{port=\"grpc\",code=\"ALREADY_EXISTS\"} 1\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_refused_requests_total{port=\"http\",code=\"PERMISSION_DENIED\"} 0\n"));
   EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_tasks_submitted_total counter\n"
                               "taskgrid_tasks_submitted_total 4\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks_dispatched_total 4\n"));
