@@ -4,8 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/service/parse_errors.h"
 
 namespace taskgrid::service {
 
@@ -37,6 +40,11 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   std::unique_ptr<SchedulerServer> s(
       new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox, opts.tokens.get()));
   grpc::ServerBuilder builder;
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   builder.AddListeningPort(opts.listen, *creds, &s->port_);
   builder.SetMaxReceiveMessageSize(opts.max_message_bytes);
   builder.SetMaxSendMessageSize(opts.max_message_bytes + kReplyHeadroomBytes);

@@ -1,9 +1,13 @@
 // The scheduler and agents in one process over real gRPC on 127.0.0.1:
 // each behaviour of the foundation end to end.
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include "common/grpc_status.h"
@@ -252,6 +256,49 @@ TEST(Scheduler, TasksSpreadOverAgentsAndLabelsAreHonoured) {
   (*g.mutable_placement()->mutable_required_labels())["kind"] = "gpu";
   ASSERT_TRUE(c.Submit({g}).ok());
   EXPECT_EQ(c.WaitFor("needs-gpu", v1::TASK_STATE_SUCCEEDED).attempts(0).agent_id(), "gpu");
+}
+
+// Bytes that do not parse as the method's request get INVALID_ARGUMENT
+// naming the method (gRPC alone answers UNIMPLEMENTED, no message), and
+// change nothing; a method that does not exist stays UNIMPLEMENTED.
+TEST(Scheduler, ARequestThatDoesNotParseIsInvalidArgument) {
+  InProcessCluster c;
+  auto channel = grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  auto call = [&](const std::string& method, const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    std::unique_ptr<grpc::ClientContext> ctx = InProcessCluster::Ctx();
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<grpc::Status> status;
+    generic.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        status = s;
+                        cv.notify_all();
+                      });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return status.has_value(); });
+    return *status;
+  };
+  // Field 1 (tasks), length-delimited, claiming 100 bytes it does not have.
+  const std::string garbage("\x0a\x64\xff\xff", 4);
+  for (const char* method :
+       {"/taskgrid.v1.TaskService/SubmitTasks", "/taskgrid.v1.TaskService/GetTask",
+        "/taskgrid.v1.TaskService/WatchTasks", "/taskgrid.v1.JobService/SubmitJob"}) {
+    const grpc::Status s = call(method, garbage);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(std::string("the request to ") + method + " could not be parsed"));
+  }
+  EXPECT_EQ(call("/taskgrid.v1.TaskService/NoSuchMethod", garbage).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  v1::ListTasksRequest list;
+  v1::ListTasksResponse listed;
+  ASSERT_TRUE(c.tasks().ListTasks(InProcessCluster::Ctx().get(), list, &listed).ok());
+  EXPECT_EQ(listed.tasks_size(), 0) << "nothing was submitted";
 }
 
 TEST(StandbyServer, AnswersEveryCallUnavailableNamingTheLeaderAndIsNotServing) {
