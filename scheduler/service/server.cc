@@ -1,8 +1,5 @@
 #include "scheduler/service/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -32,9 +29,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::Engine* engine,
                                                                         const ServerOptions& opts) {
-  // Both must come before the builder exists.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
   if (!creds.ok()) return creds.status();
   std::unique_ptr<SchedulerServer> s(
@@ -66,6 +60,19 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   builder.RegisterService(&s->jobs_);
   builder.RegisterService(&s->board_);
   builder.RegisterService(&s->schedules_);
+  // Health and reflection: ours, capped (gRPC's reflection plugin held a
+  // thread per stream, and neither it nor the default health service
+  // capped their streams).
+  s->health_ = std::make_unique<HealthService>(true, opts.health_watches);
+  builder.RegisterService(s->health_.get());
+  std::vector<std::string> names = {
+      v1::TaskService::service_full_name(),         v1::AgentService::service_full_name(),
+      v1::ClusterService::service_full_name(),      v1::JobService::service_full_name(),
+      v1::BoardService::service_full_name(),        v1::ScheduleService::service_full_name(),
+      grpc::health::v1::Health::service_full_name()};
+  for (std::string& name : ReflectionService::ServiceNames()) names.push_back(std::move(name));
+  s->reflection_ = std::make_unique<ReflectionService>(std::move(names), opts.reflection_streams);
+  s->reflection_->Register(builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,
@@ -77,9 +84,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
 void SchedulerServer::Shutdown(absl::Duration deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  health_->SetServing(false);
   engine_->EndCalls(
       absl::UnavailableError("the scheduler is shutting down; reconnect to the next one"));
+  // Watches end once they have said NOT_SERVING, so they do not hold the
+  // shutdown up.
+  health_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(deadline));
   server_->Wait();
 }

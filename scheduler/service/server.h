@@ -1,5 +1,6 @@
 // Builds the scheduler's gRPC server: TaskService, AgentService, the
-// standard health service and server reflection, in plaintext or behind TLS
+// standard health service and server reflection (ours, on the callback
+// API and capped: health_service.h, reflection_service.h), in plaintext or behind TLS
 // (mTLS) and bearer tokens (scheduler/service/auth.h). Used by main() and by the
 // in-process integration tests.
 #pragma once
@@ -17,8 +18,11 @@
 #include "scheduler/service/auth.h"
 #include "scheduler/service/board_service.h"
 #include "scheduler/service/cluster_service.h"
+#include "scheduler/service/health_service.h"
 #include "scheduler/service/job_service.h"
+#include "scheduler/service/reflection_service.h"
 #include "scheduler/service/schedule_service.h"
+#include "scheduler/service/stream_caps.h"
 #include "scheduler/service/task_service.h"
 
 namespace taskgrid::service {
@@ -36,6 +40,11 @@ struct ServerOptions {
   TlsFiles tls;
   // Bearer tokens with roles, checked on every call; needs TLS.
   std::shared_ptr<TokenAuth> tokens;
+  // Health watches and reflection streams, which anyone may open (no
+  // token): each kind capped on its own, so a flood of one cannot keep a
+  // load balancer's watch (or an operator's grpcurl) out.
+  StreamLimits health_watches;
+  StreamLimits reflection_streams;
 };
 
 // The credentials `opts` asks for (plaintext, TLS, mTLS; with the tokens'
@@ -52,8 +61,11 @@ class SchedulerServer {
 
   int port() const { return port_; }
   grpc::Server* server() { return server_.get(); }
+  const HealthService& health() const { return *health_; }
+  const ReflectionService& reflection() const { return *reflection_; }
   // Stops taking RPCs, tells agents to reconnect (their streams end at
-  // once), and cancels what is still open after `deadline`.
+  // once), says NOT_SERVING to health watches (which then end), and
+  // cancels what is still open after `deadline`.
   void Shutdown(absl::Duration deadline);
 
  private:
@@ -73,6 +85,8 @@ class SchedulerServer {
   JobServiceImpl jobs_;
   BoardServiceImpl board_;
   ScheduleServiceImpl schedules_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -1,8 +1,6 @@
 #include "scheduler/service/standby_server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 
@@ -54,15 +52,25 @@ class StandbyServer::Service : public grpc::CallbackGenericService {
   int64_t epoch_ = 0;   // guarded by mu_
 };
 
-StandbyServer::StandbyServer() : service_(std::make_unique<Service>()) {}
+namespace {
+
+std::vector<std::string> StandbyServiceNames() {
+  std::vector<std::string> names = ReflectionService::ServiceNames();
+  names.insert(names.begin(), grpc::health::v1::Health::service_full_name());
+  return names;
+}
+
+}  // namespace
+
+StandbyServer::StandbyServer(const ServerOptions& opts)
+    : service_(std::make_unique<Service>()),
+      health_(false, opts.health_watches),
+      reflection_(StandbyServiceNames(), opts.reflection_streams) {}
 
 absl::StatusOr<std::unique_ptr<StandbyServer>> StandbyServer::Start(const ServerOptions& opts) {
-  // As SchedulerServer::Start: before the builder exists.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
   if (!creds.ok()) return creds.status();
-  std::unique_ptr<StandbyServer> s(new StandbyServer());
+  std::unique_ptr<StandbyServer> s(new StandbyServer(opts));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(opts.listen, *creds, &s->port_);
   // As the real server: a request it would take is answered UNAVAILABLE
@@ -71,13 +79,15 @@ absl::StatusOr<std::unique_ptr<StandbyServer>> StandbyServer::Start(const Server
   // Agents' keepalive pings, as the real server allows them.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // NOT_SERVING for as long as it stands by.
+  builder.RegisterService(&s->health_);
+  s->reflection_.Register(builder);
   builder.RegisterCallbackGenericService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen,
                                                " (in use, or not a HOST:PORT this host has)"));
   }
-  s->server_->GetHealthCheckService()->SetServingStatus(false);
   return s;
 }
 
@@ -87,6 +97,7 @@ void StandbyServer::SetLeader(const std::string& address, int64_t epoch) {
 
 void StandbyServer::Shutdown() {
   if (server_ == nullptr) return;
+  health_.Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   server_->Wait();
   server_.reset();

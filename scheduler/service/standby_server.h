@@ -4,7 +4,9 @@
 // trailing metadata kLeaderKey, with kStandbyKey (common/grpc_status.h:
 // the call was not run and may be made again), so agents and
 // taskgridctl given the list of schedulers go to the leader at once. The
-// standard health service says NOT_SERVING, for load balancers and probes.
+// standard health service says NOT_SERVING, for load balancers and probes;
+// reflection describes health and reflection only. Both capped as on the
+// real server.
 // The same credentials and tokens as the real server guard it: a caller
 // that may not call learns nothing of the leader.
 //
@@ -41,8 +43,10 @@ class StandbyServer {
 
  private:
   class Service;
-  StandbyServer();
+  explicit StandbyServer(const ServerOptions& opts);
   std::unique_ptr<Service> service_;
+  HealthService health_;
+  ReflectionService reflection_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -40,6 +40,7 @@ class InProcessCluster {
   v1::TaskService::Stub& tasks() { return *stub_; }
   std::string addr() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   engine::Engine& engine() { return *engine_; }
+  service::SchedulerServer& server() { return *server_; }
   store::SqliteStore& store() { return *store_; }
 
   // A context with a deadline, so a bug fails instead of hanging.
