@@ -290,18 +290,25 @@ void TaskRun::RemoveKept() {
 }
 
 void TaskRun::SetDetach(int index, OutputTail* out, OutputTail* err, internal::ChildControl* ctl) {
-  ctl->detach = [this, index, out, err](supervisor::Command* c) {
+  auto name = std::make_shared<std::string>();
+  ctl->detach = [this, index, out, err, name](supervisor::Command* c) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (detach_until_ns_ == 0) return false;
     }
-    const std::string name = internal::NewSupervisorName();
+    *name = internal::NewSupervisorName();
     int64_t hold = 0;
-    if (!WriteKept(index, name, step_start_, *out, *err, &hold)) return false;
+    if (!WriteKept(index, *name, step_start_, *out, *err, &hold)) return false;
     c->deadline_ns = hold;
     c->tail_bytes = opts_.max_output_bytes;
-    snprintf(c->name, sizeof(c->name), "%s", name.c_str());
+    snprintf(c->name, sizeof(c->name), "%s", name->c_str());
     return true;
+  };
+  // The output read between the first write and the supervisor's answer
+  // goes in too (a kept step taken back had frames in flight).
+  ctl->detached = [this, index, out, err, name] {
+    int64_t hold = 0;
+    WriteKept(index, *name, step_start_, *out, *err, &hold);
   };
 }
 

@@ -525,8 +525,11 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       fds[nfds] = pollfd{fd, events, 0};
       return &fds[nfds++];
     };
-    const pollfd* p_out = add(out_r.get(), POLLIN);
-    const pollfd* p_err = add(err_r.get(), POLLIN);
+    // Once a detach is sent, the kept file holds the output read so far,
+    // and what is still in the pipes is the supervisor's: reading on would
+    // lose it.
+    const pollfd* p_out = detach_sent ? nullptr : add(out_r.get(), POLLIN);
+    const pollfd* p_err = detach_sent ? nullptr : add(err_r.get(), POLLIN);
     const pollfd* p_in = add(in_w.get(), POLLOUT);
     const pollfd* p_wake = add(ctl.wake_fd, POLLIN);
     const pollfd* p_line = detach_sent ? add(lifeline_w.get(), POLLIN) : nullptr;
@@ -551,6 +554,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
           // Kept: what is left in the output pipes is the supervisor's now.
           // The lifeline closes as we return, and it listens.
           result.detached = true;
+          if (ctl.detached) ctl.detached();
           if (ctl.on_pid) ctl.on_pid(0);
           return result;
         }
@@ -689,7 +693,10 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
           if (body.size() == sizeof(int)) memcpy(&result.wait_status, body.data(), sizeof(int));
           return result;
         case sv::kDetached:
+          // The frames before this one came after the kept file was
+          // written: it is written again with them.
           result.detached = true;
+          if (ctl.detached) ctl.detached();
           return result;
         default:
           break;

@@ -103,6 +103,10 @@ struct ChildControl : StopControl {
   // ahead. ChildExit::detached says whether the supervisor took it (it
   // does not when the step ended first).
   std::function<bool(supervisor::Command* command)> detach;
+  // Called when the supervisor took the step (kDetached), before the run
+  // returns: what was read of the output since `detach` was asked (a
+  // re-attached step's frames still in flight) goes into what is kept.
+  std::function<void()> detached;
 };
 
 struct ChildExit {

@@ -369,8 +369,18 @@ int main(int argc, char** argv) {
         commands.erase(0, sizeof(c));
         c.name[sizeof(c.name) - 1] = '\0';
         if (c.type == sv::kDetach) {
+          // Listening before the answer, so the next agent, which may come
+          // as soon as this one has gone, never finds nobody there. (It is
+          // accepted only once this agent's lifeline has ended.) No socket:
+          // no answer, and the step stays this agent's until it ends.
+          if (listen_fd >= 0) close(listen_fd);
+          listen_fd = Listen(c.name);
+          if (listen_fd < 0) continue;
           detach = c;
           detach_set = true;
+          // From now on the output is kept here, not sent: the agent took
+          // what it had into the kept file before it asked.
+          for (Tail& t : tails) t.cap = static_cast<size_t>(c.tail_bytes > 0 ? c.tail_bytes : 0);
           if (!SendFrame(lifeline, sv::kDetached, nullptr, 0)) return false;
         } else if (c.type == sv::kTerm && !step_done) {
           kill(-step, SIGTERM);
@@ -387,10 +397,8 @@ int main(int argc, char** argv) {
     lifeline = -1;
     by_socket = false;
     commands.clear();
-    if (!detach_set || MonotonicNs() >= detach.deadline_ns) end_all();
+    if (!detach_set || listen_fd < 0 || MonotonicNs() >= detach.deadline_ns) end_all();
     detach_set = false;
-    listen_fd = Listen(detach.name);
-    if (listen_fd < 0) end_all();
     mode = kDetached;
     for (Tail& t : tails)
       t.cap = static_cast<size_t>(detach.tail_bytes > 0 ? detach.tail_bytes : 0);
@@ -411,7 +419,7 @@ int main(int argc, char** argv) {
       at_line = static_cast<int>(nfds);
       fds[nfds++] = {lifeline, POLLIN, 0};
     }
-    if (listen_fd >= 0) {
+    if (listen_fd >= 0 && mode == kDetached) {
       at_listen = static_cast<int>(nfds);
       fds[nfds++] = {listen_fd, POLLIN, 0};
     }
@@ -470,7 +478,7 @@ int main(int argc, char** argv) {
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) {
         close_output(i);
-      } else if (mode == kDetached) {
+      } else if (mode == kDetached || detach_set) {
         tails[i].Add(buf, static_cast<size_t>(n));
       } else if (!SendFrame(lifeline, i == 0 ? sv::kStdout : sv::kStderr, buf,
                             static_cast<size_t>(n))) {
