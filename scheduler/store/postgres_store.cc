@@ -162,10 +162,9 @@ absl::StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(const Postgre
   char* err = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(opts.url.c_str(), &err);
   if (parsed == nullptr) {
-    absl::Status s = absl::InvalidArgumentError(
-        absl::StrCat("not a PostgreSQL connection URL: ",
-                     RedactPasswords(absl::StripTrailingAsciiWhitespace(
-                         err != nullptr ? err : "out of memory"))));
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+        "not a PostgreSQL connection URL: ", RedactPasswords(absl::StripTrailingAsciiWhitespace(
+                                                 err != nullptr ? err : "out of memory"))));
     if (err != nullptr) PQfreemem(err);
     return s;
   }
