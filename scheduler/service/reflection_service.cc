@@ -31,44 +31,39 @@ template <typename Req, typename Resp>
 void Answer(const std::vector<std::string>& services, const Req& req, Resp* resp) {
   const pb::DescriptorPool* pool = pb::DescriptorPool::generated_pool();
   grpc::Status status;
-  std::unordered_set<std::string> seen;
+  // The file a request names (with its dependencies) goes out after the
+  // switch; a request that names none sets `status`.
+  const pb::FileDescriptor* file = nullptr;
+  auto not_found = [&status](const char* what) {
+    status = grpc::Status(grpc::StatusCode::NOT_FOUND, what);
+  };
   switch (req.message_request_case()) {
-    case Req::kFileByFilename: {
-      const pb::FileDescriptor* file = pool->FindFileByName(req.file_by_filename());
-      if (file == nullptr) {
-        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "File not found.");
-      } else {
-        AddFile(file, resp, &seen);
-      }
+    case Req::kFileByFilename:
+      file = pool->FindFileByName(req.file_by_filename());
+      if (file == nullptr) not_found("File not found.");
       break;
-    }
-    case Req::kFileContainingSymbol: {
-      const pb::FileDescriptor* file = pool->FindFileContainingSymbol(req.file_containing_symbol());
-      if (file == nullptr) {
-        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "Symbol not found.");
-      } else {
-        AddFile(file, resp, &seen);
-      }
+    case Req::kFileContainingSymbol:
+      file = pool->FindFileContainingSymbol(req.file_containing_symbol());
+      if (file == nullptr) not_found("Symbol not found.");
       break;
-    }
     case Req::kFileContainingExtension: {
       const auto& ext = req.file_containing_extension();
       const pb::Descriptor* type = pool->FindMessageTypeByName(ext.containing_type());
       const pb::FieldDescriptor* field =
           type == nullptr ? nullptr : pool->FindExtensionByNumber(type, ext.extension_number());
       if (type == nullptr) {
-        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "Type not found.");
+        not_found("Type not found.");
       } else if (field == nullptr) {
-        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "Extension not found.");
+        not_found("Extension not found.");
       } else {
-        AddFile(field->file(), resp, &seen);
+        file = field->file();
       }
       break;
     }
     case Req::kAllExtensionNumbersOfType: {
       const pb::Descriptor* type = pool->FindMessageTypeByName(req.all_extension_numbers_of_type());
       if (type == nullptr) {
-        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "Type not found.");
+        not_found("Type not found.");
       } else {
         std::vector<const pb::FieldDescriptor*> exts;
         pool->FindAllExtensions(type, &exts);
@@ -85,6 +80,10 @@ void Answer(const std::vector<std::string>& services, const Req& req, Resp* resp
     }
     default:
       status = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
+  }
+  if (file != nullptr) {
+    std::unordered_set<std::string> seen;
+    AddFile(file, resp, &seen);
   }
   if (!status.ok()) {
     resp->clear_message_response();
