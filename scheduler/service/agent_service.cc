@@ -19,7 +19,7 @@ namespace taskgrid::service {
 
 namespace {
 
-using Reactor = grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>;
+using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, v1::SchedulerMessage>;
 
 // Logs the interval agents are told when it changed (as agents come and
 // go); `logged_ns` is the last one logged, shared by the service's streams.
@@ -188,12 +188,22 @@ class AgentStream final : public Reactor {
         caller_(std::move(caller)),
         outbox_(std::make_shared<Outbox>(this, ctx, limits)) {
     conn_ = engine_->AttachAgent(outbox_);
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       outbox_->Finish(grpc::Status::OK);
+      return;
+    }
+    if (!grpc::SerializationTraits<v1::AgentMessage>::Deserialize(&in_bytes_, &in_).ok()) {
+      GrpcRefusals().Log(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat("agent stream from ", peer_, " sent a message that could not be parsed"));
+      outbox_->Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "a message on /taskgrid.v1.AgentService/Connect could not be parsed as "
+                       "taskgrid.v1.AgentMessage"));
       return;
     }
     if (!hello_seen_) {
@@ -226,7 +236,7 @@ class AgentStream final : public Reactor {
     } else {
       engine_->AgentMessage(conn_, in_);
     }
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }
@@ -248,12 +258,13 @@ class AgentStream final : public Reactor {
   uint64_t conn_ = 0;
   bool hello_seen_ = false;  // touched only by reactions, which do not overlap for reads
   std::string agent_id_;
+  grpc::ByteBuffer in_bytes_;  // what StartRead fills; parsed into in_
   v1::AgentMessage in_;
 };
 
 }  // namespace
 
-Reactor* AgentServiceImpl::Connect(grpc::CallbackServerContext* ctx) {
+Reactor* AgentServiceImpl::ConnectRaw(grpc::CallbackServerContext* ctx) {
   return new AgentStream(engine_, &logged_interval_ns_, ctx, outbox_limits_,
                          CallerIdentity::Of(*ctx, bind_agent_ids_, tokens_));
 }

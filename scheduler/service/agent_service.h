@@ -2,7 +2,10 @@
 //
 // Lifecycle of a stream (AgentStream):
 //   1. Created by Connect(); attaches an Outbox to the Engine and reads.
-//   2. The first message must be Hello. With mTLS its agent_id must be a
+//   2. Each message is read as bytes and parsed here: bytes that do not
+//      parse as an AgentMessage end the stream with INVALID_ARGUMENT
+//      saying so (gRPC's own parse would end it with OK, as if the agent
+//      had half-closed). The first message must be Hello. With mTLS its agent_id must be a
 //      name of the client certificate (else PERMISSION_DENIED, before the
 //      Engine hears of it); then the Engine validates it (an error ends the
 //      stream with that status).
@@ -47,10 +50,18 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
       : engine_(engine),
         bind_agent_ids_(bind_agent_ids),
         outbox_limits_(outbox_limits),
-        tokens_(tokens) {}
+        tokens_(tokens) {
+    // Connect (method 0) served with raw reads, as the generated
+    // WithRawCallbackMethod_Connect does, but with typed writes.
+    MarkMethodRawCallback(
+        0, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, v1::SchedulerMessage>(
+               [this](grpc::CallbackServerContext* ctx) { return ConnectRaw(ctx); }));
+  }
 
-  grpc::ServerBidiReactor<v1::AgentMessage, v1::SchedulerMessage>* Connect(
-      grpc::CallbackServerContext* ctx) override;
+  // Connect's reactor: reads raw bytes (parsed by the reactor, see above),
+  // writes SchedulerMessages.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, v1::SchedulerMessage>* ConnectRaw(
+      grpc::CallbackServerContext* ctx);
 
  private:
   engine::Engine* const engine_;

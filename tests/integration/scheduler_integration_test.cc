@@ -301,6 +301,60 @@ TEST(Scheduler, ARequestThatDoesNotParseIsInvalidArgument) {
   EXPECT_EQ(listed.tasks_size(), 0) << "nothing was submitted";
 }
 
+// Bytes on AgentService.Connect that do not parse as an AgentMessage end
+// the stream with INVALID_ARGUMENT saying so (gRPC's own parse would end
+// it OK, as if the agent had hung up), and no agent joins.
+TEST(Scheduler, GarbageOnTheAgentStreamIsInvalidArgument) {
+  InProcessCluster c;
+  auto channel = grpc::CreateChannel(c.addr(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+
+  class Sender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit Sender(const std::string& bytes) {
+      grpc::Slice slice(bytes);
+      out_ = grpc::ByteBuffer(&slice, 1);
+    }
+    void Go() {
+      StartWrite(&out_);
+      StartRead(&in_);
+      StartCall();
+    }
+    void OnDone(const grpc::Status& s) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = s;
+      cv_.notify_all();
+    }
+    grpc::Status Wait() {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return status_.has_value(); });
+      return *status_;
+    }
+
+   private:
+    grpc::ByteBuffer out_, in_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::optional<grpc::Status> status_;
+  };
+
+  // Field 1 (hello), length-delimited, claiming 100 bytes it does not have.
+  Sender sender(std::string("\x0a\x64\xff\xff", 4));
+  std::unique_ptr<grpc::ClientContext> ctx = InProcessCluster::Ctx();
+  generic.PrepareBidiStreamingCall(ctx.get(), "/taskgrid.v1.AgentService/Connect",
+                                   grpc::StubOptions(), &sender);
+  sender.Go();
+  const grpc::Status s = sender.Wait();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("could not be parsed as taskgrid.v1.AgentMessage"));
+
+  v1::ListAgentsRequest list;
+  v1::ListAgentsResponse listed;
+  auto cluster = v1::ClusterService::NewStub(channel);
+  ASSERT_TRUE(cluster->ListAgents(InProcessCluster::Ctx().get(), list, &listed).ok());
+  EXPECT_EQ(listed.agents_size(), 0) << "no agent joined";
+}
+
 TEST(StandbyServer, AnswersEveryCallUnavailableNamingTheLeaderAndIsNotServing) {
   service::ServerOptions opts;
   opts.listen = "127.0.0.1:0";
