@@ -323,13 +323,14 @@ int main(int argc, char** argv) {
           "off the network");
       return 2;
     }
-    auto tokens = taskgrid::service::TokenAuth::FromFile(tokens_file);
+    auto tokens = taskgrid::service::TokenTable::FromFile(tokens_file);
     if (!tokens.ok()) {
       spdlog::error("{}", std::string(tokens.status().message()));
       return 2;
     }
     spdlog::info("{} bearer tokens from {}", (*tokens)->size(), tokens_file);
-    server_opts.tokens = std::shared_ptr<taskgrid::service::TokenAuth>(std::move(*tokens));
+    server_opts.tokens = std::make_shared<taskgrid::service::TokenAuth>(
+        std::shared_ptr<const taskgrid::service::TokenTable>(std::move(*tokens)));
   }
   const bool protected_port = mtls || (tls && server_opts.tokens != nullptr);
   if (!taskgrid::IsLoopbackAddress(listen) && !protected_port && !absl::GetFlag(FLAGS_insecure)) {
@@ -609,8 +610,9 @@ int main(int argc, char** argv) {
   // The dashboard, its API and the metrics page, before gRPC so a port
   // taken fails before anyone is served. The Api is made before the
   // server, so the server (and its threads) is gone before the Api.
-  taskgrid::http::Api api(
-      &engine, {server_opts.tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
+  taskgrid::http::Api api(&engine,
+                          {server_opts.tokens == nullptr ? nullptr : &server_opts.tokens->table(),
+                           http_address.first, absl::GetFlag(FLAGS_http_hosts)});
   taskgrid::http::HttpServer::Options http_opts;
   // A page loads its files and a few API calls at once.
   http_opts.threads = 4;

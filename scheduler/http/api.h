@@ -32,7 +32,7 @@
 //
 // Thread-safe: handlers run on the HttpServer's threads, each waiting for
 // its Engine reply (at most Options::answer_timeout). The Engine and the
-// TokenAuth are borrowed and must outlive the server the Api is
+// TokenTable are borrowed and must outlive the server the Api is
 // registered on.
 #pragma once
 
@@ -45,7 +45,7 @@
 #include "common/refusal_log.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/http_server.h"
-#include "scheduler/service/auth.h"
+#include "scheduler/service/tokens.h"
 
 namespace taskgrid::http {
 
@@ -57,7 +57,7 @@ class Api {
  public:
   struct Options {
     // Null: no tokens (every call is allowed, as on the gRPC port).
-    const service::TokenAuth* tokens = nullptr;
+    const service::TokenTable* tokens = nullptr;
     // The host the server listens on; with the loopback names (localhost,
     // 127.0.0.1, ::1) and `hosts`, what the Host header may name.
     std::string listen_host;

@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ListenCredentials(opts);
   if (!creds.ok()) return creds.status();
   std::unique_ptr<SchedulerServer> s(
-      new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox, opts.tokens.get()));
+      new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox,
+                          opts.tokens == nullptr ? nullptr : &opts.tokens->table()));
   grpc::ServerBuilder builder;
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;

@@ -1,9 +1,8 @@
-// The trust boundary without a network: TokenAuth's role table and tokens
-// file, the agent id <-> certificate binding, and common/tls's file
-// handling. TokenAuth::Process is called directly, as gRPC's server auth
-// filter calls it, with the metadata a call carries (":path",
-// "authorization"); the TLS handshake itself is covered by the system test
-// tests/system/tls_test.py.
+// The trust boundary without a network: the role table and tokens file
+// (TokenTable) as TokenAuth applies them, the agent id <-> certificate
+// binding, and common/tls's file handling. TokenAuth::Process is called directly, as gRPC's server
+// auth filter calls it, with the metadata a call carries (":path", "authorization"); the TLS
+// handshake itself is covered by the system test tests/system/tls_test.py.
 #include "scheduler/service/auth.h"
 
 #include <gmock/gmock.h>
@@ -65,9 +64,10 @@ const char kTokens[] =
     "ops      reader,agent     ops-token-0123456789\n";
 
 std::unique_ptr<TokenAuth> MakeAuth() {
-  auto auth = TokenAuth::Parse(kTokens, "tokens");
-  EXPECT_TRUE(auth.ok()) << auth.status();
-  return auth.ok() ? std::move(*auth) : nullptr;
+  auto table = TokenTable::Parse(kTokens, "tokens");
+  EXPECT_TRUE(table.ok()) << table.status();
+  if (!table.ok()) return nullptr;
+  return std::make_unique<TokenAuth>(std::shared_ptr<const TokenTable>(std::move(*table)));
 }
 
 // Process() as gRPC calls it for `method` with `token` ("" = none).
@@ -206,7 +206,7 @@ TEST(TokenAuth, UnknownMethodNeedsAdmin) {
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
-TEST(TokenAuth, BadTokensFileNamesTheLine) {
+TEST(TokenTable, BadTokensFileNamesTheLine) {
   struct Case {
     std::string text;
     std::string error;
@@ -228,7 +228,7 @@ TEST(TokenAuth, BadTokensFileNamesTheLine) {
       {"w agent token-0123456789abc ids=w1 x\n", "tokens.txt:1: expected 'NAME ROLE"},
   };
   for (const Case& c : cases) {
-    auto auth = TokenAuth::Parse(c.text, "tokens.txt");
+    auto auth = TokenTable::Parse(c.text, "tokens.txt");
     ASSERT_FALSE(auth.ok()) << c.text;
     EXPECT_EQ(auth.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(auth.status().message()), HasSubstr(c.error)) << c.text;
@@ -236,26 +236,26 @@ TEST(TokenAuth, BadTokensFileNamesTheLine) {
   }
 }
 
-TEST(TokenAuth, FromFileReadsTheFileAndNamesIt) {
+TEST(TokenTable, FromFileReadsTheFileAndNamesIt) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/tokens";
   std::ofstream(path) << kTokens;
-  auto auth = TokenAuth::FromFile(path);
+  auto auth = TokenTable::FromFile(path);
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_EQ((*auth)->size(), 5u);
   std::ofstream(path) << "x admin\n";
-  auth = TokenAuth::FromFile(path);
+  auth = TokenTable::FromFile(path);
   ASSERT_FALSE(auth.ok());
   EXPECT_THAT(std::string(auth.status().message()), HasSubstr(path + ":1:"));
-  auth = TokenAuth::FromFile(dir.path() + "/missing");
+  auth = TokenTable::FromFile(dir.path() + "/missing");
   ASSERT_FALSE(auth.ok());
   EXPECT_THAT(std::string(auth.status().message()), HasSubstr(dir.path() + "/missing"));
 }
 
 // With tokens, an agent id (or board owner) must be one the token names:
 // its principal's own name unless ids= says otherwise.
-TEST(TokenAuth, ATokenActsOnlyAsTheIdsItNames) {
-  auto auth = TokenAuth::Parse(
+TEST(TokenTable, ATokenActsOnlyAsTheIdsItNames) {
+  auto auth = TokenTable::Parse(
       "w1 agent token-w1-0123456789\n"
       "pool agent token-pool-0123456789 ids=gpu-*,cpu-1\n"
       "any agent token-any-0123456789 ids=*\n",
@@ -280,7 +280,7 @@ TEST(TokenAuth, ATokenActsOnlyAsTheIdsItNames) {
 // Both proofs apply when both are on: the certificate's names and the
 // token's ids.
 TEST(CallerIdentity, EveryProofGivenMustAllowTheId) {
-  auto auth = TokenAuth::Parse("w1 agent token-w1-0123456789\n", "tokens");
+  auto auth = TokenTable::Parse("w1 agent token-w1-0123456789\n", "tokens");
   ASSERT_TRUE(auth.ok());
   CallerIdentity none;
   EXPECT_TRUE(none.Check("anything").ok());

@@ -21,7 +21,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/api.h"
 #include "scheduler/http/dashboard.h"
-#include "scheduler/service/auth.h"
+#include "scheduler/service/tokens.h"
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/fake_agent_channel.h"
 
@@ -61,7 +61,7 @@ class WebApiTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(nullptr); }
 
-  void Start(const service::TokenAuth* tokens) {
+  void Start(const service::TokenTable* tokens) {
     engine::EngineOptions opts;
     opts.tick_interval = absl::Hours(1);  // time moves only with the fake clock
     engine_ = std::make_unique<engine::Engine>(&store_, &clock_, opts);
@@ -525,14 +525,14 @@ class WebApiRolesTest : public WebApiTest {
  protected:
   void SetUp() override {
     auto tokens =
-        service::TokenAuth::Parse(std::string("ann reader ") + kReader + "\nsam submitter " +
-                                      kSubmitter + "\nroot admin " + kAdmin + "\n",
-                                  "tokens");
+        service::TokenTable::Parse(std::string("ann reader ") + kReader + "\nsam submitter " +
+                                       kSubmitter + "\nroot admin " + kAdmin + "\n",
+                                   "tokens");
     ASSERT_TRUE(tokens.ok()) << tokens.status();
     tokens_ = std::move(*tokens);
     Start(tokens_.get());
   }
-  std::unique_ptr<service::TokenAuth> tokens_;
+  std::unique_ptr<service::TokenTable> tokens_;
 };
 
 TEST_F(WebApiRolesTest, EveryCallNeedsAKnownToken) {
