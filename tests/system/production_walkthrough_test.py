@@ -21,6 +21,8 @@ files cannot drift apart:
     submits a task that runs on an agent; the dashboard, its API and
     /metrics answer over HTTPS with the client certificate and a token, and
     refuse a request without a token;
+  - the README's Prometheus scrape config (HTTPS, tls_config, a token file)
+    scrapes /metrics with the files it names;
   - every flag that --help lists is in the README's flag tables.
 
 Needs openssl. Run through ctest (system.production_walkthrough), or by
@@ -32,6 +34,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -279,6 +282,20 @@ class ProductionWalkthroughTest(unittest.TestCase):
             loaded = {c.split(":", 1)[0] for c in unit.get("LoadCredential", [])}
             used = set(re.findall(r"\$\{CREDENTIALS_DIRECTORY\}/([\w.-]+)", unit["ExecStart"][0]))
             self.assertEqual(used, loaded)
+        # The README's production section installs every file the units read.
+        readme = harness.read_text(os.path.join(ROOT, "README.md"))
+        section = readme[readme.index("## Running it for real"):readme.index("| scheduler flag |")]
+        for unit in (sched, agent):
+            files = [c.split(":", 1)[1] for c in unit.get("LoadCredential", [])]
+            files += re.findall(r"=(/etc/[\w./-]+)", unit["ExecStart"][0])
+            for path in files:
+                self.assertIn(path, section, "the README never installs a file a unit reads")
+        # The head's certificate names this machine, as clients may dial it.
+        res = subprocess.run(["openssl", "x509", "-in", os.path.join(self.pki, "head.pem"),
+                              "-noout", "-ext", "subjectAltName"],
+                             capture_output=True, text=True, timeout=WAIT, check=True)
+        for name in ("DNS:localhost", "IP Address:127.0.0.1", f"DNS:{socket.gethostname()}"):
+            self.assertIn(name, res.stdout)
 
     def test_2_agents_connect_under_their_host_names(self):
         def both():
@@ -328,7 +345,34 @@ class ProductionWalkthroughTest(unittest.TestCase):
         self.assertEqual(status, 403, body[:500])
         self.assertIn("certificate", body)
 
-    def test_5_every_flag_is_in_the_readme_tables(self):
+    def test_5_the_readmes_prometheus_config_scrapes_it(self):
+        readme = harness.read_text(os.path.join(ROOT, "README.md"))
+        section = readme[readme.index("## Metrics"):readme.index("## Other clients")]
+        config = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+        self.assertRegex(config, r"scheme: https")
+        files = dict(re.findall(r"(\w+_file): (\S+)", config))
+        self.assertEqual(set(files), {"ca_file", "cert_file", "key_file", "credentials_file"})
+        # The files it names are the ones the README copies for Prometheus:
+        # the walkthrough's CA, client certificate and key, and reader token.
+        ours = {"ca.pem": os.path.join(self.pki, "ca.pem"),
+                "client.pem": os.path.join(self.pki, "client.pem"),
+                "client.key": os.path.join(self.pki, "client.key"),
+                "prometheus.token": os.path.join(self.dir, "client", "prometheus.token")}
+        local = {key: ours[os.path.basename(path)] for key, path in files.items()}
+        for path in files.values():
+            self.assertIn(os.path.basename(path), section, "the README never copies " + path)
+        target = re.search(r'targets: \["([^"]+)"\]', config).group(1)
+        self.assertEqual(target.rsplit(":", 1)[0], self.http_listen_host)
+        context = ssl.create_default_context(cafile=local["ca_file"])
+        context.load_cert_chain(local["cert_file"], local["key_file"])
+        request = urllib.request.Request(
+            f"https://{self.http_listen_host}:{self.http_port}/metrics",
+            headers={"Authorization": "Bearer " + harness.read_text(local["credentials_file"]).strip()})
+        with urllib.request.urlopen(request, timeout=WAIT, context=context) as res:
+            self.assertEqual(res.status, 200)
+            self.assertIn("taskgrid_build_info", res.read().decode())
+
+    def test_6_every_flag_is_in_the_readme_tables(self):
         readme = harness.read_text(os.path.join(ROOT, "README.md"))
         for binary, header in (("TASKGRID_SCHEDULER", "| scheduler flag |"),
                                ("TASKGRID_AGENT", "| agent flag |")):
