@@ -229,12 +229,17 @@ class ProductionWalkthroughTest(unittest.TestCase):
             # SIGINT: an agent hands its steps back rather than keeping
             # them for a next agent (--keep_steps); the scheduler stops.
             proc.signal(signal.SIGINT)
+        reports = []
         for proc in reversed(cls.procs):
             try:
                 proc.proc.wait(timeout=WAIT)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 pass
             proc.close()
+            if re.search(r"ERROR: (Address|Leak|UndefinedBehavior)Sanitizer", proc.log()):
+                reports.append(f"----- {proc.log_path}\n{proc.log()[-6000:]}")
+        if reports:
+            raise AssertionError("a sanitizer reported at exit:\n" + "\n".join(reports))
 
     def dump(self):
         for proc in self.procs:
@@ -298,8 +303,11 @@ class ProductionWalkthroughTest(unittest.TestCase):
             self.assertIn(name, res.stdout)
 
     def test_2_agents_connect_under_their_host_names(self):
+        last = []
+
         def both():
             res = self.ctl("--json", "agents", token="ops")
+            last[:] = [res]
             if res.returncode != 0:
                 return False
             ids = {a["id"] for a in json.loads(res.stdout).get("agents", [])}
@@ -308,7 +316,8 @@ class ProductionWalkthroughTest(unittest.TestCase):
             harness.wait_until(both, timeout=WAIT, interval=0.1, what="both agents to connect")
         except TimeoutError:
             self.dump()
-            raise
+            raise AssertionError(f"last taskgridctl agents: {last[0].returncode}\n"
+                                 f"{last[0].stdout}\n{last[0].stderr}") from None
         self.assertRegex(self.scheduler.log(), r"mTLS.*token",
                          "the start-up line says mTLS and tokens are on")
 
