@@ -45,7 +45,7 @@ def make_certs(test_cls, *agents):
         raise unittest.SkipTest("openssl is not installed")
     d = tempfile.mkdtemp(prefix="taskgrid-tls-")
     test_cls.addClassCleanup(shutil.rmtree, d, True)
-    subprocess.run(["bash", MAKE_CERTS, d, "localhost", *agents], check=True,
+    subprocess.run(["bash", MAKE_CERTS, d, *agents], check=True,
                    capture_output=True, timeout=60)
     return d
 
@@ -308,8 +308,8 @@ class StartupTest(unittest.TestCase):
              "has TLS but neither client certificates nor tokens"),
             (["--listen=192.0.2.1:0"], "has no TLS or tokens"),
             ([f"--tls_ca={d}/ca.pem", "--listen=127.0.0.1:0"], "--tls_ca (client certificates)"),
-            ([f"--tls_cert={d}/ca.key", f"--tls_key={d}/head.key", "--listen=127.0.0.1:0"],
-             f"--tls_cert (certificate) {d}/ca.key: not a PEM certificate"),
+            ([f"--tls_cert={d}/client.key", f"--tls_key={d}/head.key", "--listen=127.0.0.1:0"],
+             f"--tls_cert (certificate) {d}/client.key: not a PEM certificate"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):

@@ -146,8 +146,8 @@ class DashboardRolesTest(unittest.TestCase):
             self.skipTest("openssl is not installed")
         certs = tempfile.mkdtemp(prefix="taskgrid-web-tls-")
         self.addCleanup(shutil.rmtree, certs, True)
-        subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), certs,
-                        "localhost"], check=True, capture_output=True, timeout=60)
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), certs],
+                       check=True, capture_output=True, timeout=60)
         tokens = {"reader": "reader-" + "r" * 24, "admin": "admin-" + "a" * 24,
                   "agent": "agent-" + "g" * 24}
 
@@ -218,7 +218,7 @@ class HttpFlagsTest(unittest.TestCase):
             self.skipTest("openssl is not installed")
         d = tempfile.mkdtemp(prefix="taskgrid-web-mtls-")
         self.addCleanup(shutil.rmtree, d, True)
-        subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), d, "localhost"],
+        subprocess.run(["bash", os.path.join(ROOT, "deploy", "make-certs.sh"), d],
                        check=True, capture_output=True, timeout=60)
         cluster = self.run_scheduler(f"--tls_cert={d}/head.pem", f"--tls_key={d}/head.key",
                                      f"--tls_ca={d}/ca.pem", wait=True)
