@@ -88,10 +88,7 @@ set -m
   cmake --build "$root/build/tsan" -j "$jobs"
   t1=$(date +%s)
   echo "== built the TSan tree (the tests marked TSAN) in $((t1 - t0)) s"
-  CC=clang CXX=clang++ cmake -S "$root" -B "$root/build/fuzz" "${tree_flags[@]}" \
-    -DCMAKE_CXX_FLAGS=-O1 -DSANITIZE=address,undefined -DTASKGRID_WITH_GRPC=OFF \
-    -DTASKGRID_FUZZ=ON >/dev/null
-  cmake --build "$root/build/fuzz" -j "$jobs" --target fuzz_submit fuzz_agent
+  "$root/tests/fuzz/build.sh" "$root/build/fuzz"
   echo "== built the libFuzzer targets (clang, ASan + UBSan) in $(($(date +%s) - t1)) s"
 ) >"$root/build/background.log" 2>&1 &
 background=$!

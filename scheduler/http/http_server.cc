@@ -393,6 +393,8 @@ void HttpServer::Get(const std::string& pattern, Handler handler) {
   impl_->routes.push_back(Impl::Route{"GET", Segments(pattern), std::move(handler)});
 }
 
+Response HttpServer::Handle(Request request) const { return impl_->Dispatch(request); }
+
 void HttpServer::Post(const std::string& pattern, Handler handler) {
   impl_->routes.push_back(Impl::Route{"POST", Segments(pattern), std::move(handler)});
 }

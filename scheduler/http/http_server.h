@@ -113,6 +113,12 @@ class HttpServer {
   // Replaces the plain-text error pages. Call before Start.
   void SetErrorPage(ErrorPage page);
 
+  // Answers `request` as a request read from a connection is answered
+  // (routing, HEAD, 404 and 405, the error page), without a socket, TLS or
+  // the connection limits: for tests and the HTTP fuzz target. Thread-safe
+  // once the routes are registered.
+  Response Handle(Request request) const;
+
   // Binds host:port (port 0: a free one) and serves on a thread of its
   // own; returns the bound port. UNAVAILABLE when it cannot bind;
   // INVALID_ARGUMENT when the TLS files cannot be read or do not match.

@@ -20,9 +20,9 @@
 
 namespace taskgrid::fuzz {
 
-const google::protobuf::Message& InputPrototype() {
+const google::protobuf::Message* InputPrototype() {
   static const v1::AgentBatch kPrototype;
-  return kPrototype;
+  return &kPrototype;
 }
 
 namespace {

@@ -13,8 +13,9 @@
 namespace taskgrid::fuzz {
 
 // The message type the target parses its input as (the corpus replay uses
-// it to read the text-format seeds).
-const google::protobuf::Message& InputPrototype();
+// it to read the text-format seeds); null for a target whose input is not
+// a protobuf.
+const google::protobuf::Message* InputPrototype();
 
 // A broken invariant is a bug whatever the input: stop loudly so the
 // fuzzer keeps the input.

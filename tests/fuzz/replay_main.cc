@@ -1,7 +1,8 @@
 // Runs a fuzz target over the checked-in corpus without libFuzzer, so every
 // build (GCC, the sanitizer builds) replays the seeds as a test. Seeds are
 // text-format protos (*.textproto, readable and reviewable); anything else
-// is passed to the target as raw bytes.
+// is passed to the target as raw bytes. Directories are read recursively
+// (the seeds, and found/: what the long runs kept).
 //
 //   fuzz_submit_replay DIR_OR_FILE...
 
@@ -27,7 +28,13 @@ bool RunOne(const std::filesystem::path& path) {
   buf << in.rdbuf();
   std::string bytes = buf.str();
   if (path.extension() == ".textproto") {
-    std::unique_ptr<google::protobuf::Message> msg(taskgrid::fuzz::InputPrototype().New());
+    const google::protobuf::Message* prototype = taskgrid::fuzz::InputPrototype();
+    if (prototype == nullptr) {
+      std::fprintf(stderr, "%s: a text-format seed for a target that takes raw bytes\n",
+                   path.c_str());
+      return false;
+    }
+    std::unique_ptr<google::protobuf::Message> msg(prototype->New());
     if (!google::protobuf::TextFormat::ParseFromString(bytes, msg.get())) {
       std::fprintf(stderr, "%s: not a valid %s in text format\n", path.c_str(),
                    msg->GetTypeName().c_str());
@@ -46,7 +53,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::filesystem::path p(argv[i]);
     if (std::filesystem::is_directory(p)) {
-      for (const auto& e : std::filesystem::directory_iterator(p)) files.push_back(e.path());
+      for (const auto& e : std::filesystem::recursive_directory_iterator(p)) {
+        if (e.is_regular_file()) files.push_back(e.path());
+      }
     } else {
       files.push_back(p);
     }

@@ -13,9 +13,9 @@
 
 namespace taskgrid::fuzz {
 
-const google::protobuf::Message& InputPrototype() {
+const google::protobuf::Message* InputPrototype() {
   static const v1::SubmitJobRequest kPrototype;
-  return kPrototype;
+  return &kPrototype;
 }
 
 namespace {
