@@ -267,6 +267,7 @@ void Api::Register(HttpServer* server) const {
       return Response{status, "text/plain; charset=utf-8", message + "\n", {}};
     }
     absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+    if (status == 403) code = absl::StatusCode::kPermissionDenied;  // no client certificate
     if (status == 404) code = absl::StatusCode::kNotFound;
     if (status == 405) code = absl::StatusCode::kUnimplemented;
     if (status == 413) code = absl::StatusCode::kResourceExhausted;

@@ -353,6 +353,10 @@ class ProductionWalkthroughTest(unittest.TestCase):
         status, body = self.https("/metrics", cert=False)
         self.assertEqual(status, 403, body[:500])
         self.assertIn("certificate", body)
+        # Under /api/ the same refusal is a JSON error whose code matches.
+        status, body = self.https("/api/v1/cluster", cert=False)
+        self.assertEqual(status, 403, body[:500])
+        self.assertEqual(json.loads(body)["code"], "PERMISSION_DENIED", body[:500])
 
     def test_5_the_readmes_prometheus_config_scrapes_it(self):
         readme = harness.read_text(os.path.join(ROOT, "README.md"))
