@@ -21,6 +21,8 @@ namespace {
 
 using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, v1::SchedulerMessage>;
 
+constexpr char kConnectMethod[] = "/taskgrid.v1.AgentService/Connect";
+
 // Logs the interval agents are told when it changed (as agents come and
 // go); `logged_ns` is the last one logged, shared by the service's streams.
 void LogHeartbeatInterval(engine::Engine& engine, std::atomic<int64_t>& logged_ns) {
@@ -232,6 +234,13 @@ class AgentStream final : public Reactor {
       return;
     } else if (absl::Status bad = core::ValidateAgentMessage(in_); !bad.ok()) {
       outbox_->Finish(ToGrpcStatus(bad));
+      return;
+    } else if (absl::Status gone = caller_.CheckStill(kConnectMethod, agent_id_); !gone.ok()) {
+      // The tokens file was reloaded without this stream's token (or its
+      // role or id): the stream ends as a new call with it would.
+      GrpcRefusals().Log(gone.code(), absl::StrCat("agent ", agent_id_, " from ", peer_,
+                                                   " cut off: ", gone.ToString()));
+      outbox_->Finish(ToGrpcStatus(gone));
       return;
     } else {
       engine_->AgentMessage(conn_, in_);
