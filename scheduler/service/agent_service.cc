@@ -23,6 +23,12 @@ using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, v1::SchedulerMessage>;
 
 constexpr char kConnectMethod[] = "/taskgrid.v1.AgentService/Connect";
 
+// "ipv4:10.0.0.5:53211" -> "ipv4:10.0.0.5".
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos || colon < peer.find(':') + 1 ? peer : peer.substr(0, colon);
+}
+
 // Logs the interval agents are told when it changed (as agents come and
 // go); `logged_ns` is the last one logged, shared by the service's streams.
 void LogHeartbeatInterval(engine::Engine& engine, std::atomic<int64_t>& logged_ns) {
@@ -217,8 +223,10 @@ class AgentStream final : public Reactor {
       absl::Status s = caller_.Check(in_.hello().agent_id());
       if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
-        GrpcRefusals().Log(s.code(),
-                           absl::StrCat("agent stream from ", peer_, " refused: ", s.ToString()));
+        // The peer without its port: an agent retrying with a fresh
+        // connection gives the same line, which the log then leaves out.
+        GrpcRefusals().Log(s.code(), absl::StrCat("agent stream from ", PeerHost(peer_),
+                                                  " refused: ", s.ToString()));
         outbox_->Finish(ToGrpcStatus(s));
         return;
       }

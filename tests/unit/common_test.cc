@@ -292,6 +292,25 @@ TEST(RefusalLog, CountsEveryRefusalAndLogsAtMostOneLineASecond) {
             (std::map<std::string, int64_t>{{"PERMISSION_DENIED", 2}, {"UNAUTHENTICATED", 1002}}));
 }
 
+// A client retrying the same refused call (an agent with a bad token)
+// adds one line a minute, however often it retries; another line still
+// gets through at once.
+TEST(RefusalLog, TheSameLineIsWrittenOnceAMinute) {
+  FakeClock clock;
+  RefusalLog log(&clock);
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "refused w1");
+  for (int i = 0; i < 20; ++i) {
+    clock.Advance(absl::Seconds(2));
+    EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "") << i;
+  }
+  EXPECT_EQ(log.Refused(absl::StatusCode::kPermissionDenied, "refused w2"),
+            "refused w2 (and 20 more refusals not logged since the last line)");
+  clock.Advance(absl::Seconds(20));
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "refused w1");
+  EXPECT_EQ(log.Counts(),
+            (std::map<std::string, int64_t>{{"PERMISSION_DENIED", 1}, {"UNAUTHENTICATED", 22}}));
+}
+
 TEST(Logging, ControlBytesFromTheNetworkAreEscaped) {
   EXPECT_EQ(EscapeControlBytes("plain /path ok"), "plain /path ok");
   EXPECT_EQ(EscapeControlBytes("a\x1b[31mred\nforged line\r\t\x7f"),
