@@ -226,8 +226,14 @@ void Agent::Session() {
     refused_ = st;
     refused_by_ = target;
   } else if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
-    // Once per 10 s while the scheduler stays unreachable, not per attempt.
-    spdlog::warn("cannot reach the scheduler at {}: {}", target, FromGrpcStatus(st).ToString());
+    // Once per 10 s while the scheduler stays unreachable, not per attempt;
+    // gRPC's text ("Socket closed") does not say what failed, a probe
+    // does (nothing listens, or which side of the TLS handshake gave up).
+    const std::string why = st.error_code() == grpc::StatusCode::UNAVAILABLE
+                                ? ExplainConnectFailure(target, opts_.tls_files, absl::Seconds(1))
+                                : "";
+    spdlog::warn("cannot reach the scheduler at {}: {}{}", target,
+                 why.empty() ? "" : absl::StrCat(why, "; gRPC: "), FromGrpcStatus(st).ToString());
     last_unreachable_log_ = Now();
   }
 }
@@ -247,8 +253,9 @@ void Agent::LogRefusal(const std::string& target, const grpc::Status& st, absl::
   std::string fix;
   if (absl::StrContains(msg, "certificate")) {
     fix = absl::StrCat("the id must be a name of the client certificate (",
-                       opts_.tls_cert.empty() ? std::string("no --tls_cert")
-                                              : absl::StrCat("--tls_cert ", opts_.tls_cert),
+                       opts_.tls_files.cert.empty()
+                           ? std::string("no --tls_cert")
+                           : absl::StrCat("--tls_cert ", opts_.tls_files.cert),
                        "): fix --id or the certificate");
   } else if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
     fix = opts_.token_file.empty()

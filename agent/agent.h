@@ -87,6 +87,7 @@
 #include "absl/time/time.h"
 #include "agent/core.h"
 #include "common/address.h"
+#include "common/connect_probe.h"
 
 namespace taskgrid::agent {
 
@@ -113,10 +114,11 @@ struct AgentOptions : CoreOptions {
   // reason changes.
   absl::Duration refused_retry_min = absl::Seconds(1);
   absl::Duration refused_retry_max = absl::Seconds(30);
-  // What the agent presented, named in that error line: its --token_file
-  // and --tls_cert ("" when none).
+  // What the agent presented, named in that error line, and the files a
+  // failed connection is probed with (common/connect_probe.h): its
+  // --token_file and TLS files ("" when none).
   std::string token_file;
-  std::string tls_cert;
+  ProbeFiles tls_files;
   // Makes the credentials again (reading the token and certificate files
   // anew) before a retry after a refusal, so a fixed file applies without
   // a restart. Null: `credentials` stay. An error is logged, and the

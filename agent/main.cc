@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     opts.credentials = *std::move(creds);
     opts.reload_credentials = make_credentials;
     opts.token_file = token_file;
-    opts.tls_cert = tls.cert;
+    opts.tls_files = {tls.ca, tls.cert, tls.key};
   }
   opts.refused_retry_max = absl::GetFlag(FLAGS_refused_retry_max);
   if (opts.refused_retry_max < absl::Seconds(1)) {

@@ -69,13 +69,17 @@ std::string ResolveAddr() {
   return taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_addr), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
 }
 
+// --tls_ca, --tls_cert, --tls_key (or their TASKGRID_* variables).
+taskgrid::TlsFiles ResolveTlsFiles() {
+  return {taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_cert), "TASKGRID_TLS_CERT", ""),
+          taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_key), "TASKGRID_TLS_KEY", ""),
+          taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_ca), "TASKGRID_TLS_CA", "")};
+}
+
 // The channel's credentials from --tls_* and --token_file (or their
 // TASKGRID_* variables): plaintext when none is given.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
-  const taskgrid::TlsFiles files = {
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_cert), "TASKGRID_TLS_CERT", ""),
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_key), "TASKGRID_TLS_KEY", ""),
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_ca), "TASKGRID_TLS_CA", "")};
+  const taskgrid::TlsFiles files = ResolveTlsFiles();
   std::string token;
   if (const std::string path =
           taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_token_file), "TASKGRID_TOKEN_FILE", "");
@@ -613,8 +617,12 @@ int Run(int argc, char** argv) {
   if (auto list = taskgrid::SchedulerAddresses::Parse(ResolveAddr()); !list.ok()) {
     return UsageError(absl::StrCat("--addr: ", list.status().message()));
   }
-  taskgrid::ctl::Client client(
-      {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
+  const taskgrid::TlsFiles tls = ResolveTlsFiles();
+  taskgrid::ctl::Client client({ResolveAddr(),
+                                absl::GetFlag(FLAGS_json),
+                                absl::GetFlag(FLAGS_timeout),
+                                *std::move(creds),
+                                {tls.ca, tls.cert, tls.key}});
 
   // 4. The command.
   if (set.count("wait_timeout") && !ValidWaitTimeout()) {
