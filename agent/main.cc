@@ -19,6 +19,7 @@
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
+#include "common/secret_file.h"
 #include "common/tls.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -145,6 +146,10 @@ int main(int argc, char** argv) {
       }
       return taskgrid::ChannelCredentials(tls, token);
     };
+    if (std::string w = taskgrid::OthersMayReadWarning(token_file, "--token_file");
+        !token_file.empty() && !w.empty()) {
+      spdlog::warn("{}", w);
+    }
     auto creds = make_credentials();
     if (!creds.ok()) {
       spdlog::error("{}", std::string(creds.status().message()));

@@ -27,6 +27,7 @@
 #include "common/builtins.h"
 #include "common/flags_help.h"
 #include "common/proto_time.h"
+#include "common/secret_file.h"
 #include "common/tls.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
@@ -87,6 +88,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
     absl::StatusOr<std::string> t = taskgrid::ReadToken(path);
     if (!t.ok()) return t.status();
     token = *std::move(t);
+    // As the scheduler says of its --tokens_file: a token others can read
+    // is theirs too.
+    if (std::string w = taskgrid::OthersMayReadWarning(path, "--token_file"); !w.empty()) {
+      std::cerr << "warning: " << w << "\n";
+    }
   }
   return taskgrid::ChannelCredentials(files, token);
 }

@@ -1,7 +1,6 @@
 #include "scheduler/service/tokens.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/ids.h"
+#include "common/secret_file.h"
 
 namespace taskgrid::service {
 
@@ -221,10 +221,8 @@ absl::StatusOr<std::unique_ptr<TokenTable>> TokenTable::FromFile(const std::stri
     return absl::InvalidArgumentError(absl::StrCat("--tokens_file ", path, ": cannot read it"));
   std::stringstream text;
   text << in.rdbuf();
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
-    spdlog::warn("--tokens_file {} can be read by other users (mode {:o}): chmod 600 it", path,
-                 st.st_mode & 0777);
+  if (std::string w = OthersMayReadWarning(path, "--tokens_file"); !w.empty()) {
+    spdlog::warn("{}", w);
   }
   return Parse(text.str(), path);
 }

@@ -9,6 +9,8 @@
     agent role) logs why once, with what to fix, and backs off; the
     scheduler's log does not grow a line per retry. Once its token is in
     the scheduler's file (reloaded), it connects without a restart.
+  - taskgridctl and the agent warn about a token file other users may
+    read, as the scheduler does about its own.
 
 Needs openssl (deploy/make-certs.sh). Run through ctest (system.token_reload),
 or by hand with TASKGRID_SCHEDULER, TASKGRID_AGENT and TASKGRID_CTL set.
@@ -213,6 +215,26 @@ class ReloadTest(unittest.TestCase):
         log = agent.log()
         self.assertIn("PERMISSION_DENIED", log)
         self.assertIn(f"the token in --token_file {self.certs}/rita.token lacks role agent", log)
+        agent.stop()
+
+    def test_6_clients_warn_about_a_token_file_others_may_read(self):
+        self.reload(lines(ada=("admin", ADA), w1=("agent", W1)), "reloaded 2 bearer tokens")
+        path = self.token_file("loose", ADA, mode=0o644)
+        argv = [harness.binary("TASKGRID_CTL"), f"--addr={self.cluster.addr}", "--timeout=10s",
+                f"--tls_ca={self.certs}/ca.pem", f"--token_file={path}", "stats"]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertIn(f"warning: --token_file {path} can be read by other users (mode 644): "
+                      "chmod 600 it", res.stderr)
+        os.chmod(path, 0o600)
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertNotIn("warning", res.stderr)
+
+        agent = self.start_agent("w1", W1, mode=0o640)
+        harness.wait_until(
+            lambda: f"--token_file {self.certs}/w1.token can be read by other users (mode 640)"
+            in agent.log(), timeout=WAIT, what="the agent's warning")
         agent.stop()
 
 
