@@ -6,6 +6,8 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/connect.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
@@ -42,6 +44,7 @@ Agent::Agent(AgentOptions opts)
     : opts_(std::move(opts)),
       clock_(opts_.clock != nullptr ? opts_.clock : RealClock::Get()),
       addresses_(SchedulerAddresses::ParseChecked(opts_.scheduler, "AgentOptions::scheduler")),
+      credentials_(opts_.credentials),
       core_(opts_, [this] { EndStream(); }) {}
 
 Agent::~Agent() { Stop(); }
@@ -82,17 +85,44 @@ int Agent::Run() {
   std::thread timer([this] { core_.TimerLoop(); });
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = opts_.reconnect_min;
+  // Zero until the scheduler refuses this agent; then doubling.
+  absl::Duration refused_backoff = absl::ZeroDuration();
   int sessions = 0;
   while (!core_.DrainComplete()) {
     ++sessions;
     const absl::Duration start = Now();
     Session();
     if (Now() - start > absl::Seconds(10)) backoff = opts_.reconnect_min;
-    // Full jitter: agents that lost one scheduler do not return in lockstep.
-    std::uniform_int_distribution<int64_t> jitter(0, absl::ToInt64Microseconds(backoff));
-    const absl::Duration wait = absl::Microseconds(jitter(rng)) + opts_.reconnect_min;
-    backoff = std::min(backoff * 2, opts_.reconnect_max);
+    absl::Duration wait;
+    if (!refused_.ok()) {
+      // Refused: only a fixed file helps, so try far less often. Jitter in
+      // the upper half, so the pace stays near what the log line says.
+      refused_backoff = std::clamp(refused_backoff * 2, opts_.refused_retry_min,
+                                   std::max(opts_.refused_retry_min, opts_.refused_retry_max));
+      std::uniform_int_distribution<int64_t> jitter(0,
+                                                    absl::ToInt64Microseconds(refused_backoff) / 2);
+      wait = refused_backoff / 2 + absl::Microseconds(jitter(rng));
+      LogRefusal(refused_by_, refused_, refused_backoff);
+    } else {
+      refused_backoff = absl::ZeroDuration();
+      // Full jitter: agents that lost one scheduler do not return in lockstep.
+      std::uniform_int_distribution<int64_t> jitter(0, absl::ToInt64Microseconds(backoff));
+      wait = absl::Microseconds(jitter(rng)) + opts_.reconnect_min;
+      backoff = std::min(backoff * 2, opts_.reconnect_max);
+    }
     core_.WaitDrainComplete(wait);
+    if (!refused_.ok() && opts_.reload_credentials != nullptr && !core_.DrainComplete()) {
+      // The token or certificate file may have been fixed meanwhile.
+      auto creds = opts_.reload_credentials();
+      if (creds.ok()) {
+        credentials_ = *std::move(creds);
+        logged_reload_error_.clear();
+      } else if (std::string e(creds.status().message()); e != logged_reload_error_) {
+        spdlog::error("cannot read the agent's credentials again, keeping those from before: {}",
+                      e);
+        logged_reload_error_ = e;
+      }
+    }
   }
   core_.StopTimer();
   timer.join();
@@ -115,7 +145,8 @@ void Agent::Session() {
   // keeps failing calls fast for its own backoff (seconds), while ours is
   // bounded by reconnect_max, well inside the scheduler's reconnect grace.
   const std::string target = addresses_.current();
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(target, opts_.credentials);
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(target, credentials_);
+  refused_ = grpc::Status::OK;
   // With standbys to try: one that is up connects in milliseconds; one
   // that does not (frozen, or its host gone) is passed over.
   if (addresses_.size() > 1 && !ConnectsWithin(channel.get(), absl::Seconds(2))) {
@@ -151,6 +182,10 @@ void Agent::Session() {
     core_.Handle(msg);
     if (msg.has_welcome()) {
       addresses_.Answered();
+      if (!logged_refusal_.empty()) {
+        spdlog::info("the scheduler at {} accepts this agent now", target);
+        logged_refusal_.clear();
+      }
       spdlog::info("connected to {} as {} (session {})", target, opts_.id,
                    msg.welcome().session_id());
     }
@@ -185,15 +220,66 @@ void Agent::Session() {
     spdlog::warn("stream to {} ended ({}: {}); reconnecting", target,
                  static_cast<int>(st.error_code()), st.error_message());
     last_unreachable_log_ = Now();
+  } else if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+             st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    // Run() logs it (once) with the time to the next try.
+    refused_ = st;
+    refused_by_ = target;
   } else if (Now() - last_unreachable_log_ > absl::Seconds(10)) {
-    // Once per 10 s while the scheduler stays unreachable, not per attempt.
-    const bool refused = st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-                         st.error_code() == grpc::StatusCode::PERMISSION_DENIED;
-    spdlog::warn("{} at {}: {}",
-                 refused ? "the scheduler refused this agent" : "cannot reach the scheduler",
-                 target, FromGrpcStatus(st).ToString());
+    // Once per 10 s while the scheduler stays unreachable, not per attempt;
+    // gRPC's text ("Socket closed") does not say what failed, a probe
+    // does (nothing listens, or which side of the TLS handshake gave up).
+    const std::string why = st.error_code() == grpc::StatusCode::UNAVAILABLE
+                                ? ExplainConnectFailure(target, opts_.tls_files, absl::Seconds(1))
+                                : "";
+    spdlog::warn("cannot reach the scheduler at {}: {}{}", target,
+                 why.empty() ? "" : absl::StrCat(why, "; gRPC: "), FromGrpcStatus(st).ToString());
     last_unreachable_log_ = Now();
   }
+}
+
+void Agent::LogRefusal(const std::string& target, const grpc::Status& st, absl::Duration retry) {
+  const std::string reason = FromGrpcStatus(st).ToString();
+  if (reason == logged_refusal_) {
+    spdlog::debug("the scheduler at {} refused this agent again: {}", target, reason);
+    return;
+  }
+  logged_refusal_ = reason;
+  const std::string& msg = st.error_message();
+  const std::string token = opts_.token_file.empty()
+                                ? std::string("no --token_file")
+                                : absl::StrCat("the token in --token_file ", opts_.token_file);
+  const std::string sighup = "the scheduler's --tokens_file (then SIGHUP the scheduler)";
+  std::string fix;
+  if (absl::StrContains(msg, "certificate")) {
+    fix = absl::StrCat("the id must be a name of the client certificate (",
+                       opts_.tls_files.cert.empty()
+                           ? std::string("no --tls_cert")
+                           : absl::StrCat("--tls_cert ", opts_.tls_files.cert),
+                       "): fix --id or the certificate");
+  } else if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    fix = opts_.token_file.empty()
+              ? absl::StrCat(
+                    "the scheduler needs a token: give --token_file a token with role "
+                    "agent from ",
+                    sighup)
+              : absl::StrCat(token, " is not one the scheduler knows: fix the file, or add it to ",
+                             sighup);
+  } else if (absl::StrContains(msg, "needs role")) {
+    fix = absl::StrCat(token, " lacks role agent: fix the file, or give its name role agent in ",
+                       sighup);
+  } else if (absl::StrContains(msg, "may act as")) {
+    fix = absl::StrCat(token, " may not act as --id ", opts_.id, ": fix --id, or name ", opts_.id,
+                       " in its ids= in ", sighup);
+  } else {
+    fix = absl::StrCat("check --token_file, --tls_cert and --id against ", sighup);
+  }
+  spdlog::error(
+      "the scheduler at {} refused this agent ({}): {}; {}. The agent tries again by itself "
+      "(within {}, then at most every {}, reading its token and certificate files again), no "
+      "restart needed; this is logged again only if the reason changes",
+      target, opts_.id, reason, fix, DurationText(absl::Trunc(retry, absl::Seconds(1))),
+      DurationText(opts_.refused_retry_max));
 }
 
 }  // namespace taskgrid::agent

@@ -26,6 +26,10 @@
 //   5. A finished TaskRun's Result is sent and kept until ResultAck.
 //   6. When the stream breaks it reconnects with exponential backoff and
 //      jitter; running tasks keep running meanwhile (and chains go on).
+//      When the scheduler refused it (UNAUTHENTICATED, PERMISSION_DENIED)
+//      it waits far longer (refused_retry_min doubling to
+//      refused_retry_max), logs the reason once, and makes its credentials
+//      again from the files before each retry.
 //      Given several scheduler addresses (a leader and its standbys), it
 //      reconnects to the same one after a stream that was welcomed, to
 //      the leader a standby named after its UNAVAILABLE answer, and to the
@@ -74,13 +78,16 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/core.h"
 #include "common/address.h"
+#include "common/connect_probe.h"
 
 namespace taskgrid::agent {
 
@@ -99,6 +106,24 @@ struct AgentOptions : CoreOptions {
   // Well inside the scheduler's reconnect grace (5 s by default), so a
   // restarted scheduler gets its agents back before it re-queues their work.
   absl::Duration reconnect_max = absl::Seconds(1);
+  // After the scheduler refused the agent (UNAUTHENTICATED or
+  // PERMISSION_DENIED: no token, an unknown one, a role or agent id it
+  // lacks): waits from refused_retry_min, doubling up to refused_retry_max
+  // (with jitter), since retrying at once cannot help until someone fixes
+  // a file. One error line says what was refused, again only when the
+  // reason changes.
+  absl::Duration refused_retry_min = absl::Seconds(1);
+  absl::Duration refused_retry_max = absl::Seconds(30);
+  // What the agent presented, named in that error line, and the files a
+  // failed connection is probed with (common/connect_probe.h): its
+  // --token_file and TLS files ("" when none).
+  std::string token_file;
+  ProbeFiles tls_files;
+  // Makes the credentials again (reading the token and certificate files
+  // anew) before a retry after a refusal, so a fixed file applies without
+  // a restart. Null: `credentials` stay. An error is logged, and the
+  // credentials from before stay.
+  std::function<absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>()> reload_credentials;
 };
 
 class Agent {
@@ -144,6 +169,9 @@ class Agent {
   // the core whether the scheduler looks like it is restarting (its host
   // refuses the connection) or not (agent/lease.h).
   void Classify(const std::string& target, const grpc::Status& st, bool standby);
+  // Logs a refusal by the scheduler at `target` as one error line saying
+  // what was refused and what to fix, unless it is the one logged last.
+  void LogRefusal(const std::string& target, const grpc::Status& st, absl::Duration retry);
   absl::Duration Now() const { return clock_->Monotonic(); }
 
   const AgentOptions opts_;
@@ -151,6 +179,14 @@ class Agent {
   // Touched only by the Run() thread.
   SchedulerAddresses addresses_;
   absl::Duration last_unreachable_log_ = -absl::InfiniteDuration();
+  // The credentials in use: opts_.credentials, or the last reload's.
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  // The last stream's refusal (UNAUTHENTICATED, PERMISSION_DENIED before a
+  // Welcome), else OK; and the refusal last logged ("" since a Welcome).
+  grpc::Status refused_;
+  std::string refused_by_;  // the address that refused
+  std::string logged_refusal_;
+  std::string logged_reload_error_;
   std::mutex ctx_mu_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by ctx_mu_; the live stream's
   // Last: its task threads are joined before the rest goes.

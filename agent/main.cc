@@ -19,6 +19,7 @@
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
+#include "common/secret_file.h"
 #include "common/tls.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -63,6 +64,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, token_file, "",
           "File holding this agent's bearer token (role agent), for a scheduler with "
           "--tokens_file; needs --tls_ca");
+ABSL_FLAG(absl::Duration, refused_retry_max, absl::Seconds(30),
+          "When the scheduler refuses this agent (no or an unknown token, a role or --id it may "
+          "not use), the agent logs why once and tries again after 1s, 2s, 4s, ... up to this, "
+          "reading --token_file and the certificate files again each time: fixing either file, "
+          "or the scheduler's --tokens_file (then SIGHUP the scheduler), needs no restart");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn or error");
 
 namespace {
@@ -125,23 +131,39 @@ int main(int argc, char** argv) {
     return 2;
   }
   {
-    std::string token;
-    if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-      absl::StatusOr<std::string> t = taskgrid::ReadToken(path);
-      if (!t.ok()) {
-        spdlog::error("{}", std::string(t.status().message()));
-        return 2;
+    // Made again from the files after a refusal (Agent::Run), so a fixed
+    // token or certificate file needs no restart.
+    const taskgrid::TlsFiles tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                    absl::GetFlag(FLAGS_tls_ca)};
+    const std::string token_file = absl::GetFlag(FLAGS_token_file);
+    auto make_credentials =
+        [tls, token_file]() -> absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> {
+      std::string token;
+      if (!token_file.empty()) {
+        absl::StatusOr<std::string> t = taskgrid::ReadToken(token_file);
+        if (!t.ok()) return t.status();
+        token = *std::move(t);
       }
-      token = *std::move(t);
+      return taskgrid::ChannelCredentials(tls, token);
+    };
+    if (std::string w = taskgrid::OthersMayReadWarning(token_file, "--token_file");
+        !token_file.empty() && !w.empty()) {
+      spdlog::warn("{}", w);
     }
-    auto creds = taskgrid::ChannelCredentials(
-        {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
-        token);
+    auto creds = make_credentials();
     if (!creds.ok()) {
       spdlog::error("{}", std::string(creds.status().message()));
       return 2;
     }
     opts.credentials = *std::move(creds);
+    opts.reload_credentials = make_credentials;
+    opts.token_file = token_file;
+    opts.tls_files = {tls.ca, tls.cert, tls.key};
+  }
+  opts.refused_retry_max = absl::GetFlag(FLAGS_refused_retry_max);
+  if (opts.refused_retry_max < absl::Seconds(1)) {
+    spdlog::error("--refused_retry_max must be at least 1s");
+    return 2;
   }
   opts.slots = absl::GetFlag(FLAGS_slots);
   if (opts.slots < 1) {

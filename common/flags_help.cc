@@ -5,6 +5,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace taskgrid {
 
@@ -32,7 +33,11 @@ const char* BuildType() { return TASKGRID_BUILD_TYPE; }
 void SetVersionAndFileNames() { absl::SetFlagsUsageConfig(BaseConfig()); }
 
 void SetUsage(const char* usage, const char* main_file_suffix) {
-  absl::SetProgramUsageMessage(usage);
+  // Services keep their flags in a file (a systemd unit's one argument).
+  absl::SetProgramUsageMessage(absl::StrCat(
+      usage,
+      "\n\nAny flag may also come from a file: --flagfile=FILE reads one --flag=value a line "
+      "('#' starts a comment line)."));
   const std::string suffix = main_file_suffix;
   absl::FlagsUsageConfig config = BaseConfig();
   config.contains_help_flags = [suffix](absl::string_view file) {

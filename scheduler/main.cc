@@ -110,8 +110,11 @@ ABSL_FLAG(std::string, tls_ca, "",
           "(mTLS), and an agent's id must be a name of its certificate");
 ABSL_FLAG(std::string, tokens_file, "",
           "Bearer tokens with roles, one 'NAME ROLE[,ROLE...] TOKEN' a line (roles: reader, "
-          "submitter, agent, admin); every call then needs a token with the right role. Needs "
-          "--tls_cert");
+          "submitter, agent, admin; optional 4th field ids=ID[,ID...]: the agent ids it may act "
+          "as); every call then needs a token with the right role. Needs --tls_cert. Read again "
+          "on SIGHUP (kill -HUP PID): the next call on either port, and the next message of a "
+          "connected agent, is checked with the new file; a file that does not parse is logged "
+          "(file:line) and the tokens from before stay");
 ABSL_FLAG(int32_t, max_agent_slots, 1024,
           "Most slots one agent may announce; an agent asking for more is refused");
 ABSL_FLAG(int64_t, default_queue_max_length, 0,
@@ -233,17 +236,18 @@ int main(int argc, char** argv) {
       "gRPC to clients (taskgridctl, grpcurl) and agents.\n\n"
       "  taskgrid-scheduler --listen=127.0.0.1:7070 --data_dir=/var/lib/taskgrid\n"
       "  PGPASSWORD=... taskgrid-scheduler --store=postgres://taskgrid@db.example.com/taskgrid\n\n"
-      "Stops cleanly on SIGINT or SIGTERM.",
+      "Stops cleanly on SIGINT or SIGTERM; reads --tokens_file again on SIGHUP.",
       "scheduler/main.cc");
   absl::ParseCommandLine(argc, argv);
   taskgrid::InitLogging("scheduler", absl::GetFlag(FLAGS_log_level));
 
-  // Block the stop signals in every thread (gRPC's inherit the mask); one
-  // thread waits for them.
+  // Block the stop signals and SIGHUP (reload) in every thread (gRPC's
+  // inherit the mask); one thread waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -316,6 +320,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  // Shared by both ports; SIGHUP reloads it.
+  std::shared_ptr<taskgrid::service::ReloadableTokens> tokens;
   if (!tokens_file.empty()) {
     if (!tls) {
       spdlog::error(
@@ -323,14 +329,15 @@ int main(int argc, char** argv) {
           "off the network");
       return 2;
     }
-    auto tokens = taskgrid::service::TokenTable::FromFile(tokens_file);
-    if (!tokens.ok()) {
-      spdlog::error("{}", std::string(tokens.status().message()));
+    auto loaded = taskgrid::service::ReloadableTokens::FromFile(tokens_file);
+    if (!loaded.ok()) {
+      spdlog::error("{}", std::string(loaded.status().message()));
       return 2;
     }
-    spdlog::info("{} bearer tokens from {}", (*tokens)->size(), tokens_file);
-    server_opts.tokens = std::make_shared<taskgrid::service::TokenAuth>(
-        std::shared_ptr<const taskgrid::service::TokenTable>(std::move(*tokens)));
+    tokens = std::move(*loaded);
+    spdlog::info("{} bearer tokens from {} (SIGHUP reads it again)", tokens->Current()->size(),
+                 tokens_file);
+    server_opts.tokens = std::make_shared<taskgrid::service::TokenAuth>(tokens);
   }
   const bool protected_port = mtls || (tls && server_opts.tokens != nullptr);
   if (!taskgrid::IsLoopbackAddress(listen) && !protected_port && !absl::GetFlag(FLAGS_insecure)) {
@@ -523,9 +530,16 @@ int main(int argc, char** argv) {
     return flag.empty() ? taskgrid::AdvertisedAddress(listen, port) : flag;
   };
   // From here on a stop signal ends the start too (a standby waits long).
-  std::thread waiter([&stop, stop_signals] {
+  std::thread waiter([&stop, stop_signals, tokens] {
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+      if (tokens == nullptr) {
+        spdlog::info("received SIGHUP: nothing to reload (no --tokens_file)");
+      } else {
+        spdlog::info("received SIGHUP: reading {} again", tokens->path());
+        tokens->ReloadAndLog();
+      }
+    }
     spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     stop.Fire(0);
   });
@@ -611,8 +625,7 @@ int main(int argc, char** argv) {
   // taken fails before anyone is served. The Api is made before the
   // server, so the server (and its threads) is gone before the Api.
   taskgrid::http::Api api(&engine,
-                          {server_opts.tokens == nullptr ? nullptr : &server_opts.tokens->table(),
-                           http_address.first, absl::GetFlag(FLAGS_http_hosts)});
+                          {tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
   taskgrid::http::HttpServer::Options http_opts;
   // A page loads its files and a few API calls at once.
   http_opts.threads = 4;

@@ -27,6 +27,7 @@
 #include "common/builtins.h"
 #include "common/flags_help.h"
 #include "common/proto_time.h"
+#include "common/secret_file.h"
 #include "common/tls.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/core/validate.h"
@@ -69,13 +70,17 @@ std::string ResolveAddr() {
   return taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_addr), "TASKGRID_ADDR", taskgrid::kDefaultAddress);
 }
 
+// --tls_ca, --tls_cert, --tls_key (or their TASKGRID_* variables).
+taskgrid::TlsFiles ResolveTlsFiles() {
+  return {taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_cert), "TASKGRID_TLS_CERT", ""),
+          taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_key), "TASKGRID_TLS_KEY", ""),
+          taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_ca), "TASKGRID_TLS_CA", "")};
+}
+
 // The channel's credentials from --tls_* and --token_file (or their
 // TASKGRID_* variables): plaintext when none is given.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
-  const taskgrid::TlsFiles files = {
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_cert), "TASKGRID_TLS_CERT", ""),
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_key), "TASKGRID_TLS_KEY", ""),
-      taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_tls_ca), "TASKGRID_TLS_CA", "")};
+  const taskgrid::TlsFiles files = ResolveTlsFiles();
   std::string token;
   if (const std::string path =
           taskgrid::FlagOrEnv(absl::GetFlag(FLAGS_token_file), "TASKGRID_TOKEN_FILE", "");
@@ -83,6 +88,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ResolveCredentials() {
     absl::StatusOr<std::string> t = taskgrid::ReadToken(path);
     if (!t.ok()) return t.status();
     token = *std::move(t);
+    // As the scheduler says of its --tokens_file: a token others can read
+    // is theirs too.
+    if (std::string w = taskgrid::OthersMayReadWarning(path, "--token_file"); !w.empty()) {
+      std::cerr << "warning: " << w << "\n";
+    }
   }
   return taskgrid::ChannelCredentials(files, token);
 }
@@ -613,8 +623,12 @@ int Run(int argc, char** argv) {
   if (auto list = taskgrid::SchedulerAddresses::Parse(ResolveAddr()); !list.ok()) {
     return UsageError(absl::StrCat("--addr: ", list.status().message()));
   }
-  taskgrid::ctl::Client client(
-      {ResolveAddr(), absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_timeout), *std::move(creds)});
+  const taskgrid::TlsFiles tls = ResolveTlsFiles();
+  taskgrid::ctl::Client client({ResolveAddr(),
+                                absl::GetFlag(FLAGS_json),
+                                absl::GetFlag(FLAGS_timeout),
+                                *std::move(creds),
+                                {tls.ca, tls.cert, tls.key}});
 
   // 4. The command.
   if (set.count("wait_timeout") && !ValidWaitTimeout()) {

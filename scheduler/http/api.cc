@@ -251,7 +251,8 @@ absl::Status Api::Admit(const Request& req, const std::string& method, bool acti
 absl::Status Api::Authorize(const Request& req, const std::string& grpc_method) const {
   if (opts_.tokens == nullptr) return absl::OkStatus();
   std::string principal;
-  absl::Status s = opts_.tokens->Check(grpc_method, req.Header("authorization"), &principal);
+  absl::Status s =
+      opts_.tokens->Current()->Check(grpc_method, req.Header("authorization"), &principal);
   if (!s.ok()) {
     refusals_.Log(
         s.code(),

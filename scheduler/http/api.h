@@ -32,7 +32,7 @@
 //
 // Thread-safe: handlers run on the HttpServer's threads, each waiting for
 // its Engine reply (at most Options::answer_timeout). The Engine and the
-// TokenTable are borrowed and must outlive the server the Api is
+// ReloadableTokens are borrowed and must outlive the server the Api is
 // registered on.
 #pragma once
 
@@ -56,8 +56,10 @@ inline constexpr char kActionHeaderValue[] = "1";
 class Api {
  public:
   struct Options {
-    // Null: no tokens (every call is allowed, as on the gRPC port).
-    const service::TokenTable* tokens = nullptr;
+    // Null: no tokens (every call is allowed, as on the gRPC port). Each
+    // request is checked with its current table, so a reload applies to
+    // the next request.
+    const service::ReloadableTokens* tokens = nullptr;
     // The host the server listens on; with the loopback names (localhost,
     // 127.0.0.1, ::1) and `hosts`, what the Host header may name.
     std::string listen_host;

@@ -21,6 +21,14 @@ namespace {
 
 using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, v1::SchedulerMessage>;
 
+constexpr char kConnectMethod[] = "/taskgrid.v1.AgentService/Connect";
+
+// "ipv4:10.0.0.5:53211" -> "ipv4:10.0.0.5".
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos || colon < peer.find(':') + 1 ? peer : peer.substr(0, colon);
+}
+
 // Logs the interval agents are told when it changed (as agents come and
 // go); `logged_ns` is the last one logged, shared by the service's streams.
 void LogHeartbeatInterval(engine::Engine& engine, std::atomic<int64_t>& logged_ns) {
@@ -215,8 +223,10 @@ class AgentStream final : public Reactor {
       absl::Status s = caller_.Check(in_.hello().agent_id());
       if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
-        GrpcRefusals().Log(s.code(),
-                           absl::StrCat("agent stream from ", peer_, " refused: ", s.ToString()));
+        // The peer without its port: an agent retrying with a fresh
+        // connection gives the same line, which the log then leaves out.
+        GrpcRefusals().Log(s.code(), absl::StrCat("agent stream from ", PeerHost(peer_),
+                                                  " refused: ", s.ToString()));
         outbox_->Finish(ToGrpcStatus(s));
         return;
       }
@@ -232,6 +242,13 @@ class AgentStream final : public Reactor {
       return;
     } else if (absl::Status bad = core::ValidateAgentMessage(in_); !bad.ok()) {
       outbox_->Finish(ToGrpcStatus(bad));
+      return;
+    } else if (absl::Status gone = caller_.CheckStill(kConnectMethod, agent_id_); !gone.ok()) {
+      // The tokens file was reloaded without this stream's token (or its
+      // role or id): the stream ends as a new call with it would.
+      GrpcRefusals().Log(gone.code(), absl::StrCat("agent ", agent_id_, " from ", peer_,
+                                                   " cut off: ", gone.ToString()));
+      outbox_->Finish(ToGrpcStatus(gone));
       return;
     } else {
       engine_->AgentMessage(conn_, in_);

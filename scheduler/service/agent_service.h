@@ -46,7 +46,8 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
   // not null): the server checks tokens, and a Hello's agent_id must be
   // one the caller's token may act as.
   explicit AgentServiceImpl(engine::Engine* engine, bool bind_agent_ids = false,
-                            OutboxLimits outbox_limits = {}, const TokenTable* tokens = nullptr)
+                            OutboxLimits outbox_limits = {},
+                            const ReloadableTokens* tokens = nullptr)
       : engine_(engine),
         bind_agent_ids_(bind_agent_ids),
         outbox_limits_(outbox_limits),
@@ -67,7 +68,7 @@ class AgentServiceImpl final : public v1::AgentService::CallbackService {
   engine::Engine* const engine_;
   const bool bind_agent_ids_;
   const OutboxLimits outbox_limits_;
-  const TokenTable* const tokens_;
+  const ReloadableTokens* const tokens_;
   // The heartbeat interval last logged (0: none yet).
   std::atomic<int64_t> logged_interval_ns_{0};
 };

@@ -23,7 +23,7 @@ grpc::Status TokenAuth::Process(const InputMetadata& auth_metadata, grpc::AuthCo
     }
   }
   std::string principal;
-  absl::Status s = table_->Check(method, authorization, &principal);
+  absl::Status s = tokens_->Current()->Check(method, authorization, &principal);
   if (!s.ok()) {
     GrpcRefusals().Log(s.code(),
                        absl::StrCat("refused ", method, " from ",
@@ -40,7 +40,7 @@ RefusalLog& GrpcRefusals() {
 }
 
 CallerIdentity CallerIdentity::Of(const grpc::ServerContextBase& ctx, bool bind_certificates,
-                                  const TokenTable* tokens) {
+                                  const ReloadableTokens* tokens) {
   CallerIdentity who;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (bind_certificates) {
@@ -61,8 +61,16 @@ absl::Status CallerIdentity::Check(const std::string& id, absl::string_view what
   if (cert_names.has_value()) {
     if (absl::Status s = CheckAgentIdentity(id, *cert_names, what); !s.ok()) return s;
   }
-  if (tokens != nullptr) return tokens->CheckActsAs(principal, id, what);
+  if (tokens != nullptr) return tokens->Current()->CheckActsAs(principal, id, what);
   return absl::OkStatus();
+}
+
+absl::Status CallerIdentity::CheckStill(const std::string& method, const std::string& id,
+                                        absl::string_view what) const {
+  if (tokens == nullptr) return absl::OkStatus();
+  const std::shared_ptr<const TokenTable> table = tokens->Current();
+  if (absl::Status s = table->CheckPrincipal(principal, method); !s.ok()) return s;
+  return table->CheckActsAs(principal, id, what);
 }
 
 absl::Status CheckAgentIdentity(const std::string& agent_id,

@@ -9,7 +9,9 @@
 // A method missing from the table needs admin. Health and reflection need
 // no token.
 //
-// Immutable after construction; Process() may run on any gRPC thread.
+// Thread-safe: Process() may run on any gRPC thread; it checks each call
+// with the tokens' current table (ReloadableTokens), so a reloaded tokens
+// file applies from the next call on, on open connections too.
 #pragma once
 
 #include <grpcpp/security/auth_metadata_processor.h>
@@ -32,9 +34,11 @@ inline constexpr char kPrincipalProperty[] = "taskgrid_principal";
 
 class TokenAuth final : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokenAuth(std::shared_ptr<const TokenTable> table) : table_(std::move(table)) {}
+  explicit TokenAuth(std::shared_ptr<const ReloadableTokens> tokens) : tokens_(std::move(tokens)) {}
 
-  const TokenTable& table() const { return *table_; }
+  // The table each call is checked with: its current one, so a reload
+  // applies to the next call.
+  const ReloadableTokens& tokens() const { return *tokens_; }
 
   // grpc::AuthMetadataProcessor: a table lookup, never blocks.
   bool IsBlocking() const override { return false; }
@@ -43,7 +47,7 @@ class TokenAuth final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
-  const std::shared_ptr<const TokenTable> table_;
+  const std::shared_ptr<const ReloadableTokens> tokens_;
 };
 
 // With mTLS an agent may only use an id its certificate names, and a pull
@@ -64,16 +68,24 @@ RefusalLog& GrpcRefusals();
 // may apply; each that does must allow the id.
 struct CallerIdentity {
   std::optional<std::vector<std::string>> cert_names;  // set with mTLS
-  const TokenTable* tokens = nullptr;                  // set with tokens
-  std::string principal;                               // the token's name
+  // Set with tokens; borrowed, outlives the call. Checks use its current
+  // table.
+  const ReloadableTokens* tokens = nullptr;
+  std::string principal;  // the token's name
 
   // From the call's auth context: `bind_certificates` when the server
   // requires client certificates, `tokens` (may be null) when it checks
   // tokens.
   static CallerIdentity Of(const grpc::ServerContextBase& ctx, bool bind_certificates,
-                           const TokenTable* tokens);
+                           const ReloadableTokens* tokens);
   // OK, or PERMISSION_DENIED naming `id` (as `what`: "agent id", "owner").
   absl::Status Check(const std::string& id, absl::string_view what = "agent id") const;
+  // For a stream, on each message: with tokens, OK while the current
+  // table still holds the caller's principal with the role `method` needs
+  // and lets it act as `id`; else UNAUTHENTICATED or PERMISSION_DENIED
+  // (its token was removed or changed by a reload). Without tokens: OK.
+  absl::Status CheckStill(const std::string& method, const std::string& id,
+                          absl::string_view what = "agent id") const;
 };
 
 }  // namespace taskgrid::service

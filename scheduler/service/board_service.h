@@ -22,7 +22,8 @@ class BoardServiceImpl final : public v1::BoardService::CallbackService {
   // owner must be one of the certificate's names. `tokens` (if not null):
   // the server checks tokens, and an owner must be one the caller's token
   // may act as.
-  BoardServiceImpl(engine::Engine* engine, bool bind_owners, const TokenTable* tokens = nullptr)
+  BoardServiceImpl(engine::Engine* engine, bool bind_owners,
+                   const ReloadableTokens* tokens = nullptr)
       : engine_(engine), bind_owners_(bind_owners), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* Claim(grpc::CallbackServerContext* ctx, const v1::ClaimRequest* req,
@@ -53,7 +54,7 @@ class BoardServiceImpl final : public v1::BoardService::CallbackService {
 
   engine::Engine* const engine_;
   const bool bind_owners_;
-  const TokenTable* const tokens_;
+  const ReloadableTokens* const tokens_;
 };
 
 }  // namespace taskgrid::service

@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   if (!creds.ok()) return creds.status();
   std::unique_ptr<SchedulerServer> s(
       new SchedulerServer(engine, !opts.tls.ca.empty(), opts.agent_outbox,
-                          opts.tokens == nullptr ? nullptr : &opts.tokens->table()));
+                          opts.tokens == nullptr ? nullptr : &opts.tokens->tokens()));
   grpc::ServerBuilder builder;
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;

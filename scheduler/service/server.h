@@ -70,7 +70,7 @@ class SchedulerServer {
 
  private:
   SchedulerServer(engine::Engine* engine, bool bind_agent_ids, OutboxLimits agent_outbox,
-                  const TokenTable* tokens)
+                  const ReloadableTokens* tokens)
       : engine_(engine),
         tasks_(engine),
         agents_(engine, bind_agent_ids, agent_outbox, tokens),

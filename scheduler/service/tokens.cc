@@ -1,12 +1,12 @@
 #include "scheduler/service/tokens.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/ids.h"
+#include "common/secret_file.h"
 
 namespace taskgrid::service {
 
@@ -42,6 +43,16 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned char>(x ^ y);
   }
   return diff == 0;
+}
+
+// PERMISSION_DENIED naming the principal, its roles and the role `method`
+// needs.
+absl::Status RoleError(const TokenTable::Principal& p, const std::string& method, Role needed) {
+  std::vector<std::string> held;
+  for (Role r : p.roles) held.push_back(RoleName(r));
+  return absl::PermissionDeniedError(absl::StrCat(p.name, " (", absl::StrJoin(held, ","),
+                                                  ") may not call ", method, ": it needs role ",
+                                                  RoleName(needed)));
 }
 
 }  // namespace
@@ -210,10 +221,8 @@ absl::StatusOr<std::unique_ptr<TokenTable>> TokenTable::FromFile(const std::stri
     return absl::InvalidArgumentError(absl::StrCat("--tokens_file ", path, ": cannot read it"));
   std::stringstream text;
   text << in.rdbuf();
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
-    spdlog::warn("--tokens_file {} can be read by other users (mode {:o}): chmod 600 it", path,
-                 st.st_mode & 0777);
+  if (std::string w = OthersMayReadWarning(path, "--tokens_file"); !w.empty()) {
+    spdlog::warn("{}", w);
   }
   return Parse(text.str(), path);
 }
@@ -245,11 +254,22 @@ absl::Status TokenTable::Check(const std::string& method, const std::string& aut
   for (Role held : p->roles) {
     if (Grants(held, needed)) return absl::OkStatus();
   }
-  std::vector<std::string> held;
-  for (Role r : p->roles) held.push_back(RoleName(r));
-  return absl::PermissionDeniedError(absl::StrCat(p->name, " (", absl::StrJoin(held, ","),
-                                                  ") may not call ", method, ": it needs role ",
-                                                  RoleName(needed)));
+  return RoleError(*p, method, needed);
+}
+
+absl::Status TokenTable::CheckPrincipal(const std::string& principal,
+                                        const std::string& method) const {
+  const Role needed = RequiredRole(method);
+  if (needed == Role::kNone) return absl::OkStatus();
+  for (const Principal& p : principals_) {
+    if (p.name != principal) continue;
+    for (Role held : p.roles) {
+      if (Grants(held, needed)) return absl::OkStatus();
+    }
+    return RoleError(p, method, needed);
+  }
+  return absl::UnauthenticatedError(
+      absl::StrCat("the token of ", principal, " is no longer in the tokens file"));
 }
 
 absl::Status TokenTable::CheckActsAs(const std::string& principal, const std::string& id,
@@ -271,6 +291,66 @@ absl::Status TokenTable::CheckActsAs(const std::string& principal, const std::st
   return absl::PermissionDeniedError(
       absl::StrCat(what, " ", id, " is not one the token of ", p->name, " may act as (it may: ",
                    absl::StrJoin(ids, ", "), "): name it in the token's ids= in --tokens_file"));
+}
+
+absl::StatusOr<std::unique_ptr<ReloadableTokens>> ReloadableTokens::FromFile(
+    const std::string& path) {
+  auto table = TokenTable::FromFile(path);
+  if (!table.ok()) return table.status();
+  return std::make_unique<ReloadableTokens>(path,
+                                            std::shared_ptr<const TokenTable>(std::move(*table)));
+}
+
+std::shared_ptr<const TokenTable> ReloadableTokens::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_;
+}
+
+absl::StatusOr<ReloadableTokens::Change> ReloadableTokens::Reload() {
+  auto table = TokenTable::FromFile(path_);
+  if (!table.ok()) return table.status();
+  return Replace(std::shared_ptr<const TokenTable>(std::move(*table)));
+}
+
+ReloadableTokens::Change ReloadableTokens::Replace(std::shared_ptr<const TokenTable> table) {
+  std::shared_ptr<const TokenTable> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::exchange(table_, table);
+  }
+  // The old table is compared, and freed, outside the lock.
+  Change change;
+  change.size = table->size();
+  std::map<absl::string_view, const TokenTable::Principal*> before;
+  for (const TokenTable::Principal& p : old->principals()) before[p.name] = &p;
+  for (const TokenTable::Principal& p : table->principals()) {
+    auto it = before.find(p.name);
+    if (it == before.end()) {
+      change.added.push_back(p.name);
+      continue;
+    }
+    const TokenTable::Principal& q = *it->second;
+    if (q.token != p.token || q.roles != p.roles || q.ids != p.ids) {
+      change.changed.push_back(p.name);
+    }
+    before.erase(it);
+  }
+  for (const auto& [name, p] : before) change.removed.emplace_back(name);
+  return change;
+}
+
+void ReloadableTokens::ReloadAndLog() {
+  absl::StatusOr<Change> change = Reload();
+  if (!change.ok()) {
+    spdlog::error("tokens not reloaded, the {} tokens from before stay: {}", Current()->size(),
+                  std::string(change.status().message()));
+    return;
+  }
+  auto names = [](const std::vector<std::string>& v) {
+    return v.empty() ? std::string("none") : absl::StrJoin(v, ", ");
+  };
+  spdlog::info("reloaded {} bearer tokens from {}: added {}; removed {}; changed {}", change->size,
+               path_, names(change->added), names(change->removed), names(change->changed));
 }
 
 }  // namespace taskgrid::service

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -78,12 +79,63 @@ class TokenTable {
   absl::Status CheckActsAs(const std::string& principal, const std::string& id,
                            absl::string_view what) const;
 
+  // OK when the principal named `principal` is in this table and holds
+  // the role `method` needs; UNAUTHENTICATED when it is not in it (its
+  // token was removed), PERMISSION_DENIED when it lacks the role. For a
+  // call that outlives a reload: a stream checks its caller again.
+  absl::Status CheckPrincipal(const std::string& principal, const std::string& method) const;
+
   size_t size() const { return principals_.size(); }
   const std::vector<Principal>& principals() const { return principals_; }
 
  private:
   explicit TokenTable(std::vector<Principal> principals) : principals_(std::move(principals)) {}
   const std::vector<Principal> principals_;
+};
+
+// The scheduler's current TokenTable, from --tokens_file, replaced whole
+// when the file is read again (Reload, on SIGHUP). Both ports hold this
+// and take Current() for each call, so a reload is seen by the next call
+// on either port, on connections already open too.
+//
+// Thread-safe: Current() and Reload() may run on any thread. A caller's
+// snapshot stays valid (the old table lives on) until it drops it.
+class ReloadableTokens {
+ public:
+  // What a reload changed: principals added, removed, and kept with a
+  // different token, roles or ids (by name).
+  struct Change {
+    size_t size = 0;
+    std::vector<std::string> added;
+    std::vector<std::string> removed;
+    std::vector<std::string> changed;
+  };
+
+  ReloadableTokens(std::string path, std::shared_ptr<const TokenTable> table)
+      : path_(std::move(path)), table_(std::move(table)) {}
+  // The table of the file at `path` (TokenTable::FromFile).
+  static absl::StatusOr<std::unique_ptr<ReloadableTokens>> FromFile(const std::string& path);
+
+  std::shared_ptr<const TokenTable> Current() const;
+
+  // Reads the file again. When it parses, its table replaces the current
+  // one and the change is returned; when it does not (a bad line, the
+  // file unreadable), the current table stays and the error names the
+  // file (and line).
+  absl::StatusOr<Change> Reload();
+  // Reload, logged: the error, or how many tokens and which names were
+  // added, removed and changed. Never logs a token.
+  void ReloadAndLog();
+
+  // Makes `table` the current one (Reload after reading the file).
+  Change Replace(std::shared_ptr<const TokenTable> table);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const TokenTable> table_;  // guarded by mu_; never null
 };
 
 }  // namespace taskgrid::service

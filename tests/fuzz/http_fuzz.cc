@@ -76,7 +76,7 @@ struct World {
   FakeClock clock{absl::FromUnixSeconds(1'800'000'000)};
   store::MemoryStore store;
   std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<service::TokenTable> tokens;
+  std::unique_ptr<service::ReloadableTokens> tokens;
   std::unique_ptr<http::Api> api;
   http::HttpServer server;
 
@@ -113,7 +113,7 @@ struct World {
         "ops admin fuzz-admin-token\n",
         "fuzz tokens");
     if (!parsed.ok()) Die(parsed.status().ToString().c_str());
-    tokens = *std::move(parsed);
+    tokens = std::make_unique<service::ReloadableTokens>("fuzz tokens", *std::move(parsed));
     api = std::make_unique<http::Api>(
         engine.get(), http::Api::Options{tokens.get(), "127.0.0.1", {"head.example"}});
     api->Register(&server);

@@ -67,7 +67,8 @@ std::unique_ptr<TokenAuth> MakeAuth() {
   auto table = TokenTable::Parse(kTokens, "tokens");
   EXPECT_TRUE(table.ok()) << table.status();
   if (!table.ok()) return nullptr;
-  return std::make_unique<TokenAuth>(std::shared_ptr<const TokenTable>(std::move(*table)));
+  return std::make_unique<TokenAuth>(std::make_shared<ReloadableTokens>(
+      "tokens", std::shared_ptr<const TokenTable>(std::move(*table))));
 }
 
 // Process() as gRPC calls it for `method` with `token` ("" = none).
@@ -282,17 +283,72 @@ TEST(TokenTable, ATokenActsOnlyAsTheIdsItNames) {
 TEST(CallerIdentity, EveryProofGivenMustAllowTheId) {
   auto auth = TokenTable::Parse("w1 agent token-w1-0123456789\n", "tokens");
   ASSERT_TRUE(auth.ok());
+  ReloadableTokens tokens("tokens", std::move(*auth));
   CallerIdentity none;
   EXPECT_TRUE(none.Check("anything").ok());
   CallerIdentity cert;
   cert.cert_names = std::vector<std::string>{"w1", "w2"};
   EXPECT_TRUE(cert.Check("w2").ok());
   CallerIdentity both = cert;
-  both.tokens = auth->get();
+  both.tokens = &tokens;
   both.principal = "w1";
   EXPECT_TRUE(both.Check("w1").ok());
   EXPECT_EQ(both.Check("w2").code(), absl::StatusCode::kPermissionDenied) << "the token says no";
   EXPECT_EQ(both.Check("w3").code(), absl::StatusCode::kPermissionDenied);
+}
+
+// A reloaded tokens file applies to the next call: the processor takes
+// the current table for each call.
+TEST(TokenAuth, AReloadAppliesToTheNextCall) {
+  auto first = TokenTable::Parse("rita reader reader-token-0123456789\n", "tokens");
+  ASSERT_TRUE(first.ok());
+  auto tokens = std::make_shared<ReloadableTokens>("tokens", std::move(*first));
+  TokenAuth auth(tokens);
+  const std::string list = "/taskgrid.v1.TaskService/ListTasks";
+  EXPECT_TRUE(Call(auth, list, "reader-token-0123456789").status.ok());
+  EXPECT_EQ(Call(auth, list, "new-token-0123456789").status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  auto second = TokenTable::Parse("nia reader new-token-0123456789\n", "tokens");
+  ASSERT_TRUE(second.ok());
+  tokens->Replace(std::move(*second));
+  Outcome added = Call(auth, list, "new-token-0123456789");
+  EXPECT_TRUE(added.status.ok()) << added.status.error_message();
+  EXPECT_EQ(added.principal, "nia");
+  EXPECT_EQ(Call(auth, list, "reader-token-0123456789").status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED)
+      << "a removed token is refused";
+}
+
+// A stream outlives a reload: CheckStill, on each of its messages, refuses
+// it once its principal is gone, lacks the role, or may no longer act as
+// its id.
+TEST(CallerIdentity, AStreamIsCheckedAgainstTheCurrentTable) {
+  const std::string connect = "/taskgrid.v1.AgentService/Connect";
+  auto table = TokenTable::Parse("w1 agent token-w1-0123456789\n", "tokens");
+  ASSERT_TRUE(table.ok());
+  ReloadableTokens tokens("tokens", std::move(*table));
+  CallerIdentity caller;
+  caller.tokens = &tokens;
+  caller.principal = "w1";
+  EXPECT_TRUE(caller.CheckStill(connect, "w1").ok());
+
+  tokens.Replace(*TokenTable::Parse("w1 reader token-w1-0123456789\n", "tokens"));
+  absl::Status s = caller.CheckStill(connect, "w1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("needs role agent"));
+
+  tokens.Replace(*TokenTable::Parse("w1 agent token-w1-0123456789 ids=w2\n", "tokens"));
+  EXPECT_EQ(caller.CheckStill(connect, "w1").code(), absl::StatusCode::kPermissionDenied);
+
+  tokens.Replace(*TokenTable::Parse("w2 agent token-w2-0123456789\n", "tokens"));
+  s = caller.CheckStill(connect, "w1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the token of w1 is no longer in the tokens file"));
+
+  CallerIdentity no_tokens;
+  EXPECT_TRUE(no_tokens.CheckStill(connect, "w1").ok());
 }
 
 TEST(AgentIdentity, IdMustBeANameOfTheCertificate) {

@@ -43,6 +43,7 @@ class BinariesTest(unittest.TestCase):
             res = run(binary(name), "--help")
             out = res.stdout + res.stderr
             self.assertIn(f"Flags from {main}:", out)
+            self.assertIn("--flagfile=FILE", out, name)
             self.assertNotIn(root.lstrip("/"), out, name)
 
     def test_scheduler_refuses_bad_flags_with_a_message(self):

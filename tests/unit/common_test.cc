@@ -1,9 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,6 +21,7 @@
 #include "common/logging.h"
 #include "common/proto_time.h"
 #include "common/refusal_log.h"
+#include "common/secret_file.h"
 #include "common/worker_pool.h"
 
 namespace taskgrid {
@@ -290,6 +293,41 @@ TEST(RefusalLog, CountsEveryRefusalAndLogsAtMostOneLineASecond) {
   EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused e"), "refused e");
   EXPECT_EQ(log.Counts(),
             (std::map<std::string, int64_t>{{"PERMISSION_DENIED", 2}, {"UNAUTHENTICATED", 1002}}));
+}
+
+// A client retrying the same refused call (an agent with a bad token)
+// adds one line a minute, however often it retries; another line still
+// gets through at once.
+TEST(RefusalLog, TheSameLineIsWrittenOnceAMinute) {
+  FakeClock clock;
+  RefusalLog log(&clock);
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "refused w1");
+  for (int i = 0; i < 20; ++i) {
+    clock.Advance(absl::Seconds(2));
+    EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "") << i;
+  }
+  EXPECT_EQ(log.Refused(absl::StatusCode::kPermissionDenied, "refused w2"),
+            "refused w2 (and 20 more refusals not logged since the last line)");
+  clock.Advance(absl::Seconds(20));
+  EXPECT_EQ(log.Refused(absl::StatusCode::kUnauthenticated, "refused w1"), "refused w1");
+  EXPECT_EQ(log.Counts(),
+            (std::map<std::string, int64_t>{{"PERMISSION_DENIED", 1}, {"UNAUTHENTICATED", 22}}));
+}
+
+// Token files: the scheduler's --tokens_file and the clients' --token_file
+// get the same warning when other users may read them.
+TEST(SecretFile, WarnsWhenOthersMayRead) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "taskgrid-secret-", getpid());
+  std::ofstream(path) << "secret-0123456789\n";
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  EXPECT_EQ(OthersMayReadWarning(path, "--token_file"), "");
+  ASSERT_EQ(chmod(path.c_str(), 0640), 0);
+  EXPECT_EQ(OthersMayReadWarning(path, "--token_file"),
+            "--token_file " + path + " can be read by other users (mode 640): chmod 600 it");
+  ASSERT_EQ(chmod(path.c_str(), 0604), 0);
+  EXPECT_NE(OthersMayReadWarning(path, "--tokens_file"), "");
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  EXPECT_EQ(OthersMayReadWarning(path, "--token_file"), "") << "reading it says what is wrong";
 }
 
 TEST(Logging, ControlBytesFromTheNetworkAreEscaped) {

@@ -61,7 +61,7 @@ class WebApiTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(nullptr); }
 
-  void Start(const service::TokenTable* tokens) {
+  void Start(const service::ReloadableTokens* tokens) {
     engine::EngineOptions opts;
     opts.tick_interval = absl::Hours(1);  // time moves only with the fake clock
     engine_ = std::make_unique<engine::Engine>(&store_, &clock_, opts);
@@ -529,10 +529,10 @@ class WebApiRolesTest : public WebApiTest {
                                        kSubmitter + "\nroot admin " + kAdmin + "\n",
                                    "tokens");
     ASSERT_TRUE(tokens.ok()) << tokens.status();
-    tokens_ = std::move(*tokens);
+    tokens_ = std::make_unique<service::ReloadableTokens>("tokens", std::move(*tokens));
     Start(tokens_.get());
   }
-  std::unique_ptr<service::TokenTable> tokens_;
+  std::unique_ptr<service::ReloadableTokens> tokens_;
 };
 
 TEST_F(WebApiRolesTest, EveryCallNeedsAKnownToken) {
@@ -548,6 +548,21 @@ TEST_F(WebApiRolesTest, EveryCallNeedsAKnownToken) {
   EXPECT_EQ(basic->status, 401);
   // The pages themselves hold no data, and load without a token.
   EXPECT_EQ(Get("/")->status, 200);
+}
+
+// The API checks each request with the tokens' current table, so a
+// reloaded file applies to the next request, on the same connection too.
+TEST_F(WebApiRolesTest, AReloadedTableAppliesToTheNextRequest) {
+  const std::string fresh = "fresh-token-0123456789";
+  EXPECT_EQ(Get("/api/v1/queues", fresh)->status, 401);
+  EXPECT_EQ(Get("/api/v1/queues", kReader)->status, 200);
+  auto table = service::TokenTable::Parse("nia reader " + fresh + "\n", "tokens");
+  ASSERT_TRUE(table.ok()) << table.status();
+  tokens_->Replace(std::move(*table));
+  EXPECT_EQ(Get("/api/v1/queues", fresh)->status, 200);
+  auto removed = Get("/api/v1/queues", kReader);
+  EXPECT_EQ(removed->status, 401);
+  EXPECT_EQ(ErrorOf(removed->body).code, "UNAUTHENTICATED");
 }
 
 // Every endpoint needs the role of its gRPC method in MethodRoles(): the

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/connect.h"
+#include "common/connect_probe.h"
 #include "common/grpc_status.h"
 #include "common/message_limits.h"
 #include "common/proto_time.h"
@@ -93,7 +94,13 @@ void Client::Report(const grpc::Status& gs) const {
   const absl::Status s = FromGrpcStatus(gs);
   std::string msg = absl::StrCat("error: ", absl::StatusCodeToString(s.code()), ": ", s.message());
   if (s.code() == absl::StatusCode::kUnavailable) {
-    absl::StrAppend(&msg, " (is taskgrid-scheduler running at ", addresses_.text(), "?)");
+    // gRPC's text ("Socket closed", "failed to connect to all addresses")
+    // does not say what failed: try the connection by hand. Only when
+    // nothing listens does it ask whether the scheduler runs.
+    const std::string why = ExplainConnectFailure(addresses_.current(), opts_.tls_files);
+    if (!why.empty()) {
+      msg = absl::StrCat("error: UNAVAILABLE: ", why, " (gRPC: ", s.message(), ")");
+    }
   } else if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     absl::StrAppend(&msg, " (no answer from ", addresses_.current(),
                     " within --timeout=", absl::FormatDuration(opts_.timeout), ")");

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/address.h"
+#include "common/connect_probe.h"
 #include "common/grpc_status.h"
 #include "taskgrid/v1/board_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
@@ -53,6 +54,9 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);  // deadline of each RPC
   // TLS, client certificate, bearer token (common/tls.h); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The TLS files behind `credentials`, for saying why a connection
+  // failed (common/connect_probe.h).
+  ProbeFiles tls_files;
 };
 
 struct WatchOptions {
