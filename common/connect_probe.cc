@@ -2,10 +2,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -16,69 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/tcp_probe.h"
 
 namespace taskgrid {
 namespace {
-
-// "host:port" or "[v6]:port" -> host and port; false when malformed.
-bool SplitTarget(absl::string_view target, std::string* host, std::string* port) {
-  absl::ConsumePrefix(&target, "dns:///");
-  const size_t colon = target.rfind(':');
-  if (colon == absl::string_view::npos || colon + 1 == target.size()) return false;
-  absl::string_view h = target.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  *host = std::string(h);
-  *port = std::string(target.substr(colon + 1));
-  return !host->empty();
-}
-
-enum class Reach { kConnected, kRefused, kNoAnswer };
-
-// A connected, blocking socket in *fd, or why there is none.
-Reach Connect(const std::string& host, const std::string& port, absl::Duration within, int* fd) {
-  const absl::Time deadline = absl::Now() + within;
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
-    return Reach::kNoAnswer;
-  }
-  bool all_refused = true;
-  *fd = -1;
-  for (const addrinfo* ai = res; ai != nullptr && *fd < 0; ai = ai->ai_next) {
-    const int s =
-        socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (s < 0) continue;
-    int err = connect(s, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      err = ETIMEDOUT;
-      for (;;) {
-        const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-        if (left_ms <= 0) break;
-        pollfd p = {s, POLLOUT, 0};
-        const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 60'000)));
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready <= 0) break;
-        socklen_t len = sizeof(err);
-        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = EIO;
-        break;
-      }
-    }
-    if (err == 0) {
-      fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK);
-      *fd = s;
-      break;
-    }
-    if (err != ECONNREFUSED) all_refused = false;
-    close(s);
-  }
-  freeaddrinfo(res);
-  if (*fd >= 0) return Reach::kConnected;
-  return all_refused ? Reach::kRefused : Reach::kNoAnswer;
-}
 
 // The names (CN, then DNS and IP alternative names) of the peer's first
 // certificate.
@@ -263,14 +203,14 @@ std::string ExplainConnectFailure(absl::string_view target, const ProbeFiles& fi
   std::string host, port;
   if (!SplitTarget(target, &host, &port)) return "";
   int fd = -1;
-  switch (Connect(host, port, within, &fd)) {
-    case Reach::kRefused:
+  switch (ConnectTcp(target, within, &fd)) {
+    case TcpProbe::kRefused:
       return absl::StrCat("nothing listens at ", target,
                           " (connection refused): is taskgrid-scheduler running there?");
-    case Reach::kNoAnswer:
+    case TcpProbe::kNoAnswer:
       return absl::StrCat("no answer from ", target, " within ", absl::FormatDuration(within),
                           ": is taskgrid-scheduler running there, and the host up and reachable?");
-    case Reach::kConnected:
+    case TcpProbe::kAccepted:
       break;
   }
   return ProbeTls(std::string(target), host, fd, files, within);

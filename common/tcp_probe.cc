@@ -17,20 +17,10 @@
 namespace taskgrid {
 namespace {
 
-// "host:port" or "[v6]:port" -> host and port; false when malformed.
-bool SplitTarget(absl::string_view target, std::string* host, std::string* port) {
-  absl::ConsumePrefix(&target, "dns:///");
-  const size_t colon = target.rfind(':');
-  if (colon == absl::string_view::npos || colon + 1 == target.size()) return false;
-  absl::string_view h = target.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  *host = std::string(h);
-  *port = std::string(target.substr(colon + 1));
-  return !host->empty();
-}
-
-// One address: kAccepted, kRefused, or kNoAnswer by `deadline`.
-TcpProbe ProbeOne(const addrinfo& ai, absl::Time deadline) {
+// One address: kAccepted (*fd the connected socket, blocking), kRefused,
+// or kNoAnswer by `deadline` (*fd -1).
+TcpProbe ConnectOne(const addrinfo& ai, absl::Time deadline, int* fd_out) {
+  *fd_out = -1;
   const int fd =
       socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol);
   if (fd < 0) return TcpProbe::kNoAnswer;
@@ -55,13 +45,37 @@ TcpProbe ProbeOne(const addrinfo& ai, absl::Time deadline) {
       break;
     }
   }
-  close(fd);
+  if (result == TcpProbe::kAccepted) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *fd_out = fd;
+  } else {
+    close(fd);
+  }
   return result;
 }
 
 }  // namespace
 
+bool SplitTarget(absl::string_view target, std::string* host, std::string* port) {
+  absl::ConsumePrefix(&target, "dns:///");
+  const size_t colon = target.rfind(':');
+  if (colon == absl::string_view::npos || colon + 1 == target.size()) return false;
+  absl::string_view h = target.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  *host = std::string(h);
+  *port = std::string(target.substr(colon + 1));
+  return !host->empty();
+}
+
 TcpProbe ProbeTcp(absl::string_view target, absl::Duration within) {
+  int fd = -1;
+  const TcpProbe result = ConnectTcp(target, within, &fd);
+  if (fd >= 0) close(fd);
+  return result;
+}
+
+TcpProbe ConnectTcp(absl::string_view target, absl::Duration within, int* fd) {
+  *fd = -1;
   const absl::Time deadline = absl::Now() + within;
   std::string host, port;
   if (!SplitTarget(target, &host, &port)) return TcpProbe::kNoAnswer;
@@ -81,7 +95,7 @@ TcpProbe ProbeTcp(absl::string_view target, absl::Duration within) {
       all_refused = false;
       break;
     }
-    const TcpProbe one = ProbeOne(*ai, deadline);
+    const TcpProbe one = ConnectOne(*ai, deadline, fd);
     if (one == TcpProbe::kAccepted) {
       result = TcpProbe::kAccepted;
       all_refused = false;

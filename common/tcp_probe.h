@@ -5,6 +5,8 @@
 // gRPC's own error texts.
 #pragma once
 
+#include <string>
+
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -22,5 +24,13 @@ enum class TcpProbe {
 // them may take longer when the resolver is slow). kRefused only when
 // every address refused.
 TcpProbe ProbeTcp(absl::string_view target, absl::Duration within);
+
+// As ProbeTcp, but keeps the connection: on kAccepted *fd is the connected
+// socket (blocking, close-on-exec), which the caller closes; otherwise -1.
+TcpProbe ConnectTcp(absl::string_view target, absl::Duration within, int* fd);
+
+// "host:port", "[v6]:port" or "dns:///host:port" -> host (without the
+// brackets) and port; false when malformed.
+bool SplitTarget(absl::string_view target, std::string* host, std::string* port);
 
 }  // namespace taskgrid
