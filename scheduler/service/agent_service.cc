@@ -220,6 +220,9 @@ class AgentStream final : public Reactor {
                                      "the first message on a stream must be hello"));
         return;
       }
+      // Read before the check: a reload after it makes the next message
+      // look again.
+      if (caller_.tokens != nullptr) tokens_checked_ = caller_.tokens->generation();
       absl::Status s = caller_.Check(in_.hello().agent_id());
       if (s.ok()) s = engine_->AgentHello(conn_, in_.hello());
       if (!s.ok()) {
@@ -243,7 +246,7 @@ class AgentStream final : public Reactor {
     } else if (absl::Status bad = core::ValidateAgentMessage(in_); !bad.ok()) {
       outbox_->Finish(ToGrpcStatus(bad));
       return;
-    } else if (absl::Status gone = caller_.CheckStill(kConnectMethod, agent_id_); !gone.ok()) {
+    } else if (absl::Status gone = CheckTokensStill(); !gone.ok()) {
       // The tokens file was reloaded without this stream's token (or its
       // role or id): the stream ends as a new call with it would.
       GrpcRefusals().Log(gone.code(), absl::StrCat("agent ", agent_id_, " from ", peer_,
@@ -267,13 +270,26 @@ class AgentStream final : public Reactor {
   }
 
  private:
+  // With tokens: whether this stream's caller may still call Connect as
+  // its agent id (CallerIdentity::CheckStill), looked at only once a
+  // reload replaced the table since the last look; not per message.
+  absl::Status CheckTokensStill() {
+    if (caller_.tokens == nullptr) return absl::OkStatus();
+    const uint64_t generation = caller_.tokens->generation();
+    if (generation == tokens_checked_) return absl::OkStatus();
+    absl::Status s = caller_.CheckStill(kConnectMethod, agent_id_);
+    if (s.ok()) tokens_checked_ = generation;
+    return s;
+  }
+
   engine::Engine* const engine_;
   std::atomic<int64_t>* const logged_interval_ns_;
   const std::string peer_;
   const CallerIdentity caller_;
   std::shared_ptr<Outbox> outbox_;
   uint64_t conn_ = 0;
-  bool hello_seen_ = false;  // touched only by reactions, which do not overlap for reads
+  bool hello_seen_ = false;      // touched only by reactions, which do not overlap for reads
+  uint64_t tokens_checked_ = 0;  // the tokens' generation the caller was checked at
   std::string agent_id_;
   grpc::ByteBuffer in_bytes_;  // what StartRead fills; parsed into in_
   v1::AgentMessage in_;

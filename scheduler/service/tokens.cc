@@ -317,6 +317,7 @@ ReloadableTokens::Change ReloadableTokens::Replace(std::shared_ptr<const TokenTa
   {
     std::lock_guard<std::mutex> lock(mu_);
     old = std::exchange(table_, table);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   // The old table is compared, and freed, outside the lock.
   Change change;

@@ -12,6 +12,8 @@
 // never logged; the principal's name is.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -132,10 +134,15 @@ class ReloadableTokens {
 
   const std::string& path() const { return path_; }
 
+  // How many times the table was replaced: a stream that checked its
+  // caller at one generation need not look again until it changes.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
  private:
   const std::string path_;
   mutable std::mutex mu_;
   std::shared_ptr<const TokenTable> table_;  // guarded by mu_; never null
+  std::atomic<uint64_t> generation_{0};      // bumped under mu_ with table_
 };
 
 }  // namespace taskgrid::service
