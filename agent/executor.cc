@@ -418,6 +418,8 @@ v1::TaskResult TaskRun::Run() {
     // Where the agent before this one left it.
     run_start_ -= FromProto(kept_->attempt_elapsed());
     attempt_dir_ = kept_->attempt_dir();
+    // An agent before this version made no scratch directory.
+    if (!attempt_dir_.empty()) mkdir((attempt_dir_ + "/work").c_str(), 0700);
     out.Skip(kept_->stdout_cut_bytes());
     out.Append(kept_->stdout_tail());
     err.Skip(kept_->stderr_cut_bytes());
@@ -511,10 +513,13 @@ TaskRun::StepEnd TaskRun::PrepareAttemptDir() {
         absl::StrCat("cannot create the attempt directory under ", base, ": ", ErrnoText(errno)));
   }
   attempt_dir_ = dir;
-  const std::string inputs = dir + "/inputs";
-  if (mkdir(inputs.c_str(), 0700) != 0) {
-    return failed(absl::StrCat("cannot create ", inputs, ": ", ErrnoText(errno)));
+  for (const char* sub : {"/inputs", "/work"}) {
+    const std::string path = dir + sub;
+    if (mkdir(path.c_str(), 0700) != 0) {
+      return failed(absl::StrCat("cannot create ", path, ": ", ErrnoText(errno)));
+    }
   }
+  const std::string inputs = dir + "/inputs";
   for (const auto& [name, data] : assignment_.inputs()) {
     if (!IsFileName(name)) {
       return failed(absl::StrCat("input \"", absl::CHexEscape(name),
@@ -665,10 +670,18 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   vars["TASKGRID_STEP"] = absl::StrCat(index);
   vars["TASKGRID_INPUTS_DIR"] = attempt_dir_ + "/inputs";
   vars["TASKGRID_OUTPUT"] = attempt_dir_ + "/output";
+  vars["TASKGRID_WORK_DIR"] = attempt_dir_ + "/work";
   spec.argv.assign(exec.argv().begin(), exec.argv().end());
   spec.env.reserve(vars.size());
   for (const auto& [name, value] : vars) spec.env.push_back(absl::StrCat(name, "=", value));
-  spec.cwd = exec.cwd();
+  // No cwd: the attempt's scratch directory, which every step of the
+  // attempt shares and which goes with the attempt; a relative one is taken
+  // from there too, never from wherever the agent was started.
+  if (absl::StartsWith(exec.cwd(), "/") || attempt_dir_.empty()) {
+    spec.cwd = exec.cwd();
+  } else {
+    spec.cwd = absl::StrCat(attempt_dir_, "/work", exec.cwd().empty() ? "" : "/", exec.cwd());
+  }
   spec.shell_path = opts_.shell_path;
   spec.supervisor = opts_.step_supervisor.empty() ? FindStepSupervisor() : opts_.step_supervisor;
   if (index == 0) spec.stdin_data = assignment_.payload();

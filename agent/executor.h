@@ -10,8 +10,10 @@
 // The attempt's directory: Run() makes a fresh directory under
 // ExecutorOptions::work_dir (`<task id>.<attempt>.XXXXXX`, mode 0700) holding
 // `inputs/` (TASKGRID_INPUTS_DIR: one file per Assignment.inputs entry,
-// named by the task id) and the path TASKGRID_OUTPUT names (not created in
-// advance). After the last step it reads that file into TaskResult.output
+// named by the task id), `work/` (TASKGRID_WORK_DIR: the scratch directory
+// every exec step without a cwd of its own runs in, and that a relative cwd
+// starts from; the steps of an attempt share it) and the path
+// TASKGRID_OUTPUT names (not created in advance). After the last step it reads that file into TaskResult.output
 // and removes the whole directory, whatever the steps left in it.
 //
 // Process hygiene, per exec step:

@@ -27,6 +27,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -942,6 +943,39 @@ TEST(TaskRun, InputsDirExistsWithoutInputs) {
       InDir(tmp.path()));
   EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
   EXPECT_EQ(r.stdout_tail(), "");
+}
+
+// A step without a cwd runs in the attempt's scratch directory, never in the
+// agent's own: the steps of the attempt share it, a relative cwd starts from
+// it, and it goes with the attempt.
+TEST(TaskRun, StepsWithoutCwdRunInTheAttemptsScratchDirectory) {
+  TempDir tmp;
+  const std::string work = tmp.path() + "/agent-work";
+  char agent_cwd[PATH_MAX];
+  ASSERT_NE(getcwd(agent_cwd, sizeof(agent_cwd)), nullptr);
+  // Prints `what` when the step runs in $TASKGRID_WORK_DIR/`sub`.
+  const auto in = [](const std::string& sub, const std::string& what) {
+    return "[ \"$(pwd -P)\" = \"$(cd \"$TASKGRID_WORK_DIR" + sub + "\" && pwd -P)\" ] && echo " +
+           what + "; ";
+  };
+  v1::Step in_sub = Sh(in("/sub", "sub") + "cat ../left");
+  in_sub.mutable_exec()->set_cwd("sub");
+  const v1::TaskResult r = RunTask(
+      Assignment({Sh(in("", "here") + "echo \"$TASKGRID_WORK_DIR\"; echo kept > left; mkdir sub"),
+                  Sh("cat left; " + in("", "here")), in_sub}),
+      InDir(work));
+  ASSERT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  const std::vector<std::string> lines = absl::StrSplit(r.stdout_tail(), '\n');
+  ASSERT_EQ(lines.size(), 7u) << r.stdout_tail();
+  EXPECT_EQ(lines[0], "here");
+  EXPECT_THAT(lines[1], ::testing::StartsWith(work + "/task-1.1."));
+  EXPECT_THAT(lines[1], ::testing::EndsWith("/work"));
+  EXPECT_EQ(lines[2], "kept") << "the next step runs in the same directory";
+  EXPECT_EQ(lines[3], "here");
+  EXPECT_EQ(lines[4], "sub") << "a relative cwd starts from the scratch directory";
+  EXPECT_EQ(lines[5], "kept");
+  EXPECT_FALSE(std::filesystem::exists(std::string(agent_cwd) + "/left"));
+  EXPECT_THAT(Entries(work), IsEmpty()) << "the scratch directory is left";
 }
 
 TEST(TaskRun, InputThatCannotBeAFileNameFailsBeforeAnyStep) {
