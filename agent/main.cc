@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <string>
@@ -61,6 +62,10 @@ ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate of this agent (mTLS, with --tls_key); a scheduler that "
           "checks certificates accepts only an --id this certificate names");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(absl::Duration, tls_reload, absl::Minutes(1),
+          "How often --tls_ca, --tls_cert and --tls_key are read again: renewed files are used "
+          "from the next connection to the scheduler on, without a restart (replace each file "
+          "whole, e.g. with mv). At least 1s");
 ABSL_FLAG(std::string, token_file, "",
           "File holding this agent's bearer token (role agent), for a scheduler with "
           "--tokens_file; needs --tls_ca");
@@ -134,7 +139,8 @@ int main(int argc, char** argv) {
     // Made again from the files after a refusal (Agent::Run), so a fixed
     // token or certificate file needs no restart.
     const taskgrid::TlsFiles tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-                                    absl::GetFlag(FLAGS_tls_ca)};
+                                    absl::GetFlag(FLAGS_tls_ca),
+                                    std::max(absl::Seconds(1), absl::GetFlag(FLAGS_tls_reload))};
     const std::string token_file = absl::GetFlag(FLAGS_token_file);
     auto make_credentials =
         [tls, token_file]() -> absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> {

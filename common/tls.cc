@@ -1,5 +1,9 @@
 #include "common/tls.h"
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -53,23 +57,43 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
   return pem;
 }
 
+namespace {
+
+// gRPC's file watcher reads the files again every `every` (at least a
+// second): a renewed certificate, key or CA is used from the next handshake
+// on, while a pair caught half-written (a key that does not match its
+// certificate) is skipped until both are in place.
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> Watcher(const TlsFiles& files) {
+  const int64_t seconds = std::max<int64_t>(1, absl::ToInt64Seconds(files.reload_every));
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca, static_cast<unsigned int>(seconds));
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& files) {
   if (files.cert.empty() || files.key.empty()) {
     return absl::InvalidArgumentError("TLS needs both --tls_cert and --tls_key");
   }
+  // Read once here for errors that name the flag; the watcher reads them
+  // again from then on.
   absl::StatusOr<std::string> cert = ReadPemFile("--tls_cert", files.cert, "certificate");
   if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> key = ReadPemFile("--tls_key", files.key, "private key");
   if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (!files.ca.empty()) {
     absl::StatusOr<std::string> ca = ReadPemFile("--tls_ca", files.ca, "CA certificate");
     if (!ca.ok()) return ca.status();
-    opts.pem_root_certs = *std::move(ca);
-    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
-  opts.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
-  return grpc::SslServerCredentials(opts);
+  grpc::experimental::TlsServerCredentialsOptions opts(Watcher(files));
+  opts.watch_identity_key_cert_pairs();
+  if (!files.ca.empty()) {
+    opts.watch_root_certs();
+    opts.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    opts.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(opts);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
@@ -85,19 +109,20 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   if (files.cert.empty() != files.key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together (mTLS needs both)");
   }
-  grpc::SslCredentialsOptions opts;
   absl::StatusOr<std::string> ca = ReadPemFile("--tls_ca", files.ca, "CA certificate");
   if (!ca.ok()) return ca.status();
-  opts.pem_root_certs = *std::move(ca);
   if (!files.cert.empty()) {
     absl::StatusOr<std::string> cert = ReadPemFile("--tls_cert", files.cert, "certificate");
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = ReadPemFile("--tls_key", files.key, "private key");
     if (!key.ok()) return key.status();
-    opts.pem_cert_chain = *std::move(cert);
-    opts.pem_private_key = *std::move(key);
   }
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(opts);
+  grpc::experimental::TlsChannelCredentialsOptions opts;
+  opts.set_certificate_provider(Watcher(files));
+  opts.watch_root_certs();
+  if (!files.cert.empty()) opts.watch_identity_key_cert_pairs();
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::experimental::TlsCredentials(opts);
+  if (creds == nullptr) return absl::InternalError("gRPC refused the TLS options");
   if (token.empty()) return creds;
   return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));
 }

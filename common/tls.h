@@ -6,8 +6,9 @@
 // (taskgridctl, taskgrid-agent, taskgrid-bench): ChannelCredentials() ->
 // plaintext when no file is given, TLS when a CA is given, mTLS when a
 // certificate and key are given too, plus a bearer token on every call when
-// one is given. Errors name the file or the flag at fault. Thread-safe (no
-// state).
+// one is given. Errors name the file or the flag at fault. The files are
+// read again every TlsFiles::reload_every, so renewed certificates take
+// effect without a restart. Thread-safe (no state).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace taskgrid {
 
@@ -26,6 +28,9 @@ struct TlsFiles {
   std::string cert;  // this process's certificate (chain)
   std::string key;   // its private key
   std::string ca;    // the CA that signed the peers' certificates
+  // How often the files are read again: a renewed certificate (or key, or
+  // CA) is used from the next handshake on, without a restart.
+  absl::Duration reload_every = absl::Minutes(1);
 };
 
 // The contents of a PEM file of the given kind ("certificate", "private

@@ -108,6 +108,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate: every client and agent must present a certificate it signed "
           "(mTLS), and an agent's id must be a name of its certificate");
+ABSL_FLAG(absl::Duration, tls_reload, absl::Minutes(1),
+          "How often --tls_cert, --tls_key and --tls_ca are read again, on the gRPC and the HTTP "
+          "port: a renewed certificate, key or CA is used from the next connection on, without "
+          "a restart (replace each file whole, e.g. with mv; a key that does not match its "
+          "certificate is not taken until both are in place). At least 1s");
 ABSL_FLAG(std::string, tokens_file, "",
           "Bearer tokens with roles, one 'NAME ROLE[,ROLE...] TOKEN' a line (roles: reader, "
           "submitter, agent, admin; optional 4th field ids=ID[,ID...]: the agent ids it may act "
@@ -308,7 +313,8 @@ int main(int argc, char** argv) {
   server_opts.listen = listen;
   server_opts.agent_outbox.max_bytes = absl::GetFlag(FLAGS_max_agent_outbox_bytes);
   server_opts.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-                     absl::GetFlag(FLAGS_tls_ca)};
+                     absl::GetFlag(FLAGS_tls_ca),
+                     std::max(absl::Seconds(1), absl::GetFlag(FLAGS_tls_reload))};
   const bool tls = !server_opts.tls.cert.empty() || !server_opts.tls.key.empty();
   const bool mtls = tls && !server_opts.tls.ca.empty();
   if (tls && (server_opts.tls.cert.empty() || server_opts.tls.key.empty())) {
@@ -629,7 +635,10 @@ int main(int argc, char** argv) {
   taskgrid::http::HttpServer::Options http_opts;
   // A page loads its files and a few API calls at once.
   http_opts.threads = 4;
-  if (tls) http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca};
+  if (tls) {
+    http_opts.tls = {server_opts.tls.cert, server_opts.tls.key, server_opts.tls.ca,
+                     server_opts.tls.reload_every};
+  }
   taskgrid::http::HttpServer http(http_opts);
   if (!http_listen->value.empty()) {
     taskgrid::http::ProcessInfo process;

@@ -12,10 +12,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <fstream>
+#include <map>
 #include <mutex>
-#include <optional>
-#include <sstream>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -25,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "scheduler/http/tls_material.h"
+#include "spdlog/spdlog.h"
 
 namespace taskgrid::http {
 
@@ -32,60 +32,30 @@ namespace {
 
 std::vector<std::string> Segments(absl::string_view path) { return absl::StrSplit(path, '/'); }
 
-// The whole file, or nullopt when it cannot be read.
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return out.str();
+// gnutls's certificate callback has no pointer of ours, and libmicrohttpd
+// sets none on the session: the server is found by the local port of the
+// connection's socket (one HTTPS server per port in a process).
+std::mutex tls_servers_mu;
+std::map<int, const TlsMaterial*> tls_servers;  // by port; guarded by tls_servers_mu
+
+int LocalPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
 }
 
-gnutls_datum_t Datum(const std::string& s) {
-  return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(s.data())),
-                        static_cast<unsigned int>(s.size())};
-}
-
-// Whether GnuTLS takes the certificate, key and CA as the server will:
-// "" when it does, else what is wrong.
-std::string CheckTls(const std::string& cert, const std::string& key, const std::string& ca) {
-  gnutls_certificate_credentials_t creds = nullptr;
-  if (gnutls_certificate_allocate_credentials(&creds) != GNUTLS_E_SUCCESS) return "out of memory";
-  std::string problem;
-  const gnutls_datum_t c = Datum(cert);
-  const gnutls_datum_t k = Datum(key);
-  int rc = gnutls_certificate_set_x509_key_mem(creds, &c, &k, GNUTLS_X509_FMT_PEM);
-  if (rc < 0) problem = absl::StrCat("the certificate and key: ", gnutls_strerror(rc));
-  if (problem.empty() && !ca.empty()) {
-    const gnutls_datum_t a = Datum(ca);
-    rc = gnutls_certificate_set_x509_trust_mem(creds, &a, GNUTLS_X509_FMT_PEM);
-    if (rc <= 0) {
-      problem = absl::StrCat("the client CA: ", rc < 0 ? gnutls_strerror(rc) : "no certificate");
-    }
-  }
-  gnutls_certificate_free_credentials(creds);
-  return problem;
-}
-
-// "" when the connection's client presented a certificate the trusted CA
-// signed (and it is valid now); else what was wrong.
-std::string ClientCertificateProblem(MHD_Connection* c) {
-  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-  if (info == nullptr || info->tls_session == nullptr) return "not a TLS connection";
-  auto session = static_cast<gnutls_session_t>(info->tls_session);
-  unsigned int status = 0;
-  const int rc = gnutls_certificate_verify_peers2(session, &status);
-  if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND) return "no client certificate was presented";
-  if (rc < 0) return gnutls_strerror(rc);
-  if (status == 0) return "";
-  gnutls_datum_t out{};
-  if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0) < 0) {
-    return "the client certificate is not valid";
-  }
-  std::string why(reinterpret_cast<const char*>(out.data), out.size);
-  gnutls_free(out.data);
-  return why;
+int ServeCertificate(gnutls_session_t session, const gnutls_datum_t* /*req_ca_dn*/, int /*nreqs*/,
+                     const gnutls_pk_algorithm_t* /*pk_algos*/, int /*pk_algos_length*/,
+                     gnutls_pcert_st** chain, unsigned int* length, gnutls_privkey_t* key) {
+  const int port = LocalPort(gnutls_transport_get_int(session));
+  std::lock_guard<std::mutex> lock(tls_servers_mu);
+  auto it = tls_servers.find(port);
+  if (it == tls_servers.end()) return -1;  // fails the handshake
+  it->second->Current(chain, length, key);
+  return 0;
 }
 
 // A listening TCP socket on host:port (non-blocking, close-on-exec,
@@ -114,15 +84,6 @@ int Listen(const std::string& host, int port, int* family) {
   }
   freeaddrinfo(found);
   return fd;
-}
-
-int BoundPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return -1;
 }
 
 }  // namespace
@@ -182,7 +143,8 @@ struct HttpServer::Impl {
   Options opts;
   std::vector<Route> routes;  // fixed once Start ran
   ErrorPage error_page;
-  std::string cert_pem, key_pem, ca_pem;  // kept while the daemon runs
+  std::unique_ptr<TlsMaterial> tls;  // with Options::tls
+  int port = -1;                     // bound, while the daemon runs
   MHD_Daemon* daemon = nullptr;
 
   std::mutex mu;
@@ -246,6 +208,14 @@ struct HttpServer::Impl {
   static Connection* Of(MHD_Connection* c) {
     const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info == nullptr ? nullptr : static_cast<Connection*>(info->socket_context);
+  }
+
+  // "" when the connection's client presented a certificate the client CA
+  // (as served now) signed and it is valid now; else what was wrong.
+  std::string ClientCertificateProblem(MHD_Connection* c) const {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == nullptr || info->tls_session == nullptr) return "not a TLS connection";
+    return tls->CheckClient(static_cast<gnutls_session_t>(info->tls_session));
   }
 
   // The request is all in: its deadline no longer runs. Checks the client
@@ -364,9 +334,31 @@ struct HttpServer::Impl {
     }
   }
 
+  void ForgetPort() {
+    if (port < 0) return;
+    std::lock_guard<std::mutex> lock(tls_servers_mu);
+    tls_servers.erase(port);
+    port = -1;
+  }
+
+  // Reads the TLS files again when they changed, and says what came of it.
+  void ReloadTls() {
+    std::string problem;
+    if (!tls->ReloadIfChanged(&problem)) return;
+    if (problem.empty()) {
+      spdlog::info("HTTPS: serving the renewed {}, {}{} from the next connection on", opts.tls.cert,
+                   opts.tls.key,
+                   opts.tls.client_ca.empty() ? "" : " and client CA " + opts.tls.client_ca);
+    } else {
+      spdlog::warn("HTTPS: {}; still serving the files as they were", problem);
+    }
+  }
+
   // Cuts off every connection whose request is overdue: shutdown() makes
-  // its event loop see the end and close it. Checks every 100 ms.
+  // its event loop see the end and close it. Checks every 100 ms; with
+  // TLS, looks at the TLS files every Tls::reload_every.
   void Watch() {
+    absl::Time next_reload = absl::Now() + opts.tls.reload_every;
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
       cv.wait_for(lock, std::chrono::milliseconds(100));
@@ -375,6 +367,12 @@ struct HttpServer::Impl {
         if (!conn->waiting || now < conn->deadline || conn->fd < 0) continue;
         conn->waiting = false;
         shutdown(conn->fd, SHUT_RDWR);
+      }
+      if (tls != nullptr && now >= next_reload) {
+        next_reload = now + opts.tls.reload_every;
+        lock.unlock();  // reading files must not hold up the event loops
+        ReloadTls();
+        lock.lock();
       }
     }
   }
@@ -412,28 +410,14 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   Impl& im = *impl_;
   const Options& o = im.opts;
   if (tls()) {
-    std::string problem;
-    for (auto [path, pem] :
-         {std::pair{&o.tls.cert, &im.cert_pem}, std::pair{&o.tls.key, &im.key_pem},
-          std::pair{&o.tls.client_ca, &im.ca_pem}}) {
-      if (path->empty()) continue;
-      std::optional<std::string> text = ReadFile(*path);
-      if (!text.has_value()) {
-        problem = absl::StrCat(*path, " cannot be read");
-        break;
-      }
-      *pem = *std::move(text);
-    }
-    if (problem.empty()) problem = CheckTls(im.cert_pem, im.key_pem, im.ca_pem);
-    if (!problem.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot serve HTTPS with certificate ", o.tls.cert, " and key ", o.tls.key,
-          o.tls.client_ca.empty() ? "" : " and client CA " + o.tls.client_ca, ": ", problem));
-    }
+    absl::StatusOr<std::unique_ptr<TlsMaterial>> material =
+        TlsMaterial::Load(o.tls.cert, o.tls.key, o.tls.client_ca);
+    if (!material.ok()) return material.status();
+    im.tls = *std::move(material);
   }
   int family = AF_INET;
   const int fd = Listen(host, port, &family);
-  const int bound = fd < 0 ? -1 : BoundPort(fd);
+  const int bound = fd < 0 ? -1 : LocalPort(fd);
   if (bound <= 0) {
     if (fd >= 0) close(fd);
     return absl::UnavailableError(
@@ -457,17 +441,26 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   if (family == AF_INET6) flags |= MHD_USE_IPv6;
   if (tls()) {
     flags |= MHD_USE_TLS;
-    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(im.cert_pem.c_str())});
-    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(im.key_pem.c_str())});
-    if (!im.ca_pem.empty()) {
-      items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(im.ca_pem.c_str())});
+    // The chain and key come from the callback, per handshake, so that
+    // renewed ones are served without a restart. The CA given here only
+    // makes libmicrohttpd ask clients for a certificate; it is checked
+    // against the CA as served now (ClientCertificateProblem).
+    items.push_back(
+        {MHD_OPTION_HTTPS_CERT_CALLBACK, 0, reinterpret_cast<void*>(&ServeCertificate)});
+    if (!im.tls->first_client_ca().empty()) {
+      items.push_back(
+          {MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(im.tls->first_client_ca().c_str())});
     }
+    std::lock_guard<std::mutex> lock(tls_servers_mu);
+    tls_servers[bound] = im.tls.get();
+    im.port = bound;
   }
   items.push_back({MHD_OPTION_END, 0, nullptr});
   im.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::OnRequest, &im, MHD_OPTION_ARRAY,
                                items.data(), MHD_OPTION_END);
   if (im.daemon == nullptr) {
     close(fd);
+    im.ForgetPort();
     return absl::UnavailableError(
         absl::StrCat("cannot serve HTTP on ", host, ":", bound, " (libmicrohttpd did not start)"));
   }
@@ -486,6 +479,7 @@ void HttpServer::Stop() {
   im.watchdog.join();
   MHD_stop_daemon(im.daemon);  // closes the listening socket and every connection
   im.daemon = nullptr;
+  im.ForgetPort();
   std::lock_guard<std::mutex> lock(im.mu);
   for (Impl::Connection* conn : im.connections) delete conn;
   im.connections.clear();

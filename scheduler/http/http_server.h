@@ -24,7 +24,8 @@
 //
 // TLS: with Options::tls cert and key it serves HTTPS only; with a client
 // CA too, a request on a connection without a certificate that CA signed
-// is answered 403, saying what was wrong with the certificate.
+// is answered 403, saying what was wrong with the certificate. Renewed
+// files are served without a restart (Tls::reload_every).
 //
 // Thread-safe for Start and Stop from one owner; handlers run on the
 // server's threads, several at once, and must be thread-safe themselves.
@@ -83,6 +84,10 @@ class HttpServer {
     std::string cert;       // PEM certificate chain; empty: plain HTTP
     std::string key;        // PEM private key of `cert`
     std::string client_ca;  // PEM CA: require client certificates it signed
+    // How often the three files are looked at again: when one changed, the
+    // new files are served from the next handshake on (files that cannot
+    // be used are logged and the old ones kept).
+    absl::Duration reload_every = absl::Minutes(1);
   };
 
   struct Options {
