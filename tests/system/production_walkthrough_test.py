@@ -12,9 +12,9 @@ files cannot drift apart:
     units load (head.pem, agent.pem, ...), the flags files, and a tokens
     file with a token for each agent (named after its id), a submitter, an
     admin and a Prometheus reader;
-  - the scheduler and two agents run with the units' ExecStart lines, each
-    with a credentials directory made from the unit's LoadCredential=
-    lines, as systemd does; only paths (/etc, /var/lib, /usr/local/bin),
+  - the scheduler and two agents run with the units' ExecStart lines (with
+    a credentials directory made from any LoadCredential= lines, as
+    systemd does); only paths (/etc, /var/lib, /usr/local/bin),
     %H and the ports are replaced (gRPC and HTTP on 127.0.0.1, any free
     port);
   - taskgridctl with the client certificate and the submitter's token
