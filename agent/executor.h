@@ -13,8 +13,9 @@
 // named by the task id), `work/` (TASKGRID_WORK_DIR: the scratch directory
 // every exec step without a cwd of its own runs in, and that a relative cwd
 // starts from; the steps of an attempt share it) and the path
-// TASKGRID_OUTPUT names (not created in advance). After the last step it reads that file into TaskResult.output
-// and removes the whole directory, whatever the steps left in it.
+// TASKGRID_OUTPUT names (not created in advance). After the last step it
+// reads that file into TaskResult.output and removes the whole directory,
+// whatever the steps left in it.
 //
 // Process hygiene, per exec step:
 //   - the child is the leader of a new process group; stop = SIGTERM (plus
