@@ -281,6 +281,7 @@ v1::AgentMessage AgentCore::StreamStarted() {
   h->set_adaptive_heartbeat(true);
   h->set_live_output(true);
   for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
+  for (const auto& [k, v] : opts_.resources) (*h->mutable_resources())[k] = v;
   slots_.ListHeld(h->mutable_running());
   // Finished but unacknowledged attempts (Result or Release) are still
   // ours: the scheduler must keep them until the messages, resent after

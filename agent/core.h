@@ -70,6 +70,8 @@ struct CoreOptions {
   std::string id;
   int slots = 2;
   std::map<std::string, std::string> labels;
+  // Hello.resources: what it offers, as Placement.resources spells it.
+  std::map<std::string, std::string> resources;
   ExecutorOptions exec;
   // At the end of a drain, how long to wait for the scheduler to
   // acknowledge the last results before exiting.

@@ -20,6 +20,7 @@
 #include "common/ids.h"
 #include "common/key_values.h"
 #include "common/logging.h"
+#include "common/resources.h"
 #include "common/secret_file.h"
 #include "common/tls.h"
 
@@ -30,8 +31,15 @@ ABSL_FLAG(std::string, scheduler, "",
 ABSL_FLAG(std::string, id, "",
           "This agent's id, unique in the cluster (default: HOSTNAME-PID). Keep it across "
           "restarts so the scheduler can hand running tasks back after a reconnect");
-ABSL_FLAG(int32_t, slots, 2, "Tasks (slots) it runs at once");
+ABSL_FLAG(int32_t, slots, 0,
+          "Tasks (slots) it runs at once. Default: 2, or 64 with --resources (what tasks ask "
+          "of those bounds it then)");
 ABSL_FLAG(std::string, labels, "", "Labels tasks can require, e.g. 'gpu=1,zone=a'");
+ABSL_FLAG(std::string, resources, "",
+          "What it offers tasks that ask for resources, e.g. 'cpu=8,memory=32GiB,gpu=2': cpu in "
+          "cores or millicores (500m), memory in bytes with a unit (KiB MiB GiB TiB, or KB MB GB "
+          "TB), any other name a whole count. A task only comes here when what it asks for is "
+          "free; tasks that ask for nothing take only a slot. Default: none");
 ABSL_FLAG(int64_t, max_output_bytes, 64 << 10,
           "Bytes of stdout and of stderr kept per attempt (the scheduler may ask for fewer)");
 ABSL_FLAG(absl::Duration, kill_grace, absl::Seconds(2),
@@ -171,7 +179,17 @@ int main(int argc, char** argv) {
     spdlog::error("--refused_retry_max must be at least 1s");
     return 2;
   }
+  absl::StatusOr<taskgrid::Resources> resources =
+      taskgrid::ParseResourceList(absl::GetFlag(FLAGS_resources));
+  if (!resources.ok()) {
+    spdlog::error("--resources: {}", std::string(resources.status().message()));
+    return 2;
+  }
+  for (const auto& [name, amount] : *resources) {
+    opts.resources[name] = taskgrid::FormatResourceAmount(name, amount);
+  }
   opts.slots = absl::GetFlag(FLAGS_slots);
+  if (opts.slots == 0) opts.slots = resources->empty() ? 2 : 64;
   if (opts.slots < 1) {
     spdlog::error("--slots must be at least 1");
     return 2;
@@ -239,7 +257,8 @@ int main(int argc, char** argv) {
       }
     }
   });
-  spdlog::info("agent {} with {} slots, scheduler {} ({}), work dir {}", opts.id, opts.slots,
+  spdlog::info("agent {} with {} slots{}{}, scheduler {} ({}), work dir {}", opts.id, opts.slots,
+               resources->empty() ? "" : " and ", taskgrid::FormatResources(*resources),
                opts.scheduler,
                absl::GetFlag(FLAGS_tls_ca).empty()     ? "plaintext"
                : absl::GetFlag(FLAGS_tls_cert).empty() ? "TLS"

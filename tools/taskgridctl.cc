@@ -27,6 +27,7 @@
 #include "common/builtins.h"
 #include "common/flags_help.h"
 #include "common/proto_time.h"
+#include "common/resources.h"
 #include "common/secret_file.h"
 #include "common/tls.h"
 #include "scheduler/core/state_machine.h"
@@ -207,6 +208,12 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   if (absl::GetFlag(FLAGS_slots) < 0) return UsageError("--slots is negative");
   if (absl::GetFlag(FLAGS_slots) > 0) {
     spec->mutable_placement()->set_slots(absl::GetFlag(FLAGS_slots));
+  }
+  if (set.count("resources")) {
+    absl::StatusOr<taskgrid::Resources> need =
+        taskgrid::ParseResourceList(absl::GetFlag(FLAGS_resources));
+    if (!need.ok()) return UsageError(absl::StrCat("--resources: ", need.status().message()));
+    taskgrid::ToResourceMap(*need, spec->mutable_placement()->mutable_resources());
   }
   if (set.count("not_before")) {
     absl::StatusOr<absl::Time> when =

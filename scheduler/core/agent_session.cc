@@ -109,6 +109,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.chains = hello.chains();
   a.labels = {hello.labels().begin(), hello.labels().end()};
   a.slots = hello.slots();
+  a.resources = ParseResourceMap(hello.resources()).value_or(Resources{});  // validated
   a.last_seen = Mono();
   a.connect_time = Now();
   a.last_seen_time = a.connect_time;
@@ -179,7 +180,7 @@ void Scheduler::UnparkFor(const AgentRecord& a) {
   if (!a.takes_work()) return;
   for (auto it = parked_.begin(); it != parked_.end();) {
     ReadyClass& c = **it;
-    if (!Matches(c.placement, a)) {
+    if (!Matches(c.placement, c.need, a)) {
       ++it;
       continue;
     }

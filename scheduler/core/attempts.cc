@@ -54,6 +54,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
     // The next link starts on the agent now, in the slot t freed: from here
     // on it is an ordinary dispatched attempt.
     holder->used += SlotsOf(next->spec.placement());
+    AddResources(NeedOf(next->spec.placement()), &holder->held);
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
     if (next->link_started) ImpliedAccept(*holder, *next);
     return;
@@ -102,7 +103,10 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
     AgentRecord* holder = agents_.Find(t.agent_id);
     TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
     AgentRecord& a = *holder;
-    if (holds_slot) a.used -= SlotsOf(t.spec.placement());
+    if (holds_slot) {
+      a.used -= SlotsOf(t.spec.placement());
+      SubtractResources(NeedOf(t.spec.placement()), &a.held);
+    }
     a.tasks.erase(t.id());
     task_deadlines_.Remove(t.id());
   }

@@ -39,6 +39,7 @@ void Scheduler::AddReady(TaskRecord& t) {
     slot = std::make_unique<ReadyClass>();
     slot->key = t.placement_class;
     slot->placement = t.spec.placement();
+    slot->need = NeedOf(slot->placement);
     slot->replica_of = t.spec.replica_of();
     slot->queue = t.queue();
   }
@@ -88,8 +89,10 @@ void Scheduler::BackToHeads(ReadyClass& c) {
 
 bool Scheduler::AnyAgentCouldTake(const v1::Placement& p,
                                   const absl::flat_hash_set<std::string>* exclude) const {
+  const Resources need = NeedOf(p);
   auto could = [&](const AgentRecord& a) {
-    return a.takes_work() && Matches(p, a) && (exclude == nullptr || !exclude->contains(a.id));
+    return a.takes_work() && Matches(p, need, a) &&
+           (exclude == nullptr || !exclude->contains(a.id));
   };
   if (!p.agent_ids().empty()) {
     // Pinned: only the named agents need looking at.
@@ -133,7 +136,7 @@ void Scheduler::Dispatch() {
     absl::flat_hash_set<std::string> taken;
     if (!cls->replica_of.empty()) taken = ReplicaAgents(*t.replica_of);
     const absl::flat_hash_set<std::string>* exclude = cls->replica_of.empty() ? nullptr : &taken;
-    AgentRecord* a = Pick(cls->placement, agents, exclude);
+    AgentRecord* a = Pick(cls->placement, cls->need, agents, exclude);
     if (a == nullptr) {
       heads_.erase(heads_.begin());
       if (AnyAgentCouldTake(cls->placement, exclude)) {
@@ -160,6 +163,7 @@ void Scheduler::Dispatch() {
     t.dispatch_time = now;
     t.start_time = absl::InfinitePast();
     a->used += SlotsOf(t.spec.placement());
+    AddResources(cls->need, &a->held);
     a->tasks.insert(t.id());
     a->last_assigned = ++assign_counter_;
     task_deadlines_.Set(t.id(), mono + AckTimeout(t));

@@ -275,14 +275,24 @@ absl::Status Scheduler::CheckInvariants() const {
   }
   for (const auto& [id, a] : agents_.all()) {
     int32_t used = 0;
+    Resources held;
     for (const std::string& tid : a->tasks) {
       const TaskRecord* t = Find(tid);
       if (t == nullptr || !IsInFlight(t->state) || t->agent_id != id) {
         return fail("agent ", id, " lists task ", tid, " it does not hold");
       }
-      if (t->chained_after == nullptr) used += SlotsOf(t->spec.placement());
+      if (t->chained_after == nullptr) {
+        used += SlotsOf(t->spec.placement());
+        AddResources(NeedOf(t->spec.placement()), &held);
+      }
     }
     if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
+    // Free is exactly offered minus held: held is the sum of what its
+    // slot-holding attempts asked for, nothing more or less.
+    if (held != a->held) {
+      return fail("agent ", id, " holds ", FormatResources(a->held), ", not ",
+                  FormatResources(held));
+    }
     if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
   }
   // The schedule timer holds exactly the unpaused schedules, each at its

@@ -10,7 +10,53 @@ namespace taskgrid::core {
 
 int32_t SlotsOf(const v1::Placement& p) { return p.slots() > 0 ? p.slots() : 1; }
 
+Resources NeedOf(const v1::Placement& p) {
+  if (p.resources().empty()) return {};
+  absl::StatusOr<Resources> need = ParseResourceMap(p.resources());
+  return need.ok() ? *std::move(need) : Resources{};
+}
+
+namespace {
+
+int64_t AmountOf(const Resources& r, const std::string& name) {
+  auto it = r.find(name);
+  return it == r.end() ? 0 : it->second;
+}
+
+// Offers every amount of `need` in total.
+bool Offers(const AgentRecord& agent, const Resources& need) {
+  for (const auto& [name, amount] : need) {
+    if (AmountOf(agent.resources, name) < amount) return false;
+  }
+  return true;
+}
+
+// What fraction of its offer an agent has left of what `need` names once
+// `need` is placed there: 0 for a perfect fit.
+double LeftOver(const AgentRecord& agent, const Resources& need) {
+  double left = 0;
+  for (const auto& [name, amount] : need) {
+    const int64_t offer = AmountOf(agent.resources, name);
+    const int64_t free = offer - AmountOf(agent.held, name);
+    left += static_cast<double>(free - amount) / static_cast<double>(offer);
+  }
+  return left;
+}
+
+}  // namespace
+
+bool AgentRecord::HasFree(const Resources& need) const {
+  for (const auto& [name, amount] : need) {
+    if (AmountOf(resources, name) - AmountOf(held, name) < amount) return false;
+  }
+  return true;
+}
+
 bool Matches(const v1::Placement& p, const AgentRecord& agent) {
+  return Matches(p, NeedOf(p), agent);
+}
+
+bool Matches(const v1::Placement& p, const Resources& need, const AgentRecord& agent) {
   if (!p.agent_ids().empty() &&
       std::find(p.agent_ids().begin(), p.agent_ids().end(), agent.id) == p.agent_ids().end()) {
     return false;
@@ -19,19 +65,32 @@ bool Matches(const v1::Placement& p, const AgentRecord& agent) {
     auto it = agent.labels.find(k);
     if (it == agent.labels.end() || it->second != v) return false;
   }
-  return SlotsOf(p) <= agent.slots;
+  return SlotsOf(p) <= agent.slots && Offers(agent, need);
 }
 
-AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents,
+AgentRecord* Pick(const v1::Placement& p, const Resources& need,
+                  const std::vector<AgentRecord*>& agents,
                   const absl::flat_hash_set<std::string>* exclude) {
-  const int32_t need = SlotsOf(p);
+  const int32_t slots = SlotsOf(p);
   AgentRecord* best = nullptr;
+  double best_left = 0;
   for (AgentRecord* a : agents) {
-    if (!a->takes_work() || a->free_slots() < need || !Matches(p, *a)) continue;
+    if (!a->takes_work() || a->free_slots() < slots || !a->HasFree(need) || !Matches(p, need, *a)) {
+      continue;
+    }
     if (exclude != nullptr && exclude->contains(a->id)) continue;
-    if (best == nullptr || a->free_slots() > best->free_slots() ||
-        (a->free_slots() == best->free_slots() && a->last_assigned < best->last_assigned)) {
+    if (need.empty()) {
+      if (best == nullptr || a->free_slots() > best->free_slots() ||
+          (a->free_slots() == best->free_slots() && a->last_assigned < best->last_assigned)) {
+        best = a;
+      }
+      continue;
+    }
+    const double left = LeftOver(*a, need);
+    if (best == nullptr || left < best_left ||
+        (left == best_left && a->last_assigned < best->last_assigned)) {
       best = a;
+      best_left = left;
     }
   }
   return best;
@@ -40,12 +99,18 @@ AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agent
 std::string PlacementClass(const v1::Placement& p) {
   // Most tasks ask for neither labels nor agents: no map, no joins (a
   // restart computes this for every stored task).
-  if (p.required_labels().empty() && p.agent_ids().empty()) return absl::StrCat(SlotsOf(p), "||");
+  if (p.required_labels().empty() && p.agent_ids().empty() && p.resources().empty()) {
+    return absl::StrCat(SlotsOf(p), "||");
+  }
   std::map<std::string, std::string> labels(p.required_labels().begin(), p.required_labels().end());
   std::vector<std::string> ids(p.agent_ids().begin(), p.agent_ids().end());
   std::sort(ids.begin(), ids.end());
+  // Resources as one spelling ("2" and "2000m" are one class), after a
+  // third '|' only when named, so the classes of tasks without them stay
+  // as they were.
   return absl::StrCat(SlotsOf(p), "|", absl::StrJoin(labels, ",", absl::PairFormatter("=")), "|",
-                      absl::StrJoin(ids, ","));
+                      absl::StrJoin(ids, ","), p.resources().empty() ? "" : "|",
+                      FormatResources(NeedOf(p)));
 }
 
 std::string TaskClass(const v1::TaskSpec& spec) {
@@ -95,6 +160,15 @@ std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const Agent
   for (const AgentRecord* a : live) most = std::max(most, a->slots);
   if (SlotsOf(p) > most) {
     return absl::StrCat("the task needs ", SlotsOf(p), " slots; the largest agent has ", most);
+  }
+  for (const auto& [name, amount] : NeedOf(p)) {
+    int64_t largest = 0;
+    for (const AgentRecord* a : live) largest = std::max(largest, AmountOf(a->resources, name));
+    if (amount <= largest) continue;
+    const std::string needs = absl::StrCat("needs ", name, "=", FormatResourceAmount(name, amount));
+    if (largest == 0) return absl::StrCat(needs, "; no agent offers ", name);
+    return absl::StrCat(needs, "; the largest agent has ", name, "=",
+                        FormatResourceAmount(name, largest));
   }
   return "no agent meets all of its placement at once";
 }

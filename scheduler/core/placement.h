@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
+#include "common/resources.h"
 #include "taskgrid/v1/task.pb.h"
 
 namespace taskgrid::core {
@@ -42,7 +43,12 @@ struct AgentRecord {
   absl::Time last_seen_time = absl::InfinitePast();  // wall, for display
   absl::flat_hash_map<std::string, std::string> labels;
   int32_t slots = 0;
-  int32_t used = 0;                        // slots held by live attempts
+  int32_t used = 0;  // slots held by live attempts
+  // What it offers (Hello.resources) and what the attempts holding its
+  // slots hold of it (their Placement.resources): free is the difference,
+  // negative when it came back offering less than it still runs.
+  Resources resources;
+  Resources held;
   absl::Duration last_seen;                // monotonic
   uint64_t last_assigned = 0;              // tie-break: least recently used first
   absl::flat_hash_set<std::string> tasks;  // ids of the live attempts it holds
@@ -64,19 +70,33 @@ struct AgentRecord {
   // Connected and not draining: may be given work.
   bool takes_work() const { return conn != 0 && !draining; }
   int32_t free_slots() const { return slots - used; }
+  // Has `need` free now.
+  bool HasFree(const Resources& need) const;
 };
+
+// What a task's placement asks for beyond slots. Validated at submit, so a
+// stored spec always parses; empty when it names nothing.
+Resources NeedOf(const v1::Placement& p);
 
 // Slots a task occupies (the spec's 0 means 1).
 int32_t SlotsOf(const v1::Placement& p);
 
-// True when `agent` carries the labels and id the placement asks for,
-// regardless of free slots.
+// True when `agent` carries the labels and id the placement asks for and
+// offers at least its slots and resources (`need`, NeedOf(p)), regardless
+// of what is free.
+bool Matches(const v1::Placement& p, const Resources& need, const AgentRecord& agent);
 bool Matches(const v1::Placement& p, const AgentRecord& agent);
 
-// The connected matching agent with room for the task: the most free slots
-// first, then the least recently assigned; never one in `exclude` (the
-// agents of a task's other replicas). nullptr when none fits.
-AgentRecord* Pick(const v1::Placement& p, const std::vector<AgentRecord*>& agents,
+// The connected matching agent with room for the task (free slots, and
+// `need` free), never one in `exclude` (the agents of a task's other
+// replicas); nullptr when none has. A task that names no resources goes
+// where the most slots are free (spreading the load); one that does goes
+// where it fits best: the least left over of what it asks for, as a
+// fraction of each agent's offer, so large requests still find room
+// whole instead of fragments everywhere. Ties: the least recently
+// assigned.
+AgentRecord* Pick(const v1::Placement& p, const Resources& need,
+                  const std::vector<AgentRecord*>& agents,
                   const absl::flat_hash_set<std::string>* exclude = nullptr);
 
 // The key grouping tasks that any given agent either can or cannot run.
@@ -87,8 +107,9 @@ std::string PlacementClass(const v1::Placement& p);
 std::string TaskClass(const v1::TaskSpec& spec);
 
 // Why no agent in `agents` can ever take a task with this placement right
-// now (ignoring how busy they are): e.g. "no agent has label gpu=1". Empty
-// when some agent that takes work matches.
+// now (ignoring how busy they are): e.g. "no agent has label gpu=1",
+// "needs gpu=4; the largest agent has gpu=2". Empty when some agent that
+// takes work matches.
 std::string WhyUnplaceable(const v1::Placement& p, const std::vector<const AgentRecord*>& agents);
 
 }  // namespace taskgrid::core

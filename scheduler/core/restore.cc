@@ -161,8 +161,9 @@ absl::Status Scheduler::FinishRestore() {
     // back and claim its attempts; after it they are re-queued.
     AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), agent_grace_end);
     a->tasks.insert(t.id());
-    if (t.chained_after == nullptr) a->used += SlotsOf(t.spec.placement());
     if (t.chained_after == nullptr) {
+      a->used += SlotsOf(t.spec.placement());
+      AddResources(NeedOf(t.spec.placement()), &a->held);
       if (t.start_time == absl::InfinitePast()) {
         // Not accepted yet (DISPATCHED, or cancelled before it was): its
         // agent's Hello settles it; should the agent come back without
@@ -179,6 +180,11 @@ absl::Status Scheduler::FinishRestore() {
       }
     }
     a->slots = std::max(a->slots, a->used);
+    // Until its Hello says what it offers, it offers what it holds.
+    for (const auto& [name, amount] : a->held) {
+      int64_t& offer = a->resources[name];
+      offer = std::max(offer, amount);
+    }
   }
   return absl::OkStatus();
 }

@@ -375,6 +375,7 @@ class Scheduler {
   struct ReadyClass {
     std::string key;
     v1::Placement placement;
+    Resources need;  // NeedOf(placement)
     ReadySet tasks;
     // kHeads: its head is in heads_, Dispatch looks at it. kAside: no agent
     // has room for it in this Dispatch (back in heads_ when it ends).

@@ -14,6 +14,7 @@
 #include "common/http_rules.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
+#include "common/resources.h"
 #include "common/status_macros.h"
 #include "scheduler/core/model.h"
 
@@ -217,6 +218,9 @@ absl::Status ValidateHello(const v1::Hello& hello, const SchedulerOptions& opts)
                                                    "] (--max_agent_slots)"));
   }
   RETURN_IF_ERROR(CheckLabels("hello.labels", hello.labels()));
+  if (absl::StatusOr<Resources> offer = ParseResourceMap(hello.resources()); !offer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.resources: ", offer.status().message()));
+  }
   if (hello.version().size() > kMaxIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("hello.version is ", hello.version().size(),
                                                    " bytes; the limit is ", kMaxIdLength));
@@ -351,6 +355,11 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
             CheckNameAt(FieldPath(f, "placement.agent_ids", i), p.agent_ids(i), kMaxIdLength);
         !s.ok()) {
       return s;
+    }
+  }
+  if (!p.resources().empty()) {
+    if (absl::StatusOr<Resources> need = ParseResourceMap(p.resources()); !need.ok()) {
+      return Invalid(FieldPath(f, "placement.resources"), need.status().message());
     }
   }
   if (!spec.job_id().empty()) {

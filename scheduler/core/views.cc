@@ -70,6 +70,13 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     const std::string why = WhyUnplaceable(t.spec.placement(), all);
     if (!why.empty()) {
       out->set_reason("waiting: " + why);
+    } else if (const Resources need = NeedOf(t.spec.placement());
+               !need.empty() && std::none_of(all.begin(), all.end(), [&](const AgentRecord* a) {
+                 return a->takes_work() && a->HasFree(need) &&
+                        Matches(t.spec.placement(), need, *a);
+               })) {
+      out->set_reason(
+          absl::StrCat("waiting: for ", FormatResources(need), " to be free on one agent"));
     } else if (t.replica_of != nullptr) {
       const absl::flat_hash_set<std::string> taken = ReplicaAgents(*t.replica_of);
       if (!AnyAgentCouldTake(t.spec.placement(), &taken)) {
@@ -115,10 +122,13 @@ void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
   SetTimestamp(a.last_seen_time, out->mutable_last_heartbeat_time());
   SetTimestamp(a.connect_time, out->mutable_connect_time());
   out->set_version(a.version);
+  ToResourceMap(a.resources, out->mutable_resources());
+  ToResourceMap(a.held, out->mutable_resources_used());
 }
 
 v1::ClusterStats Scheduler::ClusterStats() const {
   v1::ClusterStats st;
+  Resources total, held;
   for (const auto& [id, a] : agents_.all()) {
     if (!a->connected()) {
       st.set_agents_lost(st.agents_lost() + 1);
@@ -131,7 +141,11 @@ v1::ClusterStats Scheduler::ClusterStats() const {
     }
     st.set_slots_total(st.slots_total() + a->slots);
     st.set_slots_used(st.slots_used() + a->used);
+    AddResources(a->resources, &total);
+    AddResources(a->held, &held);
   }
+  ToResourceMap(total, st.mutable_resources_total());
+  ToResourceMap(held, st.mutable_resources_used());
   st.set_stale_messages(stale_messages_);
   *st.mutable_heartbeat_interval() = ToProto(heartbeat_interval());
   for (const auto& [queue, counts] : table_.counts()) {

@@ -194,6 +194,7 @@ class NoAgentTest(CliTestCase):
                       "--max_attempts=4", "--payload=hello", "--env=A=1,B=x=y", "--cwd=/tmp",
                       "--step_timeout=90s", "--attempt_timeout=5m", "--ack_timeout=3s",
                       "--labels=zone=eu,disk=ssd", "--agents=a1,a2", "--slots=2",
+                      "--resources=gpu=1,memory=0.5GiB",
                       "--", "/bin/echo", "--not-a-flag", "two words")
         rows = table_rows(out)
         self.assertEqual(rows, [["ID", "QUEUE", "STATE"], ["s1", self.queue, "PENDING"]])
@@ -208,7 +209,8 @@ class NoAgentTest(CliTestCase):
         self.assertEqual(spec["attempt_timeout"], "300s")
         self.assertEqual(spec["ack_timeout"], "3s")
         self.assertEqual(spec["placement"], {"required_labels": {"zone": "eu", "disk": "ssd"},
-                                             "agent_ids": ["a1", "a2"], "slots": 2})
+                                             "agent_ids": ["a1", "a2"], "slots": 2,
+                                             "resources": {"gpu": "1", "memory": "512MiB"}})
         self.assertEqual(len(spec["steps"]), 1)
         step = spec["steps"][0]
         self.assertEqual(step["timeout"], "90s")
@@ -623,8 +625,8 @@ class NoAgentTest(CliTestCase):
 
     def test_agents_none(self):
         self.assertEqual(table_rows(self.ok("agents")),
-                         [["ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT",
-                           "VERSION"]])
+                         [["ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS",
+                           "LAST HEARTBEAT", "VERSION"]])
         self.assertEqual(self.ok_json("agents").get("agents", []), [])
 
     def test_drain_unknown_agent(self):
@@ -1206,14 +1208,15 @@ class WatchFollowTest(CliTestCase):
 
 
 class ClusterTest(CliTestCase):
-    """agents and cluster: a1 (3 slots, labels) and a2 (2 slots)."""
+    """agents and cluster: a1 (3 slots, labels, resources) and a2 (2 slots)."""
 
     @classmethod
     def setUpClass(cls):
         cls.cluster = harness.Cluster()
         cls.addClassCleanup(cls.cluster.close)
         cls.cluster.start_scheduler()
-        cls.cluster.start_agent("a1", slots=3, labels="zone=eu,disk=ssd")
+        cls.cluster.start_agent("a1", slots=3, labels="zone=eu,disk=ssd",
+                                extra_flags=["--resources=memory=8GiB,cpu=4"])
         cls.cluster.start_agent("a2", slots=2)
 
     def wait_agents(self, expected):
@@ -1226,10 +1229,10 @@ class ClusterTest(CliTestCase):
         return harness.wait_until(listed, timeout=WAIT, interval=0.1,
                                   what=f"agents to be {expected}")
 
-    def run_on(self, task_id, agent_id):
+    def run_on(self, task_id, agent_id, *flags):
         """A 60 s sleep pinned to agent_id, RUNNING when this returns."""
         self.ok("submit", f"--id={task_id}", f"--queue={self.queue}", f"--agents={agent_id}",
-                "--builtin=sleep", "--", "60")
+                *flags, "--builtin=sleep", "--", "60")
         self.cluster.wait_state(task_id, "RUNNING", timeout=WAIT)
 
     def test_agents(self):
@@ -1240,25 +1243,47 @@ class ClusterTest(CliTestCase):
         self.assertEqual(a1.get("running", []), [])
         self.assertTrue(a1["version"])
         self.assertIn("last_heartbeat_time", a1)
+        self.assertEqual(a1["resources"], {"cpu": "4", "memory": "8GiB"})
+        self.assertEqual(a1.get("resources_used", {}), {})
 
         rows = table_rows(self.ok("agents"))
-        self.assertEqual(rows[0], ["ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT",
-                                   "VERSION"])
+        self.assertEqual(rows[0], ["ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS",
+                                   "LAST HEARTBEAT", "VERSION"])
         self.assertEqual([r[0] for r in rows[1:]], ["a1", "a2"])  # by id
-        self.assertEqual(rows[1][:5], ["a1", "ACTIVE", "0/3", "0", "disk=ssd,zone=eu"])
-        self.assertRegex(rows[1][5], r"^\d+(\.\d)?s ago$")
-        self.assertEqual(rows[1][6], a1["version"])
-        self.assertEqual(rows[2][:5], ["a2", "ACTIVE", "0/2", "0", "-"])
+        self.assertEqual(rows[1][:6], ["a1", "ACTIVE", "0/3", "cpu=0/4,memory=0/8GiB", "0",
+                                       "disk=ssd,zone=eu"])
+        self.assertRegex(rows[1][6], r"^\d+(\.\d)?s ago$")
+        self.assertEqual(rows[1][7], a1["version"])
+        self.assertEqual(rows[2][:6], ["a2", "ACTIVE", "0/2", "-", "0", "-"])
 
-        # A running task shows in its agent's slots and RUNNING.
-        self.run_on("ag-run", "a1")
+        # A running task shows in its agent's slots, resources and RUNNING.
+        self.run_on("ag-run", "a1", "--resources=cpu=1500m,memory=1024MiB")
         rows = table_rows(self.ok("agents"))
-        self.assertEqual(rows[1][:4], ["a1", "ACTIVE", "1/3", "1"])
-        self.assertEqual(rows[2][:4], ["a2", "ACTIVE", "0/2", "0"])
+        self.assertEqual(rows[1][:5], ["a1", "ACTIVE", "1/3", "cpu=1.5/4,memory=1GiB/8GiB", "1"])
+        self.assertEqual(rows[2][:5], ["a2", "ACTIVE", "0/2", "-", "0"])
         a1 = self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})["a1"]
         self.assertEqual((a1["slots_used"], a1["running"]), (1, ["ag-run"]))
+        self.assertEqual(a1["resources_used"], {"cpu": "1.5", "memory": "1GiB"})
+        # Asked as spelled, kept in the one spelling.
+        self.assertEqual(self.ok_json("get", "ag-run")["spec"]["placement"]["resources"],
+                         {"cpu": "1.5", "memory": "1GiB"})
         self.ok("cancel", "ag-run")
         self.cluster.wait_state("ag-run", "CANCELLED", timeout=WAIT)
+        # Its end gives back what it held.
+        harness.wait_until(
+            lambda: not self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})["a1"].get(
+                "resources_used"),
+            timeout=WAIT, interval=0.1, what="a1's resources to be free again")
+
+        # More than any agent offers: waits, saying so; nothing bad was stored.
+        res = self.ctl("submit", f"--queue={self.queue}", "--resources=gpu=0", "--", "/bin/true")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("gpu", res.stderr)
+        self.ok("submit", "--id=ag-big", f"--queue={self.queue}", "--resources=cpu=6",
+                "--builtin=noop")
+        self.assertEqual(self.ok_json("get", "ag-big")["reason"],
+                         "waiting: needs cpu=6; the largest agent has cpu=4")
+        self.ok("cancel", "ag-big")
 
     def test_cluster(self):
         self.wait_agents({"a1": "ACTIVE", "a2": "ACTIVE"})
@@ -1278,6 +1303,7 @@ class ClusterTest(CliTestCase):
         self.assertRegex(out, r"(?m)^Agents draining:\s+0$")
         self.assertRegex(out, r"(?m)^Agents lost:\s+0$")
         self.assertRegex(out, r"(?m)^Slots used:\s+1 / 5$")
+        self.assertRegex(out, r"(?m)^Resources used:\s+cpu=0/4,memory=0/8GiB$")
         self.assertRegex(out, r"(?m)^Stale messages:\s+0$")
         self.assertRegex(out, r"(?m)^Heartbeat every:\s+1s$")
         self.assertRegex(out, r"(?m)^Tasks:$")
@@ -1308,7 +1334,7 @@ class DrainTest(CliTestCase):
         self.assertEqual(self.ok("drain", "d1"), "d1 DRAINING\n")
         self.assertEqual(self.agent_states(), {"d1": "DRAINING", "d2": "ACTIVE"})
         rows = table_rows(self.ok("agents"))
-        self.assertEqual(rows[1][:4], ["d1", "DRAINING", "1/2", "1"])
+        self.assertEqual(rows[1][:5], ["d1", "DRAINING", "1/2", "-", "1"])
         # Again, as JSON: the Agent.
         agent = self.ok_json("drain", "d1")
         self.assertEqual((agent["id"], agent["state"]), ("d1", "AGENT_STATE_DRAINING"))

@@ -28,3 +28,4 @@ taskgrid_system_test(production_walkthrough production_walkthrough_test.py TIMEO
 taskgrid_system_test(token_reload token_reload_test.py)
 taskgrid_system_test(tls_errors tls_errors_test.py)
 taskgrid_system_test(cert_renewal cert_renewal_test.py)
+taskgrid_system_test(resources resources_test.py)

@@ -48,6 +48,8 @@ ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
+ABSL_FLAG(std::string, resources, "",
+          "submit: cpu=2,memory=4GiB,gpu=1: what the task needs free on its agent");
 ABSL_FLAG(std::string, merge_key, "",
           "submit: join the waiting task of this key (its payload appended); delete: the key");
 ABSL_FLAG(std::string, merge_update, "",

@@ -33,6 +33,7 @@ ABSL_DECLARE_FLAG(absl::Duration, schedule_timeout);
 ABSL_DECLARE_FLAG(std::string, labels);
 ABSL_DECLARE_FLAG(std::string, agents);
 ABSL_DECLARE_FLAG(int32_t, slots);
+ABSL_DECLARE_FLAG(std::string, resources);
 ABSL_DECLARE_FLAG(std::string, merge_key);
 ABSL_DECLARE_FLAG(std::string, merge_update);
 ABSL_DECLARE_FLAG(int32_t, replicas);

@@ -33,8 +33,8 @@ const std::vector<Command>& Commands() {
        {// The task.
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
-        "schedule_timeout", "labels", "agents", "slots", "merge_key", "merge_update", "replicas",
-        "replica_agents", "success", "unique_key", "unique_ttl",
+        "schedule_timeout", "labels", "agents", "slots", "resources", "merge_key", "merge_update",
+        "replicas", "replica_agents", "success", "unique_key", "unique_ttl",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -65,6 +65,10 @@ Flags of the task (one task, one step):
   --labels=k=v,...      run only on agents carrying these labels
   --agents=a1,a2        run only on these agents
   --slots=N             slots the task takes on its agent (default 1)
+  --resources=cpu=2,memory=4GiB,gpu=1  what it needs free on its agent,
+                        held while it runs (the agent's --resources): cpu in
+                        cores or millicores (500m), memory with a unit (MiB,
+                        GiB, ... or MB, GB, ...), any other name a count
   --merge_key=KEY       delivery by merge key: while a task of this queue and
                         key waits (not yet dispatched), join it instead of
                         making a new one (its payload is appended; the
@@ -517,7 +521,8 @@ Another worker may claim them first.)txt"},
         // The task template: as submit.
         "file", "builtin", "queue", "priority", "max_attempts", "payload", "payload_file", "env",
         "cwd", "step_timeout", "attempt_timeout", "ack_timeout", "schedule_timeout", "labels",
-        "agents", "slots", "merge_key", "merge_update", "replicas", "replica_agents", "success"},
+        "agents", "slots", "resources", "merge_key", "merge_update", "replicas", "replica_agents",
+        "success"},
        R"txt(Forms:
   taskgridctl schedule create ID --cron=EXPR|--every=DUR [FLAGS] -- PROGRAM [ARGS...]
   taskgridctl schedule create ID --cron=EXPR|--every=DUR --builtin=NAME [FLAGS] [--] [ARGS...]

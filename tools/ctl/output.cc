@@ -1,7 +1,10 @@
 #include "tools/ctl/output.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -448,16 +451,39 @@ std::string FormatAgo(absl::Time then, absl::Time now) {
   return absl::StrFormat("%dh%02dm ago", s / 3600, s % 3600 / 60);
 }
 
+namespace {
+
+// "cpu=2/8,memory=4GiB/32GiB": held / offered per name, sorted by name;
+// a name held but no longer offered (an agent back with less) shows /0.
+std::string FormatUsedOfTotal(const google::protobuf::Map<std::string, std::string>& used,
+                              const google::protobuf::Map<std::string, std::string>& total) {
+  std::map<std::string, std::pair<std::string, std::string>> rows;
+  for (const auto& [k, v] : total) rows[k] = {"0", v};
+  for (const auto& [k, v] : used) {
+    auto& row = rows[k];
+    row.first = v;
+    if (row.second.empty()) row.second = "0";
+  }
+  std::vector<std::string> parts;
+  for (const auto& [k, row] : rows)
+    parts.push_back(absl::StrCat(k, "=", row.first, "/", row.second));
+  return absl::StrJoin(parts, ",");
+}
+
+}  // namespace
+
 std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
-  Table table({"ID", "STATE", "SLOTS", "RUNNING", "LABELS", "LAST HEARTBEAT", "VERSION"});
+  Table table(
+      {"ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS", "LAST HEARTBEAT", "VERSION"});
   for (const v1::Agent& a : resp.agents()) {
     // A proto map has no order; sorted so the column reads the same each time.
     std::vector<std::string> labels;
     for (const auto& [k, v] : a.labels()) labels.push_back(absl::StrCat(k, "=", v));
     std::sort(labels.begin(), labels.end());
     table.AddRow({a.id(), core::AgentStateName(a.state()),
-                  absl::StrCat(a.slots_used(), "/", a.slots()), absl::StrCat(a.running_size()),
-                  OrDash(absl::StrJoin(labels, ",")),
+                  absl::StrCat(a.slots_used(), "/", a.slots()),
+                  OrDash(FormatUsedOfTotal(a.resources_used(), a.resources())),
+                  absl::StrCat(a.running_size()), OrDash(absl::StrJoin(labels, ",")),
                   FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version())});
   }
   return table.Render();
@@ -470,6 +496,10 @@ std::string FormatClusterStats(const v1::ClusterStats& stats) {
   Field(&out, "Agents draining", absl::StrCat(stats.agents_draining()), kWidth);
   Field(&out, "Agents lost", absl::StrCat(stats.agents_lost()), kWidth);
   Field(&out, "Slots used", absl::StrCat(stats.slots_used(), " / ", stats.slots_total()), kWidth);
+  if (!stats.resources_total().empty() || !stats.resources_used().empty()) {
+    Field(&out, "Resources used",
+          FormatUsedOfTotal(stats.resources_used(), stats.resources_total()), kWidth);
+  }
   Field(&out, "Stale messages", absl::StrCat(stats.stale_messages()), kWidth);
   if (stats.has_heartbeat_interval()) {
     // Longer than the scheduler's --heartbeat_interval for a large fleet.

@@ -1,0 +1,112 @@
+"""Agents of different sizes (taskgrid-agent --resources): a task goes only
+where what it asks for is free, packed best fit; what each agent holds
+stays exact through a kill -9 of the scheduler (the agents come back
+holding what they run), a kill -9 of an agent (its task waits for room on
+the other one, then runs there) and the tasks' ends; a request no agent
+could hold says so.
+
+Run through ctest (system.resources), or by hand with TASKGRID_SCHEDULER,
+TASKGRID_AGENT and TASKGRID_CTL set.
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, wait_until  # noqa: E402
+
+# Runs until the test's "go" file exists (bounded: 60 s).
+BLOCK = r"""
+i=0; while [ ! -e "$1/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+[ -e "$1/go" ]
+"""
+
+QUEUE = "resources-test"
+
+
+class ResourcesTest(unittest.TestCase):
+    def test_agents_of_different_sizes(self):
+        with Cluster() as c:
+            flags = ["--heartbeat_interval=250ms", "--reconnect_grace=1s"]
+            c.start_scheduler(extra_flags=flags)
+            c.start_agent("small", slots=4, extra_flags=["--resources=cpu=1,memory=2GiB"])
+            c.start_agent("big", slots=4, extra_flags=["--resources=cpu=4,memory=8GiB,gpu=1"])
+            wait_until(lambda: {a: i["state"] for a, i in c.agents_info().items()} ==
+                       {"small": "AGENT_STATE_ACTIVE", "big": "AGENT_STATE_ACTIVE"},
+                       what="both agents to be active")
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+
+            def spec(task_id, resources):
+                return {"id": task_id, "queue": QUEUE, "max_attempts": 3,
+                        "placement": {"resources": resources},
+                        "steps": [{"exec": {"argv": ["sh", "-c", BLOCK, "block", d]}}]}
+
+            specs = [spec(f"r{i}", {"cpu": "1"}) for i in range(6)]
+            specs.append(spec("g2", {"gpu": "2"}))
+            path = os.path.join(c.dir, "specs.json")
+            with open(path, "w") as f:
+                json.dump(specs, f)
+            c.ctl("submit", "-f", path, check=True)
+
+            # Best fit: r0 fills the small agent exactly; r1-r4 take the big
+            # one's four cores; r5 waits for a core, g2 for an agent that
+            # could ever hold it.
+            for i in range(5):
+                c.wait_state(f"r{i}", "RUNNING")
+            self.assertEqual(c.task("r0")["agent_id"], "small")
+            self.assertEqual({c.task(f"r{i}")["agent_id"] for i in range(1, 5)}, {"big"})
+            self.assertEqual(c.task("r5")["state"], "TASK_STATE_PENDING")
+            self.assertEqual(c.task("r5")["reason"], "waiting: for cpu=1 to be free on one agent")
+            self.assertEqual(c.task("g2")["reason"],
+                             "waiting: needs gpu=2; the largest agent has gpu=1")
+            held = {"small": {"cpu": "1"}, "big": {"cpu": "4"}}
+            self.assertEqual({a: i.get("resources_used", {}) for a, i in c.agents_info().items()},
+                             held)
+            stats = c.ctl_json("cluster")
+            self.assertEqual(stats["resources_total"], {"cpu": "5", "memory": "10GiB", "gpu": "1"})
+            self.assertEqual(stats["resources_used"], {"cpu": "5"})
+
+            # kill -9 of the scheduler: the agents come back with what they
+            # run, and hold exactly that again.
+            c.scheduler.kill9()
+            c.start_scheduler(extra_flags=flags)
+
+            def held_again():
+                info = c.agents_info()
+                states = {a: i["state"] for a, i in info.items()}
+                return (states == {"small": "AGENT_STATE_ACTIVE", "big": "AGENT_STATE_ACTIVE"} and
+                        {a: i.get("resources_used", {}) for a, i in info.items()} == held)
+            wait_until(held_again, what="both agents back, holding what they ran")
+            for i in range(5):
+                t = c.task(f"r{i}")
+                self.assertEqual((t["state"], t["attempt"]), ("TASK_STATE_RUNNING", 1), t)
+            self.assertEqual(c.task("r5")["state"], "TASK_STATE_PENDING")
+
+            # kill -9 of the small agent: r0 moves, and waits for a core on
+            # the big one (never two copies: the small one's step died
+            # with it).
+            c.agents["small"].kill9()
+            wait_until(lambda: c.agents_info()["small"]["state"] == "AGENT_STATE_LOST",
+                       what="the small agent to be lost")
+            wait_until(lambda: c.task("r0")["state"] in ("TASK_STATE_PENDING",
+                                                          "TASK_STATE_SCHEDULED"),
+                       what="r0 to move")
+            self.assertEqual(c.agents_info()["small"].get("resources_used", {}), {})
+
+            # Everything ends: r0 and r5 get their cores on the big agent.
+            with open(os.path.join(d, "go"), "w"):
+                pass
+            for i in range(6):
+                c.wait_state(f"r{i}", "SUCCEEDED")
+            self.assertEqual([a["agent_id"] for a in c.task("r0")["attempts"]], ["small", "big"])
+            self.assertEqual([a["agent_id"] for a in c.task("r5")["attempts"]], ["big"])
+            wait_until(lambda: not c.agents_info()["big"].get("resources_used"),
+                       what="the big agent to hold nothing")
+            self.assertEqual(c.task("g2")["state"], "TASK_STATE_PENDING")
+            c.ctl("cancel", "g2", check=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
