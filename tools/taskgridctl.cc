@@ -702,6 +702,10 @@ int Run(int argc, char** argv) {
     req.set_max_concurrency(absl::GetFlag(FLAGS_max_concurrency));
     req.set_rate_per_second(absl::GetFlag(FLAGS_rate));
     req.set_burst(absl::GetFlag(FLAGS_burst));
+    absl::StatusOr<taskgrid::Resources> quota =
+        taskgrid::ParseResourceList(absl::GetFlag(FLAGS_quota));
+    if (!quota.ok()) return UsageError(absl::StrCat("--quota: ", quota.status().message()));
+    taskgrid::ToResourceMap(*quota, req.mutable_quota());
     return client.SetQueueLimits(req);
   }
   const bool bulk = name == "cancel" || name == "retry" || name == "delete";

@@ -54,7 +54,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
     // The next link starts on the agent now, in the slot t freed: from here
     // on it is an ordinary dispatched attempt.
     holder->used += SlotsOf(next->spec.placement());
-    AddResources(NeedOf(next->spec.placement()), &holder->held);
+    TakeResources(*holder, next->queue(), NeedOf(next->spec.placement()));
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
     if (next->link_started) ImpliedAccept(*holder, *next);
     return;
@@ -105,7 +105,7 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
     AgentRecord& a = *holder;
     if (holds_slot) {
       a.used -= SlotsOf(t.spec.placement());
-      SubtractResources(NeedOf(t.spec.placement()), &a.held);
+      GiveBackResources(a, t.queue(), NeedOf(t.spec.placement()));
     }
     a.tasks.erase(t.id());
     task_deadlines_.Remove(t.id());

@@ -76,6 +76,11 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
       h->second.erase(&c);
       if (h->second.empty()) held_.erase(h);
     }
+    if (c.where == ReadyClass::Where::kOverQuota) {
+      auto h = over_quota_.find(c.queue);
+      h->second.erase(&c);
+      if (h->second.empty()) over_quota_.erase(h);
+    }
     ready_.erase(it);
     return;
   }
@@ -131,6 +136,13 @@ void Scheduler::Dispatch() {
       Hold(*cls);
       continue;
     }
+    // Its start would pass its queue's quota: it waits for the queue's
+    // tasks to give some back (or for a new quota).
+    if (!cls->need.empty() && !WithinQuota(cls->queue, cls->need)) {
+      heads_.erase(heads_.begin());
+      OverQuota(*cls);
+      continue;
+    }
     ++placement_attempts_;
     // A replica keeps off the agents of its siblings.
     absl::flat_hash_set<std::string> taken;
@@ -163,7 +175,7 @@ void Scheduler::Dispatch() {
     t.dispatch_time = now;
     t.start_time = absl::InfinitePast();
     a->used += SlotsOf(t.spec.placement());
-    AddResources(cls->need, &a->held);
+    TakeResources(*a, t.queue(), cls->need);
     a->tasks.insert(t.id());
     a->last_assigned = ++assign_counter_;
     task_deadlines_.Set(t.id(), mono + AckTimeout(t));

@@ -160,7 +160,7 @@ absl::Status Scheduler::CheckInvariants() const {
     }
   }
   size_t in_ready = 0;
-  size_t in_heads = 0, parked = 0, held = 0;
+  size_t in_heads = 0, parked = 0, held = 0, over_quota = 0;
   for (const auto& [key, c] : ready_) {
     if (c->tasks.empty()) return fail("ready class ", key, " is empty but kept");
     if (c->key != key) return fail("ready class ", key, " is keyed as ", c->key);
@@ -195,6 +195,18 @@ absl::Status Scheduler::CheckInvariants() const {
         }
         break;
       }
+      case ReadyClass::Where::kOverQuota: {
+        ++over_quota;
+        auto h = over_quota_.find(c->queue);
+        if (h == over_quota_.end() || !h->second.contains(c.get())) {
+          return fail("class ", key, " over quota is not listed under its queue ", c->queue);
+        }
+        // Nothing waits that its queue's quota has room for now.
+        if (WithinQuota(c->queue, c->need)) {
+          return fail("class ", key, " waits over the quota of ", c->queue, " but fits it");
+        }
+        break;
+      }
     }
   }
   if (heads_.size() != in_heads)
@@ -206,6 +218,14 @@ absl::Status Scheduler::CheckInvariants() const {
     listed_held += classes.size();
   }
   if (listed_held != held) return fail(listed_held, " classes listed held, not ", held);
+  size_t listed_over = 0;
+  for (const auto& [queue, classes] : over_quota_) {
+    if (classes.empty()) return fail("queue ", queue, " has no class over quota but is listed");
+    listed_over += classes.size();
+  }
+  if (listed_over != over_quota) {
+    return fail(listed_over, " classes listed over quota, not ", over_quota);
+  }
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
   size_t in_queues = 0;
   for (const auto& [queue, set] : ready_by_queue_) {
@@ -273,6 +293,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
     if (j->size() == 0) return fail("job ", id, " has no task");
   }
+  absl::flat_hash_map<std::string, Resources> held_by_queue;
   for (const auto& [id, a] : agents_.all()) {
     int32_t used = 0;
     Resources held;
@@ -283,7 +304,9 @@ absl::Status Scheduler::CheckInvariants() const {
       }
       if (t->chained_after == nullptr) {
         used += SlotsOf(t->spec.placement());
-        AddResources(NeedOf(t->spec.placement()), &held);
+        const Resources need = NeedOf(t->spec.placement());
+        AddResources(need, &held);
+        if (!need.empty()) AddResources(need, &held_by_queue[t->queue()]);
       }
     }
     if (used != a->used) return fail("agent ", id, " uses ", a->used, " slots, not ", used);
@@ -294,6 +317,16 @@ absl::Status Scheduler::CheckInvariants() const {
                   FormatResources(held));
     }
     if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
+  }
+  if (held_by_queue != held_by_queue_) {
+    for (const auto& [queue, r] : held_by_queue_) {
+      auto it = held_by_queue.find(queue);
+      if (it == held_by_queue.end() || it->second != r) {
+        return fail("queue ", queue, " is said to hold ", FormatResources(r), ", not ",
+                    it == held_by_queue.end() ? "nothing" : FormatResources(it->second));
+      }
+    }
+    return fail("a queue holds resources it is not said to");
   }
   // The schedule timer holds exactly the unpaused schedules, each at its
   // next fire.

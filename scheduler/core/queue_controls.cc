@@ -29,12 +29,20 @@ absl::Status ValidateQueueLimits(const v1::SetQueueLimitsRequest& req) {
   if (req.burst() > 0 && rate == 0) {
     return absl::InvalidArgumentError("burst: needs rate_per_second (a burst of what?)");
   }
+  if (absl::StatusOr<Resources> quota = ParseResourceMap(req.quota()); !quota.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("quota: ", quota.status().message()));
+  }
   return absl::OkStatus();
 }
 
 bool IsDefault(const v1::QueueSettings& s) {
   return !s.paused() && s.max_concurrency() == 0 && s.rate_per_second() == 0 && s.burst() == 0 &&
-         !s.has_retention() && !s.has_failed_retention();
+         !s.has_retention() && !s.has_failed_retention() && s.quota().empty();
+}
+
+const Resources* QueueControls::QuotaOf(const std::string& queue) const {
+  auto it = queues_.find(queue);
+  return it == queues_.end() || it->second.quota.empty() ? nullptr : &it->second.quota;
 }
 
 const v1::QueueSettings* QueueControls::Find(const std::string& queue) const {
@@ -58,6 +66,7 @@ void QueueControls::Set(const std::string& queue, const v1::QueueSettings& s, ab
     return;
   }
   Queue& q = queues_[queue];
+  q.quota = ParseResourceMap(s.quota()).value_or(Resources{});  // validated
   const bool new_rate =
       q.settings.rate_per_second() != s.rate_per_second() || q.settings.burst() != s.burst();
   q.settings = s;

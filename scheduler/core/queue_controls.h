@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/resources.h"
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
@@ -17,7 +18,8 @@ namespace taskgrid::core {
 // The most a limit may be set to (concurrency, rate, burst).
 inline constexpr int64_t kMaxQueueLimit = 1'000'000;
 
-// INVALID_ARGUMENT naming the field when a limit is out of range.
+// INVALID_ARGUMENT naming the field when a limit is out of range or the
+// quota does not parse.
 absl::Status ValidateQueueLimits(const v1::SetQueueLimitsRequest& req);
 
 // Whether settings are the defaults (running, no limits): then nothing is
@@ -31,6 +33,8 @@ class QueueControls {
 
   // The queue's settings, or nullptr for the defaults.
   const v1::QueueSettings* Find(const std::string& queue) const;
+  // Its quota as amounts, or nullptr when it has none.
+  const Resources* QuotaOf(const std::string& queue) const;
   // Replaces the queue's settings; the defaults erase it. A rate limit
   // that is new or changed starts with a full bucket.
   void Set(const std::string& queue, const v1::QueueSettings& s, absl::Duration mono);
@@ -52,6 +56,7 @@ class QueueControls {
  private:
   struct Queue {
     v1::QueueSettings settings;
+    Resources quota;  // settings.quota, parsed
     double tokens = 0;
     absl::Duration refilled;  // when `tokens` was last brought up to date
   };

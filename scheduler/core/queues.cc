@@ -53,6 +53,63 @@ void Scheduler::ReleaseHeld(const std::string& queue) {
   held_.erase(it);
 }
 
+bool Scheduler::WithinQuota(const std::string& queue, const Resources& need) const {
+  // Strings are made only for a class over its quota.
+  return need.empty() || QuotaReason(queue, need).empty();
+}
+
+std::string Scheduler::QuotaReason(const std::string& queue, const Resources& need) const {
+  const Resources* quota = queue_controls_.QuotaOf(queue);
+  if (quota == nullptr) return "";
+  const auto held = held_by_queue_.find(queue);
+  for (const auto& [name, cap] : *quota) {
+    auto n = need.find(name);
+    if (n == need.end()) continue;
+    int64_t have = 0;
+    if (held != held_by_queue_.end()) {
+      if (auto h = held->second.find(name); h != held->second.end()) have = h->second;
+    }
+    if (have + n->second <= cap) continue;
+    const std::string asks = absl::StrCat(name, "=", FormatResourceAmount(name, n->second));
+    const std::string quota_text = absl::StrCat(name, "=", FormatResourceAmount(name, cap));
+    if (n->second > cap) {
+      return absl::StrCat("needs ", asks, "; the quota of queue ", queue, " is ", quota_text);
+    }
+    return absl::StrCat("queue ", queue, " is at its quota of ", quota_text, " (",
+                        FormatResourceAmount(name, have), " held; this task needs ",
+                        FormatResourceAmount(name, n->second), ")");
+  }
+  return "";
+}
+
+void Scheduler::TakeResources(AgentRecord& a, const std::string& queue, const Resources& need) {
+  if (need.empty()) return;
+  AddResources(need, &a.held);
+  AddResources(need, &held_by_queue_[queue]);
+}
+
+void Scheduler::GiveBackResources(AgentRecord& a, const std::string& queue, const Resources& need) {
+  if (need.empty()) return;
+  SubtractResources(need, &a.held);
+  if (auto it = held_by_queue_.find(queue); it != held_by_queue_.end()) {
+    SubtractResources(need, &it->second);
+    if (it->second.empty()) held_by_queue_.erase(it);
+  }
+  ReleaseOverQuota(queue);
+}
+
+void Scheduler::OverQuota(ReadyClass& c) {
+  c.where = ReadyClass::Where::kOverQuota;
+  over_quota_[c.queue].insert(&c);
+}
+
+void Scheduler::ReleaseOverQuota(const std::string& queue) {
+  auto it = over_quota_.find(queue);
+  if (it == over_quota_.end()) return;
+  for (ReadyClass* c : it->second) BackToHeads(*c);
+  over_quota_.erase(it);
+}
+
 void Scheduler::ReleaseOpened() {
   std::vector<std::string> opened;
   for (const auto& [queue, classes] : held_) {
@@ -69,6 +126,7 @@ v1::QueueStats Scheduler::ApplyQueueSettings(const std::string& queue, const v1:
   effects_.batch.queues.push_back(std::move(row));
   // Looser or tighter, Dispatch judges the held classes again.
   ReleaseHeld(queue);
+  ReleaseOverQuota(queue);
   Dispatch();
   return Stats(queue).front();
 }
@@ -90,6 +148,9 @@ absl::StatusOr<v1::QueueStats> Scheduler::SetQueueLimits(const v1::SetQueueLimit
   s.set_max_concurrency(req.max_concurrency());
   s.set_rate_per_second(req.rate_per_second());
   s.set_burst(req.burst());
+  // One spelling: "64" and "64000m" store the same.
+  s.clear_quota();
+  ToResourceMap(ParseResourceMap(req.quota()).value_or(Resources{}), s.mutable_quota());
   if (now != nullptr ? now->SerializeAsString() == s.SerializeAsString() : IsDefault(s)) {
     return Stats(req.queue()).front();  // nothing to store
   }

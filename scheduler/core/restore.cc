@@ -163,7 +163,7 @@ absl::Status Scheduler::FinishRestore() {
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) {
       a->used += SlotsOf(t.spec.placement());
-      AddResources(NeedOf(t.spec.placement()), &a->held);
+      TakeResources(*a, t.queue(), NeedOf(t.spec.placement()));
       if (t.start_time == absl::InfinitePast()) {
         // Not accepted yet (DISPATCHED, or cancelled before it was): its
         // agent's Hello settles it; should the agent come back without

@@ -382,7 +382,10 @@ class Scheduler {
     // kParked: no connected agent could take it; in parked_ until one
     // that can connects. kHeld: its queue may not start a task now
     // (paused, at its concurrency or rate limit); in held_ until it may.
-    enum class Where { kHeads, kAside, kParked, kHeld } where = Where::kHeads;
+    // kOverQuota: its head's start would pass its queue's quota; in
+    // over_quota_ until the queue's tasks give some back or the quota
+    // changes.
+    enum class Where { kHeads, kAside, kParked, kHeld, kOverQuota } where = Where::kHeads;
     std::string queue;
     // A class of replicas: the id of their task (whose other replicas'
     // agents it may not take).
@@ -461,6 +464,19 @@ class Scheduler {
   void ReleaseHeld(const std::string& queue);
   // Held queues whose gate opened meanwhile (a rate's token came).
   void ReleaseOpened();
+  // Whether `need` fits under the quota of `queue` beside what its tasks
+  // hold; and if not, why ("queue q is at its quota of gpu=4 ...", empty
+  // when it fits).
+  bool WithinQuota(const std::string& queue, const Resources& need) const;
+  std::string QuotaReason(const std::string& queue, const Resources& need) const;
+  // An attempt of `queue` on `a` starts or stops holding `need` (its agent's
+  // and its queue's held amounts); giving back lets the queue's classes
+  // over its quota be looked at again.
+  void TakeResources(AgentRecord& a, const std::string& queue, const Resources& need);
+  void GiveBackResources(AgentRecord& a, const std::string& queue, const Resources& need);
+  // Dispatch found the class's head over its queue's quota.
+  void OverQuota(ReadyClass& c);
+  void ReleaseOverQuota(const std::string& queue);
   // Stores the queue's settings and applies them.
   v1::QueueStats ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s);
   // The ready-queue doors, shared by Transition and restore.
@@ -695,6 +711,11 @@ class Scheduler {
   absl::flat_hash_set<ReadyClass*> parked_;
   // Classes whose queue may not start tasks now, by queue.
   absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
+  // Classes waiting for room under their queue's quota, by queue.
+  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> over_quota_;
+  // What each queue's attempts on agents hold (the attempts holding slots;
+  // no entry for a queue holding nothing). Changed with AgentRecord::held.
+  absl::flat_hash_map<std::string, Resources> held_by_queue_;
   QueueControls queue_controls_;
 
   AgentRegistry agents_{&opts_};

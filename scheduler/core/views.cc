@@ -68,10 +68,12 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     // failed); the others say what no agent offers.
     const std::vector<const AgentRecord*> all = agents != nullptr ? *agents : Agents();
     const std::string why = WhyUnplaceable(t.spec.placement(), all);
+    const Resources need = NeedOf(t.spec.placement());
     if (!why.empty()) {
       out->set_reason("waiting: " + why);
-    } else if (const Resources need = NeedOf(t.spec.placement());
-               !need.empty() && std::none_of(all.begin(), all.end(), [&](const AgentRecord* a) {
+    } else if (const std::string over = QuotaReason(t.queue(), need); !over.empty()) {
+      out->set_reason("waiting: " + over);
+    } else if (!need.empty() && std::none_of(all.begin(), all.end(), [&](const AgentRecord* a) {
                  return a->takes_work() && a->HasFree(need) &&
                         Matches(t.spec.placement(), need, *a);
                })) {
@@ -251,7 +253,10 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
       qs.set_claimed(it->second);
     }
     if (const v1::QueueSettings* s = queue_controls_.Find(name)) *qs.mutable_settings() = *s;
-    qs.set_held(held_.contains(name));
+    qs.set_held(held_.contains(name) || over_quota_.contains(name));
+    if (auto it = held_by_queue_.find(name); it != held_by_queue_.end()) {
+      ToResourceMap(it->second, qs.mutable_resources_held());
+    }
     if (const TaskRecord* oldest = table_.OldestPending(name)) {
       SetTimestamp(oldest->create_time, qs.mutable_oldest_pending_time());
     }

@@ -1,7 +1,11 @@
 #include "scheduler/http/metrics_page.h"
 
+#include <map>
+#include <string>
+
 #include "common/flags_help.h"
 #include "common/prometheus.h"
+#include "common/resources.h"
 #include "scheduler/core/state_machine.h"
 
 namespace taskgrid::http {
@@ -10,6 +14,25 @@ namespace {
 
 using prometheus::ExpositionWriter;
 using prometheus::Type;
+
+// A resource amount as the API spells it, in the unit Prometheus expects:
+// cpu in cores, memory in bytes, others as counts.
+double ResourceValue(const std::string& name, const std::string& amount) {
+  const int64_t v = ParseResourceAmount(name, amount).value_or(0);
+  return name == "cpu" ? static_cast<double>(v) / 1000 : static_cast<double>(v);
+}
+
+// One sample per resource name of `m`, sorted by name, with `labels` first.
+template <typename Map>
+void ResourceSamples(ExpositionWriter& w, absl::string_view family, prometheus::Labels labels,
+                     const Map& m) {
+  std::map<std::string, std::string> sorted(m.begin(), m.end());
+  for (const auto& [name, amount] : sorted) {
+    prometheus::Labels l = labels;
+    l.emplace_back("resource", name);
+    w.Sample(family, l, ResourceValue(name, amount));
+  }
+}
 
 // The count of `state` in a queue's or the cluster's counts by state name.
 template <typename Map>
@@ -39,6 +62,18 @@ void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
   for (size_t i = 0; i < s.queues.size(); ++i) {
     w.Sample("taskgrid_queue_oldest_pending_age_seconds", {{"queue", s.queues[i].queue()}},
              s.oldest_pending_seconds[i]);
+  }
+  w.Family("taskgrid_queue_resources_held", Type::kGauge,
+           "What the queue's tasks on agents hold, by resource (cpu in cores, memory in bytes, "
+           "others counted); only resources held.");
+  for (const v1::QueueStats& q : s.queues) {
+    ResourceSamples(w, "taskgrid_queue_resources_held", {{"queue", q.queue()}}, q.resources_held());
+  }
+  w.Family("taskgrid_queue_resource_quota", Type::kGauge,
+           "The queue's quota, by resource (queue limits --quota).");
+  for (const v1::QueueStats& q : s.queues) {
+    ResourceSamples(w, "taskgrid_queue_resource_quota", {{"queue", q.queue()}},
+                    q.settings().quota());
   }
 }
 
@@ -90,6 +125,19 @@ void Cluster(const v1::ClusterStats& c, ExpositionWriter& w) {
   w.Single("taskgrid_agent_slots_free", Type::kGauge,
            "Slots of the connected agents that no task holds (draining agents' included).",
            static_cast<double>(c.slots_total() - c.slots_used()));
+  w.Family("taskgrid_agent_resources", Type::kGauge,
+           "What the connected agents offer, by resource (cpu in cores, memory in bytes, others "
+           "counted).");
+  ResourceSamples(w, "taskgrid_agent_resources", {}, c.resources_total());
+  w.Family("taskgrid_agent_resources_held", Type::kGauge,
+           "What tasks hold of what the connected agents offer, by resource.");
+  std::map<std::string, std::string> held(c.resources_used().begin(), c.resources_used().end());
+  // Every offered name, zeros too, so a series drops to 0 instead of vanishing.
+  for (const auto& [name, amount] : c.resources_total()) held.emplace(name, "0");
+  for (const auto& [name, amount] : held) {
+    w.Sample("taskgrid_agent_resources_held", {{"resource", name}},
+             amount == "0" ? 0 : ResourceValue(name, amount));
+  }
 }
 
 void Writer(const store::GroupCommitWriter::Stats& s, ExpositionWriter& w) {

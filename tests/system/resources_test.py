@@ -3,7 +3,7 @@ where what it asks for is free, packed best fit; what each agent holds
 stays exact through a kill -9 of the scheduler (the agents come back
 holding what they run), a kill -9 of an agent (its task waits for room on
 the other one, then runs there) and the tasks' ends; a request no agent
-could hold says so.
+could hold says so. A queue's quota caps what its tasks hold at once.
 
 Run through ctest (system.resources), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
@@ -106,6 +106,51 @@ class ResourcesTest(unittest.TestCase):
                        what="the big agent to hold nothing")
             self.assertEqual(c.task("g2")["state"], "TASK_STATE_PENDING")
             c.ctl("cancel", "g2", check=True)
+
+    def test_queue_quota(self):
+        with Cluster() as c:
+            c.start_scheduler()
+            c.start_agent("wide", slots=8, extra_flags=["--resources=cpu=8"])
+            wait_until(lambda: c.agents_info().get("wide", {}).get("state") == "AGENT_STATE_ACTIVE",
+                       what="the agent to be active")
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+            queue = "quota-test"
+            out = c.ctl("queue", "limits", queue, "--quota=cpu=2", check=True).stdout
+            self.assertIn("quota cpu=0/2", out)
+            for i in range(3):
+                c.ctl("submit", f"--id=q{i}", f"--queue={queue}", "--resources=cpu=1", "--",
+                      "sh", "-c", BLOCK, "block", d, check=True)
+            c.wait_state("q0", "RUNNING")
+            c.wait_state("q1", "RUNNING")
+            t = c.task("q2")
+            self.assertEqual(t["state"], "TASK_STATE_PENDING")
+            self.assertEqual(t["reason"],
+                             f"waiting: queue {queue} is at its quota of cpu=2 "
+                             "(2 held; this task needs 1)")
+            stats = c.ctl_json("stats", f"--queue={queue}")["queues"][0]
+            self.assertEqual((stats["resources_held"], stats["settings"]["quota"], stats["held"]),
+                             ({"cpu": "2"}, {"cpu": "2"}, True))
+            out = c.ctl("stats", f"--queue={queue}", check=True).stdout
+            self.assertIn("quota cpu=2/2 (holding)", out)
+            # Kept across a restart of the scheduler.
+            c.scheduler.kill9()
+            c.start_scheduler()
+            wait_until(lambda: c.ctl_json("stats", f"--queue={queue}")["queues"][0].get(
+                "resources_held") == {"cpu": "2"}, what="the queue to hold cpu=2 again")
+            self.assertEqual(c.task("q2")["state"], "TASK_STATE_PENDING")
+            # A larger quota lets the third start at once.
+            c.ctl("queue", "limits", queue, "--quota=cpu=3", check=True)
+            c.wait_state("q2", "RUNNING")
+            res = c.ctl("queue", "limits", queue, "--quota=cpu=lots")
+            self.assertEqual(res.returncode, 2, res.stderr)
+            self.assertIn("cpu", res.stderr)
+            with open(os.path.join(d, "go"), "w"):
+                pass
+            for i in range(3):
+                c.wait_state(f"q{i}", "SUCCEEDED")
+            wait_until(lambda: not c.ctl_json("stats", f"--queue={queue}")["queues"][0].get(
+                "resources_held"), what="the queue to hold nothing")
 
 
 if __name__ == "__main__":

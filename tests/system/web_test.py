@@ -115,7 +115,7 @@ class DashboardTest(unittest.TestCase):
         need_browser()
         with harness.Cluster() as c:
             port = start_with_http(c)
-            c.start_agent("web-a", slots=2)
+            c.start_agent("web-a", slots=2, extra_flags=["--resources=cpu=2,memory=4GiB"])
             c.start_agent("web-b", slots=1, labels="zone=eu")
             harness.wait_until(lambda: len(c.agents_info()) == 2, what="both agents")
             spec = os.path.join(c.dir, "flaky.json")

@@ -177,6 +177,46 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_THAT(page, Not(HasSubstr("\n\n")));
 }
 
+TEST_F(MetricsTest, ResourcesOfferedAndHeldByAgentsAndQueues) {
+  const uint64_t big = engine_->AttachAgent(std::make_shared<testing::FakeAgentChannel>());
+  v1::Hello h;
+  h.set_agent_id("big");
+  h.set_slots(4);
+  (*h.mutable_resources())["cpu"] = "4";
+  (*h.mutable_resources())["memory"] = "8GiB";
+  ASSERT_TRUE(engine_->AgentHello(big, h).ok());
+  v1::SetQueueLimitsRequest limits;
+  limits.set_queue("train");
+  (*limits.mutable_quota())["cpu"] = "2";
+  std::promise<absl::Status> set;
+  engine_->SetQueueLimits(limits,
+                          [&](absl::StatusOr<v1::QueueStats> r) { set.set_value(r.status()); });
+  ASSERT_TRUE(set.get_future().get().ok());
+  v1::SubmitTasksRequest req;
+  v1::TaskSpec* s = req.add_tasks();
+  s->set_id("t1");
+  s->set_queue("train");
+  s->add_steps()->mutable_builtin()->set_name("noop");
+  (*s->mutable_placement()->mutable_resources())["cpu"] = "1500m";
+  (*s->mutable_placement()->mutable_resources())["memory"] = "1GiB";
+  std::promise<absl::Status> done;
+  engine_->SubmitTasks(
+      req, [&](absl::StatusOr<v1::SubmitTasksResponse> r) { done.set_value(r.status()); });
+  ASSERT_TRUE(done.get_future().get().ok());
+  engine_->Sync();
+
+  const std::string page = http::MetricsPage(engine_->Metrics(), http::ProcessInfo());
+  EXPECT_THAT(page, HasSubstr("taskgrid_agent_resources{resource=\"cpu\"} 4\n"
+                              "taskgrid_agent_resources{resource=\"memory\"} 8589934592\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_agent_resources_held{resource=\"cpu\"} 1.5\n"
+                              "taskgrid_agent_resources_held{resource=\"memory\"} 1073741824\n"));
+  EXPECT_THAT(page,
+              HasSubstr("taskgrid_queue_resources_held{queue=\"train\",resource=\"cpu\"} 1.5\n"));
+  EXPECT_THAT(page,
+              HasSubstr("taskgrid_queue_resource_quota{queue=\"train\",resource=\"cpu\"} 2\n"));
+  EXPECT_THAT(page, Not(HasSubstr("\n\n")));
+}
+
 TEST_F(MetricsTest, TheOldestPendingTaskIsTheFirstSubmittedStillWaiting) {
   v1::AgentMessage drain;
   drain.mutable_draining();

@@ -346,6 +346,95 @@ TEST_F(ResourcePlacementTest, OneSpellingIsOneClass) {
   EXPECT_THAT(Assigned(Take(), a), ElementsAre("x"));
 }
 
+class QueueQuotaTest : public ResourcePlacementTest {
+ protected:
+  absl::StatusOr<v1::QueueStats> SetQuota(const std::string& queue, const std::string& quota) {
+    v1::SetQueueLimitsRequest req;
+    req.set_queue(queue);
+    absl::StatusOr<Resources> r = ParseResourceList(quota);
+    EXPECT_TRUE(r.ok()) << r.status();
+    ToResourceMap(*r, req.mutable_quota());
+    absl::StatusOr<v1::QueueStats> st = sched_.SetQueueLimits(req);
+    Check();
+    return st;
+  }
+  static v1::TaskSpec In(const std::string& queue, v1::TaskSpec s) {
+    s.set_queue(queue);
+    return s;
+  }
+  v1::QueueStats StatsOf(const std::string& queue) { return sched_.Stats(queue).front(); }
+};
+
+TEST_F(QueueQuotaTest, AQueueHoldsNoMoreThanItsQuotaAndTheRestWaitsSayingWhy) {
+  const uint64_t a = ConnectOffering("a", 10, "cpu=8");
+  ASSERT_TRUE(SetQuota("batch", "cpu=2").ok());
+  for (int i = 0; i < 3; ++i) SubmitOk(In("batch", Needs("b" + std::to_string(i), "cpu=1")));
+  SubmitOk(In("other", Needs("o", "cpu=1")));
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("b0", "b1", "o"));
+  EXPECT_EQ(Describe("b2").reason(),
+            "waiting: queue batch is at its quota of cpu=2 (2 held; this task needs 1)");
+  v1::QueueStats st = StatsOf("batch");
+  EXPECT_TRUE(st.held());
+  EXPECT_EQ(st.resources_held().at("cpu"), "2");
+  EXPECT_EQ(st.settings().quota().at("cpu"), "2");
+  EXPECT_EQ(StatsOf("other").resources_held().at("cpu"), "1");
+  // The quota's class is not looked at again until the queue gives back.
+  const uint64_t before = sched_.placement_attempts();
+  Advance(absl::Milliseconds(10));
+  EXPECT_EQ(sched_.placement_attempts(), before);
+  Finish(a, "b0");
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("b2"));
+  EXPECT_FALSE(StatsOf("batch").held());
+}
+
+TEST_F(QueueQuotaTest, ANewQuotaIsJudgedAtOnce) {
+  const uint64_t a = ConnectOffering("a", 10, "gpu=4");
+  ASSERT_TRUE(SetQuota("train", "gpu=1").ok());
+  SubmitOk(In("train", Needs("t1", "gpu=1")));
+  SubmitOk(In("train", Needs("t2", "gpu=1")));
+  SubmitOk(In("train", Needs("big", "gpu=2")));
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("t1"));
+  EXPECT_EQ(Describe("big").reason(), "waiting: needs gpu=2; the quota of queue train is gpu=1");
+  ASSERT_TRUE(SetQuota("train", "gpu=2").ok());
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("t2"));
+  // No quota: everything that fits the agent starts; nothing is stored.
+  absl::StatusOr<v1::QueueStats> st = SetQuota("train", "");
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(st->has_settings());
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("big"));
+  EXPECT_EQ(Held("a"), "gpu=4");
+}
+
+TEST_F(QueueQuotaTest, NamesTheQuotaDoesNotListAreNotCapped) {
+  const uint64_t a = ConnectOffering("a", 10, "cpu=8,gpu=2");
+  ASSERT_TRUE(SetQuota("q", "gpu=1").ok());
+  for (int i = 0; i < 4; ++i) SubmitOk(In("q", Needs("c" + std::to_string(i), "cpu=1")));
+  SubmitOk(In("q", Spec("plain")));
+  EXPECT_THAT(Assigned(Take(), a), ElementsAre("c0", "c1", "c2", "c3", "plain"));
+}
+
+TEST_F(QueueQuotaTest, ARestartKeepsWhatEachQueueHolds) {
+  const uint64_t a = ConnectOffering("a", 10, "cpu=8");
+  SubmitOk(In("x", Needs("x1", "cpu=3")));
+  SubmitOk(In("y", Needs("y1", "cpu=1500m")));
+  ASSERT_THAT(Assigned(Take(), a), ElementsAre("x1", "y1"));
+  Run(a, "x1");
+  std::unique_ptr<Scheduler> s = Restarted();
+  EXPECT_EQ(s->Stats("x").front().resources_held().at("cpu"), "3");
+  EXPECT_EQ(s->Stats("y").front().resources_held().at("cpu"), "1.5");
+}
+
+TEST_F(QueueQuotaTest, ABadQuotaIsRefusedAndChangesNothing) {
+  ASSERT_TRUE(SetQuota("q", "gpu=1").ok());
+  v1::SetQueueLimitsRequest req;
+  req.set_queue("q");
+  (*req.mutable_quota())["gpu"] = "1.5";
+  absl::StatusOr<v1::QueueStats> st = sched_.SetQueueLimits(req);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.status().message(), HasSubstr("quota: resource gpu=\"1.5\""));
+  EXPECT_EQ(StatsOf("q").settings().quota().at("gpu"), "1");
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace taskgrid

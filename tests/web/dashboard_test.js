@@ -116,12 +116,16 @@ async function plain(page) {
       const row = page.locator(`tr[data-agent="${a.id}"]`);
       assert.equal(await row.getAttribute("data-state"), state(a.state));
       assert.equal((await row.locator('td[data-col="slots"]').textContent()).trim(), `${a.slots_used}/${a.slots}`);
+      // web-a offers cpu and memory (its tasks ask for none); the others offer nothing.
+      assert.equal((await row.locator('td[data-col="resources"]').textContent()).trim(),
+        a.id === "web-a" ? "cpu=0/2, memory=0/4GiB" : "—", a.id);
       const running = (await row.locator('td[data-col="running"]').textContent()).trim();
       assert.equal(running, (a.running || []).join(", ") || "—", a.id);
     }
     assert.ok((await api("agents")).agents.some((a) => (a.running || []).includes("long")));
     const cluster = await api("cluster");
     assert.ok((await page.locator("#cluster").textContent()).includes(`${Number(cluster.slots_used)} / ${Number(cluster.slots_total)}`));
+    assert.ok((await page.locator("#cluster").textContent()).includes("cpu=0/2, memory=0/4GiB"));
     const row = page.locator('tr[data-agent="web-b"]');
     await row.getByRole("button", { name: "Drain" }).click();
     await page.locator("#flash.ok").filter({ hasText: "drain web-b: now DRAINING" }).waitFor();

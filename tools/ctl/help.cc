@@ -411,18 +411,22 @@ error. Prints the queue's line of `taskgridctl stats`; --json the QueueStats.)"}
        {},
        R"(Prints the queue's line of `taskgridctl stats`; --json the QueueStats.)"},
       {"queue limits",
-       "queue limits QUEUE [--max_concurrency=N] [--rate=R] [--burst=B]",
-       "Set how many of a queue's tasks run at once and start per second",
+       "queue limits QUEUE [--max_concurrency=N] [--rate=R] [--burst=B] [--quota=cpu=64,gpu=4]",
+       "Set how many of a queue's tasks run at once, start per second, and hold",
        "taskgridctl queue limits mail --max_concurrency=10 --rate=5",
-       {"max_concurrency", "rate", "burst"},
+       {"max_concurrency", "rate", "burst", "quota"},
        R"(--max_concurrency=N  at most N tasks of the queue DISPATCHED or RUNNING at
                       once, agents and pull workers together (0: no limit)
 --rate=R             at most R task starts per second on average (0: no
                       limit; as low as 0.001, one per 1000 s)
 --burst=B            starts allowed at once after a quiet spell (default
                       max(1, R)); needs --rate
+--quota=cpu=64,gpu=4 most of each resource the queue's tasks on agents hold
+                      at once (what they ask with submit --resources); a
+                      task whose start would pass it waits, its reason
+                      naming the quota. Names not listed are not capped
 
-Each call sets all three: a flag left out is 0 (no limit), so
+Each call sets all four: a flag left out is 0 (no limit), so
 `taskgridctl queue limits mail` removes every limit. Stored, and kept
 across restarts. Prints the queue's line of `taskgridctl stats`; --json
 the QueueStats.)"},

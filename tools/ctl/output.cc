@@ -22,6 +22,23 @@ namespace taskgrid::ctl {
 
 namespace {
 
+// "cpu=2/8,memory=4GiB/32GiB": held / offered per name, sorted by name;
+// a name held but no longer offered (an agent back with less) shows /0.
+std::string FormatUsedOfTotal(const google::protobuf::Map<std::string, std::string>& used,
+                              const google::protobuf::Map<std::string, std::string>& total) {
+  std::map<std::string, std::pair<std::string, std::string>> rows;
+  for (const auto& [k, v] : total) rows[k] = {"0", v};
+  for (const auto& [k, v] : used) {
+    auto& row = rows[k];
+    row.first = v;
+    if (row.second.empty()) row.second = "0";
+  }
+  std::vector<std::string> parts;
+  for (const auto& [k, row] : rows)
+    parts.push_back(absl::StrCat(k, "=", row.first, "/", row.second));
+  return absl::StrJoin(parts, ",");
+}
+
 // Code points, not bytes, so a UTF-8 cell does not throw the columns off.
 size_t DisplayWidth(const std::string& s) {
   size_t n = 0;
@@ -324,6 +341,10 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
     if (claims) row.push_back(absl::StrCat(q.claimed()));
     if (controls) {
       std::string c = QueueControlsText(q.settings());
+      if (!q.settings().quota().empty()) {
+        absl::StrAppend(&c, c.empty() ? "" : ", ", "quota ",
+                        FormatUsedOfTotal(q.resources_held(), q.settings().quota()));
+      }
       if (q.held()) absl::StrAppend(&c, " (holding)");
       row.push_back(c.empty() ? "-" : c);
     }
@@ -450,27 +471,6 @@ std::string FormatAgo(absl::Time then, absl::Time now) {
   if (s < 3600) return absl::StrFormat("%dm%02ds ago", s / 60, s % 60);
   return absl::StrFormat("%dh%02dm ago", s / 3600, s % 3600 / 60);
 }
-
-namespace {
-
-// "cpu=2/8,memory=4GiB/32GiB": held / offered per name, sorted by name;
-// a name held but no longer offered (an agent back with less) shows /0.
-std::string FormatUsedOfTotal(const google::protobuf::Map<std::string, std::string>& used,
-                              const google::protobuf::Map<std::string, std::string>& total) {
-  std::map<std::string, std::pair<std::string, std::string>> rows;
-  for (const auto& [k, v] : total) rows[k] = {"0", v};
-  for (const auto& [k, v] : used) {
-    auto& row = rows[k];
-    row.first = v;
-    if (row.second.empty()) row.second = "0";
-  }
-  std::vector<std::string> parts;
-  for (const auto& [k, row] : rows)
-    parts.push_back(absl::StrCat(k, "=", row.first, "/", row.second));
-  return absl::StrJoin(parts, ",");
-}
-
-}  // namespace
 
 std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
   Table table(

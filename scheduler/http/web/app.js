@@ -211,6 +211,7 @@
       if (s.paused) controls.push(h("span", { class: "badge s-PAUSED" }, "PAUSED"));
       if (s.max_concurrency) controls.push(h("span", { class: "chip" }, `${s.max_concurrency} at once`));
       if (s.rate_per_second) controls.push(h("span", { class: "chip" }, `${s.rate_per_second}/s burst ${s.burst || Math.max(1, s.rate_per_second)}`));
+      if (s.quota && Object.keys(s.quota).length) controls.push(h("span", { class: "chip" }, `quota ${resourcesText(q.resources_held, s.quota)}`));
       if (q.held) controls.push(h("span", { class: "chip" }, "holding"));
       const kept = (d) => (d === "0s" ? "forever" : d);
       if (s.retention) controls.push(h("span", { class: "chip" }, `keeps ${kept(s.retention)}`));
@@ -440,6 +441,14 @@
     ];
   }
 
+  // "cpu=1.5/4, memory=1GiB/8GiB": held / offered per resource name.
+  function resourcesText(used, offered) {
+    used = used || {};
+    offered = offered || {};
+    const names = [...new Set([...Object.keys(offered), ...Object.keys(used)])].sort();
+    return names.map((k) => `${k}=${used[k] || "0"}/${offered[k] || "0"}`).join(", ");
+  }
+
   async function agentsPage() {
     const [list, c] = await Promise.all([api("agents"), api("cluster")]);
     const agents = list.agents || [];
@@ -447,12 +456,15 @@
     const cards = h("div", { class: "cards", id: "cluster" },
       card("Active agents", c.agents_active || 0, `${c.agents_draining || 0} draining, ${c.agents_lost || 0} lost`),
       card("Slots used", `${used} / ${total}`, total ? `${Math.round((100 * used) / total)} %` : "no slots"),
+      Object.keys(c.resources_total || {}).length
+        ? card("Resources used", resourcesText(c.resources_used, c.resources_total), "held / offered, connected agents")
+        : null,
       card("Heartbeat", c.heartbeat_interval || "—", "interval told to agents"),
       card("Stale messages", num(c.stale_messages), "late results refused by fencing"));
     const byState = h("div", {}, h("h2", {}, "Tasks by state, every queue"),
       stateChips(c.tasks, TASK_STATES, (s) => link("tasks", { state: s })));
     const table = agents.length ? h("table", { class: "list", id: "agents" },
-      h("thead", {}, h("tr", {}, ["Agent", "State", "Slots", "Labels", "Running", "Last heartbeat", "Connected", "Version", ""].map((x) => h("th", {}, x)))),
+      h("thead", {}, h("tr", {}, ["Agent", "State", "Slots", "Resources", "Labels", "Running", "Last heartbeat", "Connected", "Version", ""].map((x) => h("th", {}, x)))),
       h("tbody", {}, agents.map((a) => {
         const st = agentState(a.state);
         const meter = h("span", { class: "meter" }, h("span", {}));
@@ -462,6 +474,7 @@
           h("td", { class: "mono" }, a.id),
           h("td", {}, badge(st)),
           h("td", { "data-col": "slots" }, meter, `${a.slots_used}/${a.slots}`),
+          h("td", { class: "mono", "data-col": "resources" }, resourcesText(a.resources_used, a.resources) || "—"),
           h("td", {}, labels.length ? h("div", { class: "chips" }, labels.map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`))) : "—"),
           h("td", { class: "mono", "data-col": "running" }, (a.running || []).length ? a.running.map((id, i) => [i ? ", " : "", h("a", { href: taskLink(id) }, id)]) : "—"),
           h("td", {}, ago(a.last_heartbeat_time)),
