@@ -32,8 +32,8 @@ ABSL_FLAG(std::string, id, "",
           "This agent's id, unique in the cluster (default: HOSTNAME-PID). Keep it across "
           "restarts so the scheduler can hand running tasks back after a reconnect");
 ABSL_FLAG(int32_t, slots, 0,
-          "Tasks (slots) it runs at once. Default: 2, or 64 with --resources (what tasks ask "
-          "of those bounds it then)");
+          "Tasks (slots) it runs at once. 0: the default, 2, or 64 with --resources (what "
+          "tasks ask of those bounds it then)");
 ABSL_FLAG(std::string, labels, "", "Labels tasks can require, e.g. 'gpu=1,zone=a'");
 ABSL_FLAG(std::string, resources, "",
           "What it offers tasks that ask for resources, e.g. 'cpu=8,memory=32GiB,gpu=2': cpu in "

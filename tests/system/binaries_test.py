@@ -118,8 +118,10 @@ class BinariesTest(unittest.TestCase):
 
     def test_agent_refuses_bad_flags_with_a_message(self):
         cases = [
-            (["--slots=0"], "--slots must be at least 1"),
+            (["--slots=-1"], "--slots must be at least 1"),
             (["--labels=gpu"], "--labels"),
+            (["--resources=cpu=lots"], "--resources: resource cpu=\"lots\""),
+            (["--resources=gpu=1,gpu=2"], "--resources: resource gpu is given twice"),
             (["--id=has space"], "--id"),
             # No step supervisor, no steps: the agent would not be able to
             # kill a step's processes should it die.
