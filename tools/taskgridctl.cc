@@ -697,6 +697,12 @@ int Run(int argc, char** argv) {
       }
       return client.SetQueueRetention(req);
     }
+    if (name == "queue weight") {
+      v1::SetQueueWeightRequest req;
+      req.set_queue(args[0]);
+      if (set.count("weight")) req.set_weight(absl::GetFlag(FLAGS_weight));
+      return client.SetQueueWeight(req);
+    }
     v1::SetQueueLimitsRequest req;
     req.set_queue(args[0]);
     req.set_max_concurrency(absl::GetFlag(FLAGS_max_concurrency));

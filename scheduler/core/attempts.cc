@@ -53,8 +53,8 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
       next->agent_id == agent && holder != nullptr) {
     // The next link starts on the agent now, in the slot t freed: from here
     // on it is an ordinary dispatched attempt.
-    holder->used += SlotsOf(next->spec.placement());
-    TakeResources(*holder, next->queue(), NeedOf(next->spec.placement()));
+    TakeResources(*holder, next->queue(), SlotsOf(next->spec.placement()),
+                  NeedOf(next->spec.placement()));
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
     if (next->link_started) ImpliedAccept(*holder, *next);
     return;
@@ -104,8 +104,7 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
     TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
     AgentRecord& a = *holder;
     if (holds_slot) {
-      a.used -= SlotsOf(t.spec.placement());
-      GiveBackResources(a, t.queue(), NeedOf(t.spec.placement()));
+      GiveBackResources(a, t.queue(), SlotsOf(t.spec.placement()), NeedOf(t.spec.placement()));
     }
     a.tasks.erase(t.id());
     task_deadlines_.Remove(t.id());

@@ -47,8 +47,8 @@ void Scheduler::AddReady(TaskRecord& t) {
   const ReadyKey key = ReadyKeyOf(t);
   const bool new_head = c.tasks.empty() || key < *c.tasks.begin();
   if (new_head && c.where == ReadyClass::Where::kHeads) {
-    if (!c.tasks.empty()) heads_.erase({*c.tasks.begin(), &c});
-    heads_.insert({key, &c});
+    if (!c.tasks.empty()) EraseHead({*c.tasks.begin(), &c});
+    InsertHead({key, &c});
   }
   c.tasks.insert(key);
   // Not claimable: pinned to agents, or a replica (each on its own agent).
@@ -63,7 +63,7 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
   ReadyClass& c = *it->second;
   const ReadyKey key = ReadyKeyOf(t);
   const bool was_head = *c.tasks.begin() == key;
-  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.erase({key, &c});
+  if (was_head && c.where == ReadyClass::Where::kHeads) EraseHead({key, &c});
   c.tasks.erase(key);
   if (auto q = ready_by_queue_.find(t.queue()); q != ready_by_queue_.end()) {
     q->second.erase(key);
@@ -84,12 +84,82 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
     ready_.erase(it);
     return;
   }
-  if (was_head && c.where == ReadyClass::Where::kHeads) heads_.insert({*c.tasks.begin(), &c});
+  if (was_head && c.where == ReadyClass::Where::kHeads) InsertHead({*c.tasks.begin(), &c});
 }
 
 void Scheduler::BackToHeads(ReadyClass& c) {
   c.where = ReadyClass::Where::kHeads;
-  heads_.insert({*c.tasks.begin(), &c});
+  InsertHead({*c.tasks.begin(), &c});
+}
+
+void Scheduler::InsertHead(const Head& h) {
+  heads_.insert(h);
+  if (heads_by_queue_on_) heads_by_queue_[h.second->queue].insert(h);
+}
+
+void Scheduler::EraseHead(const Head& h) {
+  heads_.erase(h);
+  if (!heads_by_queue_on_) return;
+  auto it = heads_by_queue_.find(h.second->queue);
+  if (it == heads_by_queue_.end()) return;
+  it->second.erase(h);
+  if (it->second.empty()) heads_by_queue_.erase(it);
+}
+
+void Scheduler::IndexHeadsByQueue() {
+  const bool want = queue_controls_.weighted();
+  if (want == heads_by_queue_on_) return;
+  heads_by_queue_.clear();
+  heads_by_queue_on_ = want;
+  if (!want) return;
+  for (const Head& h : heads_) heads_by_queue_[h.second->queue].insert(h);
+}
+
+Scheduler::Capacity Scheduler::CapacityNow() const {
+  Capacity cap;
+  for (const auto& [id, a] : agents_.all()) {
+    if (!a->takes_work()) continue;
+    cap.slots += a->slots;
+    AddResources(a->resources, &cap.resources);
+  }
+  return cap;
+}
+
+double Scheduler::DominantShare(const std::string& queue, const Capacity& cap) const {
+  double share = 0;
+  if (auto s = slots_by_queue_.find(queue); s != slots_by_queue_.end() && cap.slots > 0) {
+    share = static_cast<double>(s->second) / static_cast<double>(cap.slots);
+  }
+  if (auto h = held_by_queue_.find(queue); h != held_by_queue_.end()) {
+    for (const auto& [name, amount] : h->second) {
+      auto offer = cap.resources.find(name);
+      if (offer == cap.resources.end() || offer->second <= 0) continue;
+      share = std::max(share, static_cast<double>(amount) / static_cast<double>(offer->second));
+    }
+  }
+  return share;
+}
+
+absl::btree_set<Scheduler::Head>::iterator Scheduler::FairHead(const Capacity& cap) {
+  const absl::btree_set<Head>* best = nullptr;
+  bool best_zero = true;
+  double best_score = 0;
+  for (const auto& [queue, heads] : heads_by_queue_) {
+    const int32_t weight = queue_controls_.WeightOf(queue);
+    const bool zero = weight == 0;
+    const double share = DominantShare(queue, cap);
+    const double score = zero ? share : share / weight;
+    // A queue with a weight before one without; then the least share per
+    // weight; then the better head (priority, then submit order).
+    if (best == nullptr || (best_zero && !zero) ||
+        (zero == best_zero &&
+         (score < best_score || (score == best_score && *heads.begin() < *best->begin())))) {
+      best = &heads;
+      best_zero = zero;
+      best_score = score;
+    }
+  }
+  return heads_.find(*best->begin());
 }
 
 bool Scheduler::AnyAgentCouldTake(const v1::Placement& p,
@@ -127,19 +197,23 @@ void Scheduler::Dispatch() {
   std::vector<std::string> aside;  // classes no agent has room for now
   const absl::Duration mono = Mono();
   const absl::Time now = Now();
+  // Queues share by weight once any has one; else the best head of all.
+  const bool fair = heads_by_queue_on_;
+  const Capacity cap = fair ? CapacityNow() : Capacity();
   while (!heads_.empty()) {
-    auto [key, cls] = *heads_.begin();
+    const Head next = fair ? *FairHead(cap) : *heads_.begin();
+    auto [key, cls] = next;
     TaskRecord& t = *std::get<2>(key);
     // Its queue may not start a task now: the class waits for it to open.
     if (!queue_controls_.empty() && GateOf(cls->queue) != QueueControls::Gate::kOpen) {
-      heads_.erase(heads_.begin());
+      EraseHead(next);
       Hold(*cls);
       continue;
     }
     // Its start would pass its queue's quota: it waits for the queue's
     // tasks to give some back (or for a new quota).
     if (!cls->need.empty() && !WithinQuota(cls->queue, cls->need)) {
-      heads_.erase(heads_.begin());
+      EraseHead(next);
       OverQuota(*cls);
       continue;
     }
@@ -150,7 +224,7 @@ void Scheduler::Dispatch() {
     const absl::flat_hash_set<std::string>* exclude = cls->replica_of.empty() ? nullptr : &taken;
     AgentRecord* a = Pick(cls->placement, cls->need, agents, exclude);
     if (a == nullptr) {
-      heads_.erase(heads_.begin());
+      EraseHead(next);
       if (AnyAgentCouldTake(cls->placement, exclude)) {
         cls->where = ReadyClass::Where::kAside;
         aside.push_back(cls->key);
@@ -174,8 +248,7 @@ void Scheduler::Dispatch() {
     t.agent_id = a->id;
     t.dispatch_time = now;
     t.start_time = absl::InfinitePast();
-    a->used += SlotsOf(t.spec.placement());
-    TakeResources(*a, t.queue(), cls->need);
+    TakeResources(*a, t.queue(), SlotsOf(t.spec.placement()), cls->need);
     a->tasks.insert(t.id());
     a->last_assigned = ++assign_counter_;
     task_deadlines_.Set(t.id(), mono + AckTimeout(t));

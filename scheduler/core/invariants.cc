@@ -211,6 +211,23 @@ absl::Status Scheduler::CheckInvariants() const {
   }
   if (heads_.size() != in_heads)
     return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
+  if (heads_by_queue_on_ != queue_controls_.weighted()) {
+    return fail("heads are indexed by queue ", heads_by_queue_on_ ? "without" : "with",
+                " queue weights");
+  }
+  size_t by_queue = 0;
+  for (const auto& [queue, heads] : heads_by_queue_) {
+    if (heads.empty()) return fail("queue ", queue, " has no head but is listed");
+    for (const Head& h : heads) {
+      if (h.second->queue != queue || !heads_.contains(h)) {
+        return fail("a head of queue ", queue, " is not among the heads");
+      }
+    }
+    by_queue += heads.size();
+  }
+  if (heads_by_queue_on_ && by_queue != heads_.size()) {
+    return fail("heads by queue hold ", by_queue, " classes, not ", heads_.size());
+  }
   if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
   size_t listed_held = 0;
   for (const auto& [queue, classes] : held_) {
@@ -294,6 +311,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (j->size() == 0) return fail("job ", id, " has no task");
   }
   absl::flat_hash_map<std::string, Resources> held_by_queue;
+  absl::flat_hash_map<std::string, int64_t> slots_by_queue;
   for (const auto& [id, a] : agents_.all()) {
     int32_t used = 0;
     Resources held;
@@ -304,6 +322,7 @@ absl::Status Scheduler::CheckInvariants() const {
       }
       if (t->chained_after == nullptr) {
         used += SlotsOf(t->spec.placement());
+        slots_by_queue[t->queue()] += SlotsOf(t->spec.placement());
         const Resources need = NeedOf(t->spec.placement());
         AddResources(need, &held);
         if (!need.empty()) AddResources(need, &held_by_queue[t->queue()]);
@@ -328,6 +347,7 @@ absl::Status Scheduler::CheckInvariants() const {
     }
     return fail("a queue holds resources it is not said to");
   }
+  if (slots_by_queue != slots_by_queue_) return fail("slots held by queue are counted wrongly");
   // The schedule timer holds exactly the unpaused schedules, each at its
   // next fire.
   size_t armed = 0;

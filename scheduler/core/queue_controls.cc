@@ -37,7 +37,7 @@ absl::Status ValidateQueueLimits(const v1::SetQueueLimitsRequest& req) {
 
 bool IsDefault(const v1::QueueSettings& s) {
   return !s.paused() && s.max_concurrency() == 0 && s.rate_per_second() == 0 && s.burst() == 0 &&
-         !s.has_retention() && !s.has_failed_retention() && s.quota().empty();
+         !s.has_retention() && !s.has_failed_retention() && s.quota().empty() && !s.has_weight();
 }
 
 const Resources* QueueControls::QuotaOf(const std::string& queue) const {
@@ -60,7 +60,16 @@ double QueueControls::TokensAt(const Queue& q, absl::Duration mono) {
                                                     absl::ToDoubleSeconds(mono - q.refilled));
 }
 
+int32_t QueueControls::WeightOf(const std::string& queue) const {
+  auto it = queues_.find(queue);
+  return it != queues_.end() && it->second.settings.has_weight() ? it->second.settings.weight() : 1;
+}
+
 void QueueControls::Set(const std::string& queue, const v1::QueueSettings& s, absl::Duration mono) {
+  if (auto it = queues_.find(queue); it != queues_.end() && it->second.settings.has_weight()) {
+    --weighted_;
+  }
+  if (s.has_weight()) ++weighted_;
   if (IsDefault(s)) {
     queues_.erase(queue);
     return;

@@ -35,6 +35,10 @@ class QueueControls {
   const v1::QueueSettings* Find(const std::string& queue) const;
   // Its quota as amounts, or nullptr when it has none.
   const Resources* QuotaOf(const std::string& queue) const;
+  // Whether any queue has a weight (then queues share by weight), and a
+  // queue's weight: its own, else 1.
+  bool weighted() const { return weighted_ > 0; }
+  int32_t WeightOf(const std::string& queue) const;
   // Replaces the queue's settings; the defaults erase it. A rate limit
   // that is new or changed starts with a full bucket.
   void Set(const std::string& queue, const v1::QueueSettings& s, absl::Duration mono);
@@ -64,6 +68,10 @@ class QueueControls {
   // The queue's tokens at `mono`.
   static double TokensAt(const Queue& q, absl::Duration mono);
   absl::flat_hash_map<std::string, Queue> queues_;
+  int weighted_ = 0;  // queues with a weight
 };
+
+// The largest weight a queue may have.
+inline constexpr int32_t kMaxQueueWeight = 10'000;
 
 }  // namespace taskgrid::core

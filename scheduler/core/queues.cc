@@ -82,13 +82,22 @@ std::string Scheduler::QuotaReason(const std::string& queue, const Resources& ne
   return "";
 }
 
-void Scheduler::TakeResources(AgentRecord& a, const std::string& queue, const Resources& need) {
+void Scheduler::TakeResources(AgentRecord& a, const std::string& queue, int32_t slots,
+                              const Resources& need) {
+  a.used += slots;
+  slots_by_queue_[queue] += slots;
   if (need.empty()) return;
   AddResources(need, &a.held);
   AddResources(need, &held_by_queue_[queue]);
 }
 
-void Scheduler::GiveBackResources(AgentRecord& a, const std::string& queue, const Resources& need) {
+void Scheduler::GiveBackResources(AgentRecord& a, const std::string& queue, int32_t slots,
+                                  const Resources& need) {
+  a.used -= slots;
+  if (auto it = slots_by_queue_.find(queue); it != slots_by_queue_.end()) {
+    it->second -= slots;
+    if (it->second == 0) slots_by_queue_.erase(it);
+  }
   if (need.empty()) return;
   SubtractResources(need, &a.held);
   if (auto it = held_by_queue_.find(queue); it != held_by_queue_.end()) {
@@ -120,6 +129,7 @@ void Scheduler::ReleaseOpened() {
 
 v1::QueueStats Scheduler::ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s) {
   queue_controls_.Set(queue, s, Mono());
+  IndexHeadsByQueue();
   QueueRow row;
   row.queue = queue;
   if (!IsDefault(s)) row.settings = s.SerializeAsString();
@@ -157,6 +167,26 @@ absl::StatusOr<v1::QueueStats> Scheduler::SetQueueLimits(const v1::SetQueueLimit
   return ApplyQueueSettings(req.queue(), s);
 }
 
+absl::StatusOr<v1::QueueStats> Scheduler::SetQueueWeight(const v1::SetQueueWeightRequest& req) {
+  RETURN_IF_ERROR(CheckQueue(req.queue()));
+  if (req.has_weight() && (req.weight() < 0 || req.weight() > kMaxQueueWeight)) {
+    return absl::InvalidArgumentError(absl::StrCat("weight: ", req.weight(), " is out of range 0-",
+                                                   kMaxQueueWeight,
+                                                   " (0: only when no other queue waits)"));
+  }
+  const v1::QueueSettings* now = queue_controls_.Find(req.queue());
+  v1::QueueSettings s = now != nullptr ? *now : v1::QueueSettings();
+  if (req.has_weight()) {
+    s.set_weight(req.weight());
+  } else {
+    s.clear_weight();
+  }
+  if (now != nullptr ? now->SerializeAsString() == s.SerializeAsString() : IsDefault(s)) {
+    return Stats(req.queue()).front();  // nothing to store
+  }
+  return ApplyQueueSettings(req.queue(), s);
+}
+
 absl::Status Scheduler::RestoreQueues(const std::vector<QueueRow>& rows) {
   for (const QueueRow& row : rows) {
     v1::QueueSettings s;
@@ -165,6 +195,7 @@ absl::Status Scheduler::RestoreQueues(const std::vector<QueueRow>& rows) {
     }
     queue_controls_.Set(row.queue, s, Mono());
   }
+  IndexHeadsByQueue();
   return absl::OkStatus();
 }
 

@@ -162,8 +162,7 @@ absl::Status Scheduler::FinishRestore() {
     AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), agent_grace_end);
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) {
-      a->used += SlotsOf(t.spec.placement());
-      TakeResources(*a, t.queue(), NeedOf(t.spec.placement()));
+      TakeResources(*a, t.queue(), SlotsOf(t.spec.placement()), NeedOf(t.spec.placement()));
       if (t.start_time == absl::InfinitePast()) {
         // Not accepted yet (DISPATCHED, or cancelled before it was): its
         // agent's Hello settles it; should the agent come back without

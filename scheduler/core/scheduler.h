@@ -190,6 +190,7 @@ class Scheduler {
   absl::StatusOr<v1::QueueStats> PauseQueue(const std::string& queue, bool paused);
   // The queue's concurrency and rate limits, as the request gives them.
   absl::StatusOr<v1::QueueStats> SetQueueLimits(const v1::SetQueueLimitsRequest& req);
+  absl::StatusOr<v1::QueueStats> SetQueueWeight(const v1::SetQueueWeightRequest& req);
   // Cancels or retries the tasks `filter` selects (filter.states empty:
   // every state the change applies to), at most filter.page_size of them.
   absl::StatusOr<BulkResult> CancelTasks(ListFilter filter);
@@ -391,6 +392,8 @@ class Scheduler {
     // agents it may not take).
     std::string replica_of;
   };
+  // A class in heads_, by its first task.
+  using Head = std::pair<ReadyKey, ReadyClass*>;
   static ReadyKey ReadyKeyOf(const TaskRecord& t) {
     return {-int64_t{t.spec.priority()}, t.seq, const_cast<TaskRecord*>(&t)};
   }
@@ -469,11 +472,31 @@ class Scheduler {
   // when it fits).
   bool WithinQuota(const std::string& queue, const Resources& need) const;
   std::string QuotaReason(const std::string& queue, const Resources& need) const;
-  // An attempt of `queue` on `a` starts or stops holding `need` (its agent's
-  // and its queue's held amounts); giving back lets the queue's classes
-  // over its quota be looked at again.
-  void TakeResources(AgentRecord& a, const std::string& queue, const Resources& need);
-  void GiveBackResources(AgentRecord& a, const std::string& queue, const Resources& need);
+  // An attempt of `queue` on `a` starts or stops holding `slots` and
+  // `need` (its agent's and its queue's held amounts); giving back lets the
+  // queue's classes over its quota be looked at again.
+  void TakeResources(AgentRecord& a, const std::string& queue, int32_t slots,
+                     const Resources& need);
+  void GiveBackResources(AgentRecord& a, const std::string& queue, int32_t slots,
+                         const Resources& need);
+  // The heads, and the same by queue.
+  void InsertHead(const Head& h);
+  void EraseHead(const Head& h);
+  // Fills or drops heads_by_queue_ as queue weights start or stop.
+  void IndexHeadsByQueue();
+  // What the agents that take work offer: slots, and each resource.
+  struct Capacity {
+    int64_t slots = 0;
+    Resources resources;
+  };
+  Capacity CapacityNow() const;
+  // The largest fraction of `cap` that `queue`'s attempts hold, over slots
+  // and every resource (its dominant share).
+  double DominantShare(const std::string& queue, const Capacity& cap) const;
+  // While queues share by weight: the head Dispatch takes next, the best
+  // of the queue with the least dominant share per weight (queues of
+  // weight 0 only when no other has a head).
+  absl::btree_set<Head>::iterator FairHead(const Capacity& cap);
   // Dispatch found the class's head over its queue's quota.
   void OverQuota(ReadyClass& c);
   void ReleaseOverQuota(const std::string& queue);
@@ -707,7 +730,13 @@ class Scheduler {
   // looks at by their first task, so each pick is O(log classes) and
   // classes no agent can take cost nothing until one connects.
   absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
-  absl::btree_set<std::pair<ReadyKey, ReadyClass*>> heads_;
+  absl::btree_set<Head> heads_;
+  // The same heads by queue, kept only while queues share by weight
+  // (heads_by_queue_on_): Dispatch then takes the best head of the queue
+  // furthest below its share. Changed only with heads_ (InsertHead,
+  // EraseHead); filled or dropped when weighting starts or stops.
+  absl::flat_hash_map<std::string, absl::btree_set<Head>> heads_by_queue_;
+  bool heads_by_queue_on_ = false;
   absl::flat_hash_set<ReadyClass*> parked_;
   // Classes whose queue may not start tasks now, by queue.
   absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
@@ -716,6 +745,8 @@ class Scheduler {
   // What each queue's attempts on agents hold (the attempts holding slots;
   // no entry for a queue holding nothing). Changed with AgentRecord::held.
   absl::flat_hash_map<std::string, Resources> held_by_queue_;
+  // Slots the same attempts hold, by queue (no entry for none).
+  absl::flat_hash_map<std::string, int64_t> slots_by_queue_;
   QueueControls queue_controls_;
 
   AgentRegistry agents_{&opts_};

@@ -238,6 +238,20 @@ ListPage Scheduler::List(const ListFilter& filter) const {
 
 std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
   std::map<std::string, v1::QueueStats> by_name;
+  // While queues share by weight: what each holds, and what its weight
+  // gives it among the queues with work (pending, or on agents).
+  const bool fair = queue_controls_.weighted();
+  const Capacity cap = fair ? CapacityNow() : Capacity();
+  auto has_work = [&](const std::string& name) {
+    const TaskTable::Counts& c = table_.CountsOf(name);
+    return c[v1::TASK_STATE_PENDING] > 0 || slots_by_queue_.contains(name);
+  };
+  int64_t weights = 0;
+  if (fair) {
+    for (const auto& [name, unused] : table_.counts()) {
+      if (has_work(name)) weights += queue_controls_.WeightOf(name);
+    }
+  }
   auto add = [&](const std::string& name) {
     v1::QueueStats& qs = by_name[name];
     qs.set_queue(name);
@@ -256,6 +270,13 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
     qs.set_held(held_.contains(name) || over_quota_.contains(name));
     if (auto it = held_by_queue_.find(name); it != held_by_queue_.end()) {
       ToResourceMap(it->second, qs.mutable_resources_held());
+    }
+    if (fair) {
+      qs.set_share(DominantShare(name, cap));
+      if (weights > 0 && has_work(name)) {
+        qs.set_fair_share(static_cast<double>(queue_controls_.WeightOf(name)) /
+                          static_cast<double>(weights));
+      }
     }
     if (const TaskRecord* oldest = table_.OldestPending(name)) {
       SetTimestamp(oldest->create_time, qs.mutable_oldest_pending_time());

@@ -122,6 +122,7 @@ class Engine {
   // Queue controls and bulk changes (queues.cc).
   void PauseQueue(const std::string& queue, bool paused, Reply<v1::QueueStats> done);
   void SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::QueueStats> done);
+  void SetQueueWeight(const v1::SetQueueWeightRequest& req, Reply<v1::QueueStats> done);
   void CancelTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   void RetryTasks(const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done);
   // Retention (cold.cc): deleting finished tasks and jobs, and how long a

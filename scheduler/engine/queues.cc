@@ -63,6 +63,13 @@ void Engine::SetQueueLimits(const v1::SetQueueLimitsRequest& req, Reply<v1::Queu
   WakeQueueLocked(req.queue());
 }
 
+void Engine::SetQueueWeight(const v1::SetQueueWeightRequest& req, Reply<v1::QueueStats> done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return done(Stopped());
+  Answer(sched_.SetQueueWeight(req), std::move(done));
+  WakeQueueLocked(req.queue());
+}
+
 void Engine::BulkOp(absl::StatusOr<core::BulkResult> (core::Scheduler::*op)(core::ListFilter),
                     const v1::BulkTasksRequest& req, Reply<v1::BulkTasksResponse> done) {
   core::ListFilter filter;

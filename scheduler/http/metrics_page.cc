@@ -1,5 +1,6 @@
 #include "scheduler/http/metrics_page.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -68,6 +69,21 @@ void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
            "others counted); only resources held.");
   for (const v1::QueueStats& q : s.queues) {
     ResourceSamples(w, "taskgrid_queue_resources_held", {{"queue", q.queue()}}, q.resources_held());
+  }
+  // While queues share by weight (some queue has a fair share).
+  if (std::any_of(s.queues.begin(), s.queues.end(),
+                  [](const v1::QueueStats& q) { return q.fair_share() > 0; })) {
+    w.Family("taskgrid_queue_share", Type::kGauge,
+             "The dominant share of the connected agents' capacity the queue's tasks hold (0-1), "
+             "while queues share by weight.");
+    for (const v1::QueueStats& q : s.queues) {
+      w.Sample("taskgrid_queue_share", {{"queue", q.queue()}}, q.share());
+    }
+    w.Family("taskgrid_queue_fair_share", Type::kGauge,
+             "What the queue's weight gives it among the queues with work (0-1).");
+    for (const v1::QueueStats& q : s.queues) {
+      w.Sample("taskgrid_queue_fair_share", {{"queue", q.queue()}}, q.fair_share());
+    }
   }
   w.Family("taskgrid_queue_resource_quota", Type::kGauge,
            "The queue's quota, by resource (queue limits --quota).");

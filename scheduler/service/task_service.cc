@@ -110,6 +110,14 @@ grpc::ServerUnaryReactor* TaskServiceImpl::SetQueueLimits(grpc::CallbackServerCo
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TaskServiceImpl::SetQueueWeight(grpc::CallbackServerContext* ctx,
+                                                          const v1::SetQueueWeightRequest* req,
+                                                          v1::QueueStats* resp) {
+  auto [reactor, reply] = Unary(ctx, resp);
+  engine_->SetQueueWeight(*req, std::move(reply));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TaskServiceImpl::CancelTasks(grpc::CallbackServerContext* ctx,
                                                        const v1::BulkTasksRequest* req,
                                                        v1::BulkTasksResponse* resp) {

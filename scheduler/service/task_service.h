@@ -45,6 +45,9 @@ class TaskServiceImpl final : public v1::TaskService::CallbackService {
   grpc::ServerUnaryReactor* SetQueueLimits(grpc::CallbackServerContext* ctx,
                                            const v1::SetQueueLimitsRequest* req,
                                            v1::QueueStats* resp) override;
+  grpc::ServerUnaryReactor* SetQueueWeight(grpc::CallbackServerContext* ctx,
+                                           const v1::SetQueueWeightRequest* req,
+                                           v1::QueueStats* resp) override;
   grpc::ServerUnaryReactor* CancelTasks(grpc::CallbackServerContext* ctx,
                                         const v1::BulkTasksRequest* req,
                                         v1::BulkTasksResponse* resp) override;

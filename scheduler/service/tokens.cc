@@ -107,6 +107,7 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/taskgrid.v1.TaskService/PauseQueue", Role::kAdmin},
       {"/taskgrid.v1.TaskService/ResumeQueue", Role::kAdmin},
       {"/taskgrid.v1.TaskService/SetQueueLimits", Role::kAdmin},
+      {"/taskgrid.v1.TaskService/SetQueueWeight", Role::kAdmin},
       {"/taskgrid.v1.TaskService/SetQueueRetention", Role::kAdmin},
       // Deleting finished work: what cancelling unfinished work is.
       {"/taskgrid.v1.TaskService/DeleteTask", Role::kSubmitter},

@@ -46,7 +46,7 @@ RPC_COMMANDS = {
     "ListSchedules": "schedule list", "PauseSchedule": "schedule pause",
     "ResumeSchedule": "schedule resume", "DeleteSchedule": "schedule delete",
     "DeleteTask": "delete", "DeleteTasks": "delete",
-    "SetQueueRetention": "queue retention",
+    "SetQueueRetention": "queue retention", "SetQueueWeight": "queue weight",
 }
 # One line of `watch`: REVISION  TIME  TASK  FROM -> TO  attempt N  agent A  [reason]
 EVENT_LINE = re.compile(r"^(\d+)  (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)  (\S+)  "

@@ -3,7 +3,8 @@ where what it asks for is free, packed best fit; what each agent holds
 stays exact through a kill -9 of the scheduler (the agents come back
 holding what they run), a kill -9 of an agent (its task waits for room on
 the other one, then runs there) and the tasks' ends; a request no agent
-could hold says so. A queue's quota caps what its tasks hold at once.
+could hold says so. A queue's quota caps what its tasks hold at once, and
+queues with weights share the agents in proportion.
 
 Run through ctest (system.resources), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
@@ -151,6 +152,54 @@ class ResourcesTest(unittest.TestCase):
                 c.wait_state(f"q{i}", "SUCCEEDED")
             wait_until(lambda: not c.ctl_json("stats", f"--queue={queue}")["queues"][0].get(
                 "resources_held"), what="the queue to hold nothing")
+
+    def test_fair_share(self):
+        # Each task runs until its own "go-ID" file (or "go-all") exists.
+        step = (r'i=0; while [ ! -e "$1/go-$TASKGRID_TASK_ID" ] && [ ! -e "$1/go-all" ] && '
+                r'[ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done')
+        with Cluster() as c:
+            c.start_scheduler()
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+            c.ctl("queue", "weight", "fs-a", "--weight=1", check=True)
+            out = c.ctl("queue", "weight", "fs-b", "--weight=3", check=True).stdout
+            self.assertIn("weight 3", out)
+            res = c.ctl("queue", "weight", "fs-b", "--weight=-1")
+            self.assertEqual(res.returncode, 1, res.stderr)
+            self.assertIn("weight: -1 is out of range", res.stderr)
+            c.start_agent("four", slots=4)
+            for q, n in (("fs-a", 6), ("fs-b", 6)):
+                for i in range(n):
+                    c.ctl("submit", f"--id={q}-{i}", f"--queue={q}", "--", "sh", "-c", step,
+                          "step", d, check=True)
+                if q == "fs-a":
+                    # Alone, fs-a takes all four slots.
+                    for i in range(4):
+                        c.wait_state(f"fs-a-{i}", "RUNNING")
+
+            def running():
+                return {t["spec"]["id"] for t in c.tasks("--state=running")}
+            # Each slot fs-a gives back goes to the queue furthest below its
+            # share: three to fs-b, then the fourth back to fs-a (1:3).
+            for i in range(4):
+                with open(os.path.join(d, f"go-fs-a-{i}"), "w"):
+                    pass
+                c.wait_state(f"fs-a-{i}", "SUCCEEDED")
+                wait_until(lambda: len(running()) == 4, what="the freed slot to be taken")
+            self.assertEqual(running(), {"fs-a-4", "fs-b-0", "fs-b-1", "fs-b-2"})
+            stats = {q["queue"]: q for q in c.ctl_json("stats")["queues"]}
+            self.assertEqual((stats["fs-a"]["share"], stats["fs-a"]["fair_share"]), (0.25, 0.25))
+            self.assertEqual((stats["fs-b"]["share"], stats["fs-b"]["fair_share"]), (0.75, 0.75))
+            out = c.ctl("stats", check=True).stdout
+            self.assertRegex(out, r"(?m)^fs-b .* 75% of 75% +weight 3$")
+            with open(os.path.join(d, "go-all"), "w"):
+                pass
+            for q in ("fs-a", "fs-b"):
+                for i in range(6):
+                    c.wait_state(f"{q}-{i}", "SUCCEEDED")
+            # Without a weight of its own fs-b goes back to 1 beside fs-a.
+            out = c.ctl("queue", "weight", "fs-b", check=True).stdout
+            self.assertNotIn("weight 3", out)
 
 
 if __name__ == "__main__":

@@ -314,6 +314,14 @@ int Client::SetQueueLimits(const v1::SetQueueLimitsRequest& req) {
   return PrintQueue(stats);
 }
 
+int Client::SetQueueWeight(const v1::SetQueueWeightRequest& req) {
+  v1::QueueStats stats;
+  if (!Call([&](grpc::ClientContext* ctx) { return stub_->SetQueueWeight(ctx, req, &stats); })) {
+    return kExitRpcFailed;
+  }
+  return PrintQueue(stats);
+}
+
 int Client::PrintQueue(const v1::QueueStats& stats) {
   if (opts_.json) {
     std::cout << ToJson(stats);

@@ -97,6 +97,7 @@ class Client {
   // Queue controls: each prints the queue's line of Stats.
   int PauseQueue(const std::string& queue, bool paused);
   int SetQueueLimits(const v1::SetQueueLimitsRequest& req);
+  int SetQueueWeight(const v1::SetQueueWeightRequest& req);
   // CancelTasks (`cancel`) or RetryTasks, a call per page until the last;
   // prints how many were changed (and skipped).
   int Bulk(BulkChange change, v1::BulkTasksRequest req);

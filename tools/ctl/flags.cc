@@ -69,6 +69,9 @@ ABSL_FLAG(int32_t, max_concurrency, 0,
           "queue limits: most tasks of the queue dispatched or running at once (0: no limit)");
 ABSL_FLAG(double, rate, 0, "queue limits: most task starts per second (0: no limit)");
 ABSL_FLAG(int32_t, burst, 0, "queue limits --rate: starts allowed at once (0: max(1, rate))");
+ABSL_FLAG(int32_t, weight, 1,
+          "queue weight: the queue's share against the other queues with work, 0-10000 (0: "
+          "only when no other waits); left out: the queue has no weight of its own");
 ABSL_FLAG(std::string, quota, "",
           "queue limits: cpu=64,gpu=4: most of each resource the queue's tasks hold at once");
 ABSL_FLAG(int32_t, limit, 0,

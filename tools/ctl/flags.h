@@ -35,6 +35,7 @@ ABSL_DECLARE_FLAG(std::string, agents);
 ABSL_DECLARE_FLAG(int32_t, slots);
 ABSL_DECLARE_FLAG(std::string, resources);
 ABSL_DECLARE_FLAG(std::string, quota);
+ABSL_DECLARE_FLAG(int32_t, weight);
 ABSL_DECLARE_FLAG(std::string, merge_key);
 ABSL_DECLARE_FLAG(std::string, merge_update);
 ABSL_DECLARE_FLAG(int32_t, replicas);

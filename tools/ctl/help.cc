@@ -14,7 +14,7 @@ extern const char kJobCommands[] =
     "Job commands: job submit, job get, job list, job cancel, job retry, job delete";
 
 extern const char kQueueCommands[] =
-    "Queue commands: queue pause, queue resume, queue limits, queue retention";
+    "Queue commands: queue pause, queue resume, queue limits, queue weight, queue retention";
 
 extern const char kScheduleCommands[] =
     "Schedule commands: schedule create, schedule get, schedule list, schedule pause, "
@@ -446,6 +446,23 @@ retention of its first task's queue. Deletion runs in the background, a
 bounded batch per tick; a task that an unfinished one still depends on is
 kept. Stored, and kept across restarts. Prints the queue's line of
 `taskgridctl stats`, where CONTROLS shows what was set; --json the
+QueueStats.)"},
+      {"queue weight",
+       "queue weight QUEUE [--weight=N]",
+       "Set a queue's share of the agents against the other queues with work",
+       "taskgridctl queue weight training --weight=3",
+       {"weight"},
+       R"(--weight=N   0-10,000; left out: the queue has no weight of its own
+
+Once any queue has a weight, queues share the agents by weight (1 for
+queues without one): when tasks of several queues wait, the next task
+comes from the queue holding the least of the agents' capacity for its
+weight, measured by its dominant share (the largest fraction, over slots
+and every resource, that its running tasks hold of what the connected
+agents offer). Priority then orders tasks within a queue only. Weight 0:
+the queue's tasks start only when no queue with a weight above 0 has one
+that could. Stored, and kept across restarts. `taskgridctl stats` shows
+each queue's SHARE of the capacity against its fair share; --json the
 QueueStats.)"},
       {"board claim",
        "board claim --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",

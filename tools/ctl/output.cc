@@ -292,6 +292,7 @@ std::string QueueControlsText(const v1::QueueSettings& s) {
     const absl::Duration keep = FromProto(d);
     return keep == absl::ZeroDuration() ? std::string("forever") : absl::FormatDuration(keep);
   };
+  if (s.has_weight()) parts.push_back(absl::StrCat("weight ", s.weight()));
   if (s.has_retention()) parts.push_back(absl::StrCat("keeps ", kept(s.retention())));
   if (s.has_failed_retention()) {
     parts.push_back(absl::StrCat("keeps failed ", kept(s.failed_retention())));
@@ -325,9 +326,13 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
                                   [](const v1::QueueStats& q) { return q.claimed() > 0; });
   const bool controls = std::any_of(resp.queues().begin(), resp.queues().end(),
                                     [](const v1::QueueStats& q) { return q.has_settings(); });
+  // Queues share by weight: some queue has a fair share.
+  const bool shares = std::any_of(resp.queues().begin(), resp.queues().end(),
+                                  [](const v1::QueueStats& q) { return q.fair_share() > 0; });
   std::vector<std::string> header = {"QUEUE", "LENGTH", "MAX"};
   for (v1::TaskState s : states) header.push_back(core::StateName(s));
   if (claims) header.push_back("CLAIMED");
+  if (shares) header.push_back("SHARE");
   if (controls) header.push_back("CONTROLS");
   Table table(std::move(header));
   for (const v1::QueueStats& q : resp.queues()) {
@@ -339,6 +344,10 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
       row.push_back(absl::StrCat(it == q.counts().end() ? 0 : it->second));
     }
     if (claims) row.push_back(absl::StrCat(q.claimed()));
+    if (shares) {
+      // Held now, of what its weight gives it: "33% of 50%".
+      row.push_back(absl::StrFormat("%.0f%% of %.0f%%", 100 * q.share(), 100 * q.fair_share()));
+    }
     if (controls) {
       std::string c = QueueControlsText(q.settings());
       if (!q.settings().quota().empty()) {

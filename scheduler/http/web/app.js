@@ -212,6 +212,8 @@
       if (s.max_concurrency) controls.push(h("span", { class: "chip" }, `${s.max_concurrency} at once`));
       if (s.rate_per_second) controls.push(h("span", { class: "chip" }, `${s.rate_per_second}/s burst ${s.burst || Math.max(1, s.rate_per_second)}`));
       if (s.quota && Object.keys(s.quota).length) controls.push(h("span", { class: "chip" }, `quota ${resourcesText(q.resources_held, s.quota)}`));
+      if (s.weight !== undefined) controls.push(h("span", { class: "chip" }, `weight ${s.weight}`));
+      if (q.fair_share) controls.push(h("span", { class: "chip" }, `share ${Math.round(100 * (q.share || 0))}% of ${Math.round(100 * q.fair_share)}%`));
       if (q.held) controls.push(h("span", { class: "chip" }, "holding"));
       const kept = (d) => (d === "0s" ? "forever" : d);
       if (s.retention) controls.push(h("span", { class: "chip" }, `keeps ${kept(s.retention)}`));
