@@ -199,6 +199,11 @@ void ToResourceMap(const Resources& r, google::protobuf::Map<std::string, std::s
   for (const auto& [name, amount] : r) (*out)[name] = FormatResourceAmount(name, amount);
 }
 
+int64_t AmountOf(const Resources& r, const std::string& name) {
+  auto it = r.find(name);
+  return it == r.end() ? 0 : it->second;
+}
+
 void AddResources(const Resources& b, Resources* a) {
   for (const auto& [name, amount] : b) {
     int64_t& have = (*a)[name];

@@ -55,6 +55,9 @@ std::string FormatResources(const Resources& r);
 // Fills the API's map form.
 void ToResourceMap(const Resources& r, google::protobuf::Map<std::string, std::string>* out);
 
+// The amount of `name` in `r` (0 when it names none).
+int64_t AmountOf(const Resources& r, const std::string& name);
+
 // a + b per name, saturating at INT64_MAX.
 void AddResources(const Resources& b, Resources* a);
 // a - b per name; names that reach zero are dropped.

@@ -200,10 +200,16 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
       return UsageError(std::string(s.message()));
     }
   }
+  replicas.set_gang(absl::GetFlag(FLAGS_gang));
+  if (set.count("gang_wait")) {
+    if (!replicas.gang()) return UsageError("--gang_wait needs --gang");
+    *replicas.mutable_gang_wait() = taskgrid::ToProto(absl::GetFlag(FLAGS_gang_wait));
+  }
   if (replicas.count() > 0 || !replicas.agent_ids().empty()) {
     *spec->mutable_replicas() = std::move(replicas);
-  } else if (set.count("success")) {
-    return UsageError("--success needs --replicas=N or --replica_agents=a1,a2,...");
+  } else if (set.count("success") || replicas.gang()) {
+    return UsageError(absl::StrCat(set.count("success") ? "--success" : "--gang",
+                                   " needs --replicas=N or --replica_agents=a1,a2,..."));
   }
   if (absl::GetFlag(FLAGS_slots) < 0) return UsageError("--slots is negative");
   if (absl::GetFlag(FLAGS_slots) > 0) {

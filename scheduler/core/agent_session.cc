@@ -146,7 +146,9 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
       const bool started = !it->second->waiting();
       running.erase(it);
       // Cancels and pauses are durable: said again until the agent confirms.
-      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested) SendCancel(t);
+      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested || t.requeue_requested) {
+        SendCancel(t);
+      }
       // Listed as started: its Accept may have been lost with the old stream.
       if (started && t.state == v1::TASK_STATE_DISPATCHED) {
         if (t.chained_after == nullptr) {
@@ -332,7 +334,7 @@ void Scheduler::OnAccept(AgentRecord& a, const v1::Accept& m) {
   start_deadlines_.Remove(t->id());
   Transition(*t, v1::TASK_STATE_RUNNING,
              absl::StrCat("attempt ", t->attempt, " running on agent ", a.id));
-  if (t->pause_requested) SendCancel(*t);
+  if (t->pause_requested || t->requeue_requested) SendCancel(*t);
 }
 
 void Scheduler::ImpliedAccept(AgentRecord& a, const TaskRecord& t) {

@@ -113,8 +113,10 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
   t.link_started = false;
   c.pausing = t.pause_requested;
   t.pause_requested = false;
-  // A pause that stopped the attempt interrupts it, like a drain's release.
-  interrupted |= c.pausing && result.outcome() == v1::OUTCOME_CANCELLED;
+  // A pause that stopped the attempt interrupts it, like a drain's release;
+  // so does a stop for its gang to start again.
+  interrupted |= (c.pausing || t.requeue_requested) && result.outcome() == v1::OUTCOME_CANCELLED;
+  t.requeue_requested = false;
   c.interrupted = interrupted;
   v1::Attempt done;
   done.set_attempt(t.attempt);

@@ -10,6 +10,15 @@
 
 namespace taskgrid::core {
 
+namespace {
+
+// Per agent, Assign messages of about kAssignBytes each (a chain is never
+// split between two), and never more than kMaxAssignBytes.
+constexpr size_t kAssignBytes = 4 << 20;
+constexpr size_t kMaxAssignBytes = 32 << 20;
+
+}  // namespace
+
 bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
                                int64_t* input_bytes) const {
   *input_bytes = 0;
@@ -180,6 +189,64 @@ bool Scheduler::AnyAgentCouldTake(const v1::Placement& p,
                      [&](const auto& e) { return could(*e.second); });
 }
 
+void Scheduler::StartOn(TaskRecord& t, const Resources& need, AgentRecord& a, absl::Duration mono,
+                        absl::Time now, Assigns* assigns) {
+  v1::Assignment head;
+  int64_t input_bytes = 0;
+  if (!FillAssignment(t, nullptr, &head, &input_bytes)) {
+    Transition(t, v1::TASK_STATE_FAILED,
+               absl::StrCat("the outputs of its dependencies total ", input_bytes,
+                            " bytes; the limit is ", opts_.max_input_bytes));
+    start_deadlines_.Remove(t.id());
+    return;
+  }
+  queue_controls_.Take(t.queue(), mono);
+  head.set_attempt(++t.attempt);
+  t.agent_id = a.id;
+  t.dispatch_time = now;
+  t.start_time = absl::InfinitePast();
+  TakeResources(a, t.queue(), SlotsOf(t.spec.placement()), need);
+  a.tasks.insert(t.id());
+  a.last_assigned = ++assign_counter_;
+  task_deadlines_.Set(t.id(), mono + AckTimeout(t));
+  Transition(t, v1::TASK_STATE_DISPATCHED,
+             absl::StrCat("attempt ", t.attempt, " dispatched to agent ", a.id));
+  auto& msgs = (*assigns)[&a];
+  if (msgs.empty() || msgs.back().second >= kAssignBytes) msgs.emplace_back();
+  msgs.back().second += head.ByteSizeLong();
+  *msgs.back().first.add_tasks() = std::move(head);
+  if (!a.chains) return;
+  // The chain below t goes along, each link to start when the one
+  // before it succeeded there.
+  TaskRecord* cur = &t;
+  for (int len = 1; len < opts_.max_chain_length; ++len) {
+    TaskRecord* d = ChainSuccessor(*cur, now);
+    if (d == nullptr) break;
+    // Each link starts a task of the queue (the same as cur's: they
+    // share a class) and counts against its limits.
+    if (!queue_controls_.empty() && GateOf(d->queue()) != QueueControls::Gate::kOpen) break;
+    v1::Assignment link;
+    FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
+    // The rest of the chain goes in a later Assign, once cur succeeded:
+    // one message stays well under what an agent accepts (64 MiB).
+    if (msgs.back().second + link.ByteSizeLong() > kMaxAssignBytes) break;
+    queue_controls_.Take(d->queue(), mono);
+    link.set_attempt(++d->attempt);
+    d->agent_id = a.id;
+    d->dispatch_time = now;
+    d->start_time = absl::InfinitePast();
+    a.tasks.insert(d->id());
+    cur->chain_next = d;
+    d->chained_after = cur;
+    Transition(*d, v1::TASK_STATE_DISPATCHED,
+               absl::StrCat("attempt ", d->attempt, " dispatched to agent ", a.id,
+                            ", to run after ", cur->id()));
+    msgs.back().second += link.ByteSizeLong();
+    *msgs.back().first.add_tasks() = std::move(link);
+    cur = d;
+  }
+}
+
 void Scheduler::Dispatch() {
   // Called on every tick: nothing ready (or only classes no agent could
   // take) must cost nothing, however many agents there are.
@@ -189,11 +256,7 @@ void Scheduler::Dispatch() {
     if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
   }
   if (agents.empty()) return;
-  // Per agent, Assign messages of about kAssignBytes each (a chain is never
-  // split between two).
-  constexpr size_t kAssignBytes = 4 << 20;
-  constexpr size_t kMaxAssignBytes = 32 << 20;
-  absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>> assigns;
+  Assigns assigns;
   std::vector<std::string> aside;  // classes no agent has room for now
   const absl::Duration mono = Mono();
   const absl::Time now = Now();
@@ -204,6 +267,11 @@ void Scheduler::Dispatch() {
     const Head next = fair ? *FairHead(cap) : *heads_.begin();
     auto [key, cls] = next;
     TaskRecord& t = *std::get<2>(key);
+    if (IsGangMember(t)) {
+      ++placement_attempts_;
+      DispatchGang(*t.replica_of, agents, mono, now, &assigns, &aside);
+      continue;
+    }
     // Its queue may not start a task now: the class waits for it to open.
     if (!queue_controls_.empty() && GateOf(cls->queue) != QueueControls::Gate::kOpen) {
       EraseHead(next);
@@ -234,60 +302,7 @@ void Scheduler::Dispatch() {
       }
       continue;
     }
-    v1::Assignment head;
-    int64_t input_bytes = 0;
-    if (!FillAssignment(t, nullptr, &head, &input_bytes)) {
-      Transition(t, v1::TASK_STATE_FAILED,
-                 absl::StrCat("the outputs of its dependencies total ", input_bytes,
-                              " bytes; the limit is ", opts_.max_input_bytes));
-      start_deadlines_.Remove(t.id());
-      continue;
-    }
-    queue_controls_.Take(t.queue(), mono);
-    head.set_attempt(++t.attempt);
-    t.agent_id = a->id;
-    t.dispatch_time = now;
-    t.start_time = absl::InfinitePast();
-    TakeResources(*a, t.queue(), SlotsOf(t.spec.placement()), cls->need);
-    a->tasks.insert(t.id());
-    a->last_assigned = ++assign_counter_;
-    task_deadlines_.Set(t.id(), mono + AckTimeout(t));
-    Transition(t, v1::TASK_STATE_DISPATCHED,
-               absl::StrCat("attempt ", t.attempt, " dispatched to agent ", a->id));
-    auto& msgs = assigns[a];
-    if (msgs.empty() || msgs.back().second >= kAssignBytes) msgs.emplace_back();
-    msgs.back().second += head.ByteSizeLong();
-    *msgs.back().first.add_tasks() = std::move(head);
-    if (!a->chains) continue;
-    // The chain below t goes along, each link to start when the one
-    // before it succeeded there.
-    TaskRecord* cur = &t;
-    for (int len = 1; len < opts_.max_chain_length; ++len) {
-      TaskRecord* d = ChainSuccessor(*cur, now);
-      if (d == nullptr) break;
-      // Each link starts a task of the queue (the same as cur's: they
-      // share a class) and counts against its limits.
-      if (!queue_controls_.empty() && GateOf(d->queue()) != QueueControls::Gate::kOpen) break;
-      v1::Assignment link;
-      FillAssignment(*d, cur, &link, &input_bytes);  // no inputs but cur's
-      // The rest of the chain goes in a later Assign, once cur succeeded:
-      // one message stays well under what an agent accepts (64 MiB).
-      if (msgs.back().second + link.ByteSizeLong() > kMaxAssignBytes) break;
-      queue_controls_.Take(d->queue(), mono);
-      link.set_attempt(++d->attempt);
-      d->agent_id = a->id;
-      d->dispatch_time = now;
-      d->start_time = absl::InfinitePast();
-      a->tasks.insert(d->id());
-      cur->chain_next = d;
-      d->chained_after = cur;
-      Transition(*d, v1::TASK_STATE_DISPATCHED,
-                 absl::StrCat("attempt ", d->attempt, " dispatched to agent ", a->id,
-                              ", to run after ", cur->id()));
-      msgs.back().second += link.ByteSizeLong();
-      *msgs.back().first.add_tasks() = std::move(link);
-      cur = d;
-    }
+    StartOn(t, cls->need, *a, mono, now, &assigns);
   }
   for (const std::string& k : aside) {
     auto it = ready_.find(k);  // emptied meanwhile: gone

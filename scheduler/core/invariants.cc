@@ -178,7 +178,21 @@ absl::Status Scheduler::CheckInvariants() const {
         ++parked;
         if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
         absl::flat_hash_set<std::string> taken;
-        if (!c->replica_of.empty()) taken = ReplicaAgents(*table_.Find(c->replica_of));
+        const TaskRecord* group = c->replica_of.empty() ? nullptr : table_.Find(c->replica_of);
+        if (group != nullptr && group->spec.replicas().gang()) {
+          // A gang's class waits parked while a member is not ready, or
+          // while too few agents could run one each.
+          const std::vector<TaskRecord*> members = GangMembers(*group);
+          const bool all_ready =
+              std::all_of(members.begin(), members.end(),
+                          [](const TaskRecord* r) { return r->state == v1::TASK_STATE_PENDING; });
+          if (all_ready &&
+              GangAgentsCould(*group, members) >= static_cast<int32_t>(members.size())) {
+            return fail("gang class ", key, " is parked, but its gang could be placed");
+          }
+          break;
+        }
+        if (group != nullptr) taken = ReplicaAgents(*group);
         if (AnyAgentCouldTake(c->placement, c->replica_of.empty() ? nullptr : &taken)) {
           return fail("parked class ", key, " could be taken by a connected agent");
         }
@@ -201,8 +215,17 @@ absl::Status Scheduler::CheckInvariants() const {
         if (h == over_quota_.end() || !h->second.contains(c.get())) {
           return fail("class ", key, " over quota is not listed under its queue ", c->queue);
         }
-        // Nothing waits that its queue's quota has room for now.
-        if (WithinQuota(c->queue, c->need)) {
+        // Nothing waits that its queue's quota has room for now (a
+        // gang's class: for the whole gang).
+        Resources need = c->need;
+        const TaskRecord* group = c->replica_of.empty() ? nullptr : table_.Find(c->replica_of);
+        if (group != nullptr && group->spec.replicas().gang()) {
+          need.clear();
+          for (const TaskRecord* r : GangMembers(*group)) {
+            AddResources(NeedOf(r->spec.placement()), &need);
+          }
+        }
+        if (WithinQuota(c->queue, need)) {
           return fail("class ", key, " waits over the quota of ", c->queue, " but fits it");
         }
         break;
@@ -336,6 +359,58 @@ absl::Status Scheduler::CheckInvariants() const {
                   FormatResources(held));
     }
     if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
+    // A reservation belongs to a gang that waits and lists it.
+    if (!a->reserved_for.empty()) {
+      auto g = gangs_.find(a->reserved_for);
+      if (g == gangs_.end() || !g->second.reserving ||
+          std::find(g->second.reserved.begin(), g->second.reserved.end(), id) ==
+              g->second.reserved.end()) {
+        return fail("agent ", id, " holds a reservation gang ", a->reserved_for, " does not list");
+      }
+    } else if (a->reserved_slots != 0 || !a->reserved.empty()) {
+      return fail("agent ", id, " has room reserved for no gang");
+    }
+  }
+  // A gang member in flight while a sibling waits to run is stopping.
+  for (const auto& [id, t] : table_.by_seq()) {
+    if (t->requeue_requested && (!IsGangMember(*t) || (t->state != v1::TASK_STATE_DISPATCHED &&
+                                                       t->state != v1::TASK_STATE_RUNNING))) {
+      return fail("task ", t->id(), " is to stop for its gang but is ", StateName(t->state),
+                  IsGangMember(*t) ? "" : " and in no gang");
+    }
+    if (t->replicas.empty() || !t->spec.replicas().gang()) continue;
+    bool waits = false;
+    for (const TaskRecord* r : t->replicas) {
+      waits |= r->state == v1::TASK_STATE_PENDING || r->state == v1::TASK_STATE_SCHEDULED;
+    }
+    if (!waits) continue;
+    for (const TaskRecord* r : t->replicas) {
+      if ((r->state == v1::TASK_STATE_DISPATCHED || r->state == v1::TASK_STATE_RUNNING) &&
+          !r->requeue_requested && !r->pause_requested) {
+        return fail("gang ", t->id(), " has replica ", r->id(), " ", StateName(r->state),
+                    " while a sibling waits to run, and it is not stopping");
+      }
+    }
+  }
+  // A gang holds state only while every member waits to start (it starts
+  // as a whole, or a member's change releases it).
+  for (const auto& [gid, g] : gangs_) {
+    const TaskRecord* group = table_.Find(gid);
+    if (group == nullptr || !group->spec.replicas().gang() || g.group != gid) {
+      return fail("gang state for ", gid, ", which is no gang");
+    }
+    for (const TaskRecord* r : GangMembers(*group)) {
+      if (r->state != v1::TASK_STATE_PENDING) {
+        return fail("gang ", gid, " keeps its state while replica ", r->id(), " is ",
+                    StateName(r->state));
+      }
+    }
+    for (const std::string& aid : g.reserved) {
+      const AgentRecord* a = agents_.Find(aid);
+      if (a != nullptr && a->reserved_for != gid) {
+        return fail("gang ", gid, " lists agent ", aid, " it holds no reservation on");
+      }
+    }
   }
   if (held_by_queue != held_by_queue_) {
     for (const auto& [queue, r] : held_by_queue_) {

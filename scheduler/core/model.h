@@ -65,6 +65,11 @@ struct MergeState {
 // Replicas a task may ask for (TaskSpec.replicas).
 inline constexpr int32_t kMaxReplicas = 100;
 
+// How long a gang reserves room before it lets the room go for as long
+// (Replicas.gang_wait): the default and the most a spec may ask for.
+inline constexpr absl::Duration kDefaultGangWait = absl::Minutes(5);
+inline constexpr absl::Duration kMaxGangWait = absl::Hours(24);
+
 // The replicas a spec asks for: one per named agent, else the count; 0
 // for a task without replicas.
 inline int32_t ReplicaCount(const v1::TaskSpec& spec) {
@@ -90,6 +95,10 @@ struct TaskRecord {
   std::string reason;
   // A pause is waiting for the agent to stop the live attempt.
   bool pause_requested = false;
+  // A gang member stopping so that its gang starts again as a whole: its
+  // attempt, once stopped, is not counted and it waits again. Not stored:
+  // restore derives it (a member in flight while a sibling waits to run).
+  bool requeue_requested = false;
   // Set while a pull worker holds the live attempt (a board claim; then
   // agent_id is the claim's owner, not an agent): when the claim ends
   // unless extended. InfinitePast: not a claim.

@@ -18,11 +18,6 @@ Resources NeedOf(const v1::Placement& p) {
 
 namespace {
 
-int64_t AmountOf(const Resources& r, const std::string& name) {
-  auto it = r.find(name);
-  return it == r.end() ? 0 : it->second;
-}
-
 // Offers every amount of `need` in total.
 bool Offers(const AgentRecord& agent, const Resources& need) {
   for (const auto& [name, amount] : need) {
@@ -52,6 +47,20 @@ bool AgentRecord::HasFree(const Resources& need) const {
   return true;
 }
 
+bool AgentRecord::HasRoom(int32_t want_slots, const Resources& need,
+                          const std::string& gang) const {
+  if (reserved_for.empty() || reserved_for == gang) {
+    return free_slots() >= want_slots && HasFree(need);
+  }
+  if (free_slots() - reserved_slots < want_slots) return false;
+  for (const auto& [name, amount] : need) {
+    if (AmountOf(resources, name) - AmountOf(held, name) - AmountOf(reserved, name) < amount) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool Matches(const v1::Placement& p, const AgentRecord& agent) {
   return Matches(p, NeedOf(p), agent);
 }
@@ -70,12 +79,12 @@ bool Matches(const v1::Placement& p, const Resources& need, const AgentRecord& a
 
 AgentRecord* Pick(const v1::Placement& p, const Resources& need,
                   const std::vector<AgentRecord*>& agents,
-                  const absl::flat_hash_set<std::string>* exclude) {
+                  const absl::flat_hash_set<std::string>* exclude, const std::string& gang) {
   const int32_t slots = SlotsOf(p);
   AgentRecord* best = nullptr;
   double best_left = 0;
   for (AgentRecord* a : agents) {
-    if (!a->takes_work() || a->free_slots() < slots || !a->HasFree(need) || !Matches(p, need, *a)) {
+    if (!a->takes_work() || !a->HasRoom(slots, need, gang) || !Matches(p, need, *a)) {
       continue;
     }
     if (exclude != nullptr && exclude->contains(a->id)) continue;

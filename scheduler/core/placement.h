@@ -49,6 +49,11 @@ struct AgentRecord {
   // negative when it came back offering less than it still runs.
   Resources resources;
   Resources held;
+  // Room a waiting gang reserved here (the id of its task): other work
+  // leaves `reserved_slots` slots and `reserved` of the free amounts alone.
+  std::string reserved_for;
+  int32_t reserved_slots = 0;
+  Resources reserved;
   absl::Duration last_seen;                // monotonic
   uint64_t last_assigned = 0;              // tie-break: least recently used first
   absl::flat_hash_set<std::string> tasks;  // ids of the live attempts it holds
@@ -72,6 +77,9 @@ struct AgentRecord {
   int32_t free_slots() const { return slots - used; }
   // Has `need` free now.
   bool HasFree(const Resources& need) const;
+  // Has `slots` slots and `need` free now for a task of the gang `gang`
+  // (empty: not of a gang): the room another gang reserved does not count.
+  bool HasRoom(int32_t slots, const Resources& need, const std::string& gang) const;
 };
 
 // What a task's placement asks for beyond slots. Validated at submit, so a
@@ -88,7 +96,8 @@ bool Matches(const v1::Placement& p, const Resources& need, const AgentRecord& a
 bool Matches(const v1::Placement& p, const AgentRecord& agent);
 
 // The connected matching agent with room for the task (free slots, and
-// `need` free), never one in `exclude` (the agents of a task's other
+// `need` free, past what another gang reserved there; `gang`: the task's
+// gang, or empty), never one in `exclude` (the agents of a task's other
 // replicas); nullptr when none has. A task that names no resources goes
 // where the most slots are free (spreading the load); one that does goes
 // where it fits best: the least left over of what it asks for, as a
@@ -97,7 +106,8 @@ bool Matches(const v1::Placement& p, const AgentRecord& agent);
 // assigned.
 AgentRecord* Pick(const v1::Placement& p, const Resources& need,
                   const std::vector<AgentRecord*>& agents,
-                  const absl::flat_hash_set<std::string>* exclude = nullptr);
+                  const absl::flat_hash_set<std::string>* exclude = nullptr,
+                  const std::string& gang = std::string());
 
 // The key grouping tasks that any given agent either can or cannot run.
 std::string PlacementClass(const v1::Placement& p);

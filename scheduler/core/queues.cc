@@ -65,10 +65,7 @@ std::string Scheduler::QuotaReason(const std::string& queue, const Resources& ne
   for (const auto& [name, cap] : *quota) {
     auto n = need.find(name);
     if (n == need.end()) continue;
-    int64_t have = 0;
-    if (held != held_by_queue_.end()) {
-      if (auto h = held->second.find(name); h != held->second.end()) have = h->second;
-    }
+    const int64_t have = held == held_by_queue_.end() ? 0 : AmountOf(held->second, name);
     if (have + n->second <= cap) continue;
     const std::string asks = absl::StrCat(name, "=", FormatResourceAmount(name, n->second));
     const std::string quota_text = absl::StrCat(name, "=", FormatResourceAmount(name, cap));

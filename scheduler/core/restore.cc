@@ -133,6 +133,24 @@ absl::Status Scheduler::FinishRestore() {
     rep->replica_of = group;
     group->replicas.push_back(rep);
   }
+  // A gang member in flight while a sibling waits to run again was told
+  // to stop before the restart (the request is not stored): it is again,
+  // and its agent hears the stop when it reconnects.
+  for (TaskRecord* rep : r->replicas) {
+    if (!IsGangMember(*rep) || rep->replica_of->replicas.front() != rep) continue;
+    const std::vector<TaskRecord*>& members = rep->replica_of->replicas;
+    if (std::none_of(members.begin(), members.end(), [](const TaskRecord* m) {
+          return m->state == v1::TASK_STATE_PENDING || m->state == v1::TASK_STATE_SCHEDULED;
+        })) {
+      continue;
+    }
+    for (TaskRecord* m : members) {
+      if ((m->state == v1::TASK_STATE_DISPATCHED || m->state == v1::TASK_STATE_RUNNING) &&
+          !m->pause_requested) {
+        m->requeue_requested = true;
+      }
+    }
+  }
   for (TaskRecord* tp : r->in_flight) {
     TaskRecord& t = *tp;
     if (t.agent_id.empty()) {

@@ -48,8 +48,23 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
     }
     if ((IsInFlight(from) && !IsInFlight(to)) || from == v1::TASK_STATE_SUCCEEDED) {
       UnparkReplicas(*t.replica_of);
+    } else if (IsGangMember(t)) {
+      // A gang waits for all its members: any change may complete it.
+      UnparkReplicas(*t.replica_of);
+    }
+    // A member stops waiting other than by the gang's start: the gang no
+    // longer waits as a whole, and reserves nothing.
+    if (from == v1::TASK_STATE_PENDING && to != v1::TASK_STATE_DISPATCHED && IsGangMember(t)) {
+      ReleaseGang(t.replica_of->id());
+    }
+    // A member is to run again: the rest of its gang stops, so that all of
+    // it starts again together.
+    if (IsInFlight(from) && (to == v1::TASK_STATE_PENDING || to == v1::TASK_STATE_SCHEDULED) &&
+        IsGangMember(t)) {
+      StopGang(*t.replica_of, t);
     }
   }
+  if (IsTerminal(to) && !t.replicas.empty()) ReleaseGang(t.id());
 
   // Dependents see the change; a task that starts waiting is looked at too.
   NoteStateChange(t, from, to, &settle_queue_);
@@ -332,6 +347,7 @@ void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
     case v1::TASK_STATE_DISPATCHED:
     case v1::TASK_STATE_RUNNING: {
       t.pause_requested = false;  // cancel wins over a pause under way
+      t.requeue_requested = false;
       const bool waiting = t.chained_after != nullptr;
       Transition(t, v1::TASK_STATE_CANCELLING,
                  absl::StrCat("cancel requested; waiting for agent ", t.agent_id));

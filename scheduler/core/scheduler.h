@@ -446,6 +446,11 @@ class Scheduler {
                       int64_t* input_bytes) const;
 
   void Dispatch();
+  // Per agent, the Assign messages one Dispatch sends (with their sizes).
+  using Assigns = absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>>;
+  // Dispatches PENDING `t` (and the chain below it) to `a`, into `assigns`.
+  void StartOn(TaskRecord& t, const Resources& need, AgentRecord& a, absl::Duration mono,
+               absl::Time now, Assigns* assigns);
   // Drops an agent that holds nothing (after its Goodbye): it ends its
   // stream and leaves the agent list at once.
   void ForgetAgent(AgentRecord& a);
@@ -588,6 +593,48 @@ class Scheduler {
   // A finished task is made like new for a reset: a fresh budget of
   // attempts, no history, no result (the attempt counter keeps rising).
   void ClearForRerun(TaskRecord& t);
+
+  // --- Gang placement (gang.cc). ---
+  // What a waiting gang (by its task's id) reserved, and whether it is in
+  // a turn of reserving or of leaving the room to others.
+  struct GangState {
+    std::string group;
+    bool started = false;  // its first turn began (phase_end is set)
+    bool reserving = true;
+    absl::Duration phase_end;           // monotonic: the turn ends
+    std::vector<std::string> reserved;  // agents holding its reservation
+    int32_t size = 0;                   // its members at its last look
+    int32_t fit_now = 0;                // of them, how many had room
+    int32_t agents_could = 0;           // distinct agents that could run one
+  };
+  // A replica of a task whose replicas start as a gang.
+  static bool IsGangMember(const TaskRecord& t);
+  // The replicas of `group` that have not ended (the gang to start).
+  std::vector<TaskRecord*> GangMembers(const TaskRecord& group) const;
+  // Dispatch came to a class of the gang's: all of its members start on
+  // agents of their own, or none does and its classes leave the heads
+  // (aside, parked, held or over quota), reserving room while it waits.
+  void DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents, absl::Duration mono,
+                    absl::Time now, Assigns* assigns, std::vector<std::string>* aside);
+  // The PENDING members' classes that are in the heads go `where`.
+  void MoveGangClasses(const TaskRecord& group, ReadyClass::Where where,
+                       std::vector<std::string>* aside);
+  // The gang lets go of its reservation and its state (it started, or
+  // stopped waiting as a whole).
+  void ReleaseGang(const std::string& group_id);
+  // How many of `members` distinct connected agents could run, one each
+  // (free room aside; not where a sibling succeeded).
+  int32_t GangAgentsCould(const TaskRecord& group, const std::vector<TaskRecord*>& members) const;
+  // Reserves an agent for each member, or none when not every one has an
+  // agent no other gang reserved.
+  void Reserve(const TaskRecord& group, const std::vector<TaskRecord*>& members, GangState* g);
+  void Unreserve(GangState& g);
+  // `member` is to run again: every sibling in flight stops (its agent
+  // kills it), to wait again uncounted, so the gang starts again whole.
+  void StopGang(TaskRecord& group, const TaskRecord& member);
+  // Why a PENDING member of `group` has not started; empty when nothing
+  // about the gang holds it.
+  std::string GangReason(const TaskRecord& group) const;
 
   // --- Finished tasks on disk (cold.cc). ---
   // Which retention a finished state falls under: 1 for FAILED and
@@ -738,6 +785,8 @@ class Scheduler {
   absl::flat_hash_map<std::string, absl::btree_set<Head>> heads_by_queue_;
   bool heads_by_queue_on_ = false;
   absl::flat_hash_set<ReadyClass*> parked_;
+  // Gangs waiting to start that Dispatch has looked at, by their task's id.
+  absl::flat_hash_map<std::string, GangState> gangs_;
   // Classes whose queue may not start tasks now, by queue.
   absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
   // Classes waiting for room under their queue's quota, by queue.

@@ -123,6 +123,15 @@ absl::Status CheckReplicas(const v1::TaskSpec& spec, const FieldPath& f) {
   if (!spec.merge_key().empty()) {
     return Invalid(FieldPath(rf, "count"), "cannot go with merge_key");
   }
+  RETURN_IF_ERROR(CheckDuration(r.gang_wait(), FieldPath(rf, "gang_wait")));
+  if (r.has_gang_wait() && !r.gang()) {
+    return Invalid(FieldPath(rf, "gang_wait"), "needs gang: it bounds a gang's reservation");
+  }
+  if (FromProto(r.gang_wait()) > kMaxGangWait) {
+    return Invalid(FieldPath(rf, "gang_wait"),
+                   absl::StrCat("is ", absl::FormatDuration(FromProto(r.gang_wait())),
+                                "; the limit is ", absl::FormatDuration(kMaxGangWait)));
+  }
   // Room for ":r<n>" after the id.
   const size_t longest = kMaxIdLength - 2 - absl::StrCat(n).size();
   if (spec.id().size() > longest) {

@@ -73,13 +73,16 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
       out->set_reason("waiting: " + why);
     } else if (const std::string over = QuotaReason(t.queue(), need); !over.empty()) {
       out->set_reason("waiting: " + over);
+    } else if (const std::string gang = IsGangMember(t) ? GangReason(*t.replica_of) : "";
+               !gang.empty()) {
+      out->set_reason("waiting: " + gang);
     } else if (!need.empty() && std::none_of(all.begin(), all.end(), [&](const AgentRecord* a) {
                  return a->takes_work() && a->HasFree(need) &&
                         Matches(t.spec.placement(), need, *a);
                })) {
       out->set_reason(
           absl::StrCat("waiting: for ", FormatResources(need), " to be free on one agent"));
-    } else if (t.replica_of != nullptr) {
+    } else if (t.replica_of != nullptr && !IsGangMember(t)) {
       const absl::flat_hash_set<std::string> taken = ReplicaAgents(*t.replica_of);
       if (!AnyAgentCouldTake(t.spec.placement(), &taken)) {
         out->set_reason(
@@ -96,6 +99,12 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     }
     out->set_reason(absl::StrCat(ReplicasReason(t), ": ", succeeded, " succeeded, ",
                                  ended - succeeded, " did not"));
+    // A gang's waiting replicas say why the gang has not started.
+    if (const std::string gang = t.spec.replicas().gang() ? GangReason(t) : ""; !gang.empty()) {
+      for (v1::ReplicaStatus& rs : *out->mutable_replicas()) {
+        if (rs.state() == v1::TASK_STATE_PENDING) rs.set_reason("waiting: " + gang);
+      }
+    }
   } else if (t.state == v1::TASK_STATE_BLOCKED) {
     out->set_reason(BlockedReason(t));
   }

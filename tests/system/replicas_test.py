@@ -110,13 +110,19 @@ class ReplicasTest(unittest.TestCase):
             for flags, word in ((["--replicas=-1"], "--replicas"),
                                 (["--replicas=2", "--success=most"], "--success"),
                                 (["--replicas=2", "--success=quorum:x"], "--success"),
-                                (["--success=any"], "--success")):
+                                (["--success=any"], "--success"),
+                                (["--gang"], "--gang needs --replicas"),
+                                (["--replicas=2", "--gang_wait=1m"], "--gang_wait needs --gang")):
                 res = c.ctl("submit", "--id=bad", *flags, "--", "/bin/true")
                 self.assertEqual(res.returncode, 2, (flags, res.stderr))
                 self.assertIn(word, res.stderr)
             res = c.ctl("submit", "--id=bad", "--replicas=2", "--success=quorum:3", "--", "/bin/true")
             self.assertEqual(res.returncode, 1)
             self.assertIn("replicas.quorum is 3; with 2 replicas it must be in [1, 2]", res.stderr)
+            res = c.ctl("submit", "--id=bad", "--replicas=2", "--gang", "--gang_wait=25h", "--",
+                        "/bin/true")
+            self.assertEqual(res.returncode, 1)
+            self.assertIn("replicas.gang_wait is 25h; the limit is 24h", res.stderr)
             res = c.ctl("submit", "--id=bad", "--replicas=101", "--", "/bin/true")
             self.assertEqual(res.returncode, 1)
             self.assertIn("INVALID_ARGUMENT", res.stderr)

@@ -4,7 +4,8 @@ stays exact through a kill -9 of the scheduler (the agents come back
 holding what they run), a kill -9 of an agent (its task waits for room on
 the other one, then runs there) and the tasks' ends; a request no agent
 could hold says so. A queue's quota caps what its tasks hold at once, and
-queues with weights share the agents in proportion.
+queues with weights share the agents in proportion. A gang's replicas start
+together or not at all, and start again together when one of them is lost.
 
 Run through ctest (system.resources), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
@@ -200,6 +201,70 @@ class ResourcesTest(unittest.TestCase):
             # Without a weight of its own fs-b goes back to 1 beside fs-a.
             out = c.ctl("queue", "weight", "fs-b", check=True).stdout
             self.assertNotIn("weight 3", out)
+
+
+    def test_gang_starts_whole_and_again_whole(self):
+        with Cluster() as c:
+            c.start_scheduler(extra_flags=["--heartbeat_interval=250ms", "--reconnect_grace=1s"])
+            for name in ("ga", "gb", "gc"):
+                c.start_agent(name, extra_flags=["--resources=gpu=1"])
+            wait_until(lambda: len([a for a in c.agents_info().values()
+                                    if a["state"] == "AGENT_STATE_ACTIVE"]) == 3,
+                       what="three agents to be active")
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+            blocker = os.path.join(d, "blocker")
+            os.mkdir(blocker)
+            c.ctl("submit", "--id=busy", "--resources=gpu=1", "--", "sh", "-c", BLOCK, "block",
+                  blocker, check=True)
+            c.wait_state("busy", "RUNNING")
+            # Each replica notes each start, then runs until "go".
+            step = 'echo "$TASKGRID_ATTEMPT" >> "$1/started-$TASKGRID_TASK_ID"; ' + BLOCK
+            c.ctl("submit", "--id=gang", "--replicas=3", "--gang", "--gang_wait=10m",
+                  "--resources=gpu=1", "--max_attempts=3", "--", "sh", "-c", step, "gang", d,
+                  check=True)
+            wait_until(lambda: "room reserved on" in c.task("gang:r1").get("reason", ""),
+                       what="the gang to reserve room")
+            self.assertIn("waiting: gang of 3 starts together: 2 of 3 fit now",
+                          c.task("gang:r1")["reason"])
+            # Room reserved for the gang is not given to a later task.
+            c.ctl("submit", "--id=later", "--resources=gpu=1", "--builtin=noop", check=True)
+            wait_until(lambda: "reserved" in c.ctl("get", "gang:r3", check=True).stdout,
+                       what="the gang's reason in get")
+            self.assertEqual(c.task("later")["state"], "TASK_STATE_PENDING")
+            self.assertEqual([f for f in os.listdir(d) if f.startswith("started-")], [],
+                             "no replica started alone")
+            # The blocker ends: all three start, one per agent.
+            with open(os.path.join(blocker, "go"), "w"):
+                pass
+            for r in ("gang:r1", "gang:r2", "gang:r3"):
+                c.wait_state(r, "RUNNING")
+            agents = {c.task(r)["agent_id"] for r in ("gang:r1", "gang:r2", "gang:r3")}
+            self.assertEqual(agents, {"ga", "gb", "gc"})
+            self.assertEqual(c.task("later")["state"], "TASK_STATE_PENDING")
+            c.ctl("cancel", "later", check=True)
+            # kill -9 of one replica's agent: the other two are stopped
+            # (not counted) and the gang waits whole for a third agent.
+            lost = c.task("gang:r2")["agent_id"]
+            c.agents[lost].kill9()
+            wait_until(lambda: all(c.task(r)["state"] == "TASK_STATE_PENDING"
+                                   for r in ("gang:r1", "gang:r2", "gang:r3")),
+                       what="the whole gang to wait again")
+            self.assertIn("only 2 connected agents could run one each",
+                          c.task("gang:r1")["reason"])
+            for r in ("gang:r1", "gang:r3"):
+                attempts = c.task(r)["attempts"]
+                self.assertEqual(len(attempts), 1, attempts)
+                self.assertTrue(attempts[0].get("interrupted"), attempts)
+            c.start_agent("gd", extra_flags=["--resources=gpu=1"])
+            for r in ("gang:r1", "gang:r2", "gang:r3"):
+                c.wait_state(r, "RUNNING")
+            for r in ("gang:r1", "gang:r2", "gang:r3"):
+                with open(os.path.join(d, f"started-{r}")) as f:
+                    self.assertEqual(f.read().split(), ["1", "2"], r)
+            with open(os.path.join(d, "go"), "w"):
+                pass
+            c.wait_state("gang", "SUCCEEDED")
 
 
 if __name__ == "__main__":

@@ -153,6 +153,9 @@ TEST(CtlOutput, DetailNamesEverySuccessPolicyAndPinnedAgents) {
   r->set_quorum(2);
   EXPECT_THAT(FormatTaskDetail(t),
               HasSubstr("\nReplicas:       3 (on a1, a2, a3), success: quorum 2\n"));
+  r->set_gang(true);
+  EXPECT_THAT(FormatTaskDetail(t),
+              HasSubstr("\nReplicas:       3 (on a1, a2, a3), success: quorum 2, gang\n"));
   // No replica statuses yet: the line alone, no table.
   EXPECT_THAT(FormatTaskDetail(t), Not(HasSubstr("TASK ")));
 }

@@ -32,20 +32,10 @@ class FairShareTest : public SchedulerTest {
 
   static v1::TaskSpec In(const std::string& queue, const std::string& id,
                          const std::string& resources = "", int priority = 0) {
-    v1::TaskSpec s = Spec(id, priority);
+    v1::TaskSpec s = resources.empty() ? Spec(id) : Needs(id, resources);
+    s.set_priority(priority);
     s.set_queue(queue);
-    if (!resources.empty()) {
-      ToResourceMap(*ParseResourceList(resources), s.mutable_placement()->mutable_resources());
-    }
     return s;
-  }
-
-  uint64_t ConnectOffering(const std::string& agent, int slots, const std::string& resources) {
-    v1::Hello h;
-    h.set_agent_id(agent);
-    h.set_slots(slots);
-    ToResourceMap(*ParseResourceList(resources), h.mutable_resources());
-    return ConnectHello(h);
   }
 
   // Runs the cluster for `finishes` results on `conn`, the oldest running

@@ -130,32 +130,6 @@ using ::testing::UnorderedElementsAre;
 
 class ResourcePlacementTest : public SchedulerTest {
  protected:
-  static v1::TaskSpec Needs(const std::string& id, const std::string& resources) {
-    v1::TaskSpec s = Spec(id);
-    absl::StatusOr<Resources> r = ParseResourceList(resources);
-    EXPECT_TRUE(r.ok()) << r.status();
-    ToResourceMap(*r, s.mutable_placement()->mutable_resources());
-    return s;
-  }
-
-  uint64_t ConnectOffering(const std::string& agent, int slots, const std::string& resources) {
-    v1::Hello h;
-    h.set_agent_id(agent);
-    h.set_slots(slots);
-    absl::StatusOr<Resources> r = ParseResourceList(resources);
-    EXPECT_TRUE(r.ok()) << r.status();
-    ToResourceMap(*r, h.mutable_resources());
-    return ConnectHello(h);
-  }
-
-  const AgentRecord& Agent(const std::string& id) {
-    for (const AgentRecord* a : sched_.Agents()) {
-      if (a->id == id) return *a;
-    }
-    ADD_FAILURE() << "no agent " << id;
-    static const AgentRecord kNone;
-    return kNone;
-  }
   std::string Held(const std::string& id) { return FormatResources(Agent(id).held); }
 
   void Run(uint64_t conn, const std::string& id, int attempt = 1) { Accept(conn, id, attempt); }

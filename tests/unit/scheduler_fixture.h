@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/resources.h"
 #include "scheduler/core/scheduler.h"
 
 namespace taskgrid::core {
@@ -42,6 +43,15 @@ class SchedulerTest : public ::testing::Test {
     v1::ExecStep* e = s.add_steps()->mutable_exec();
     e->add_argv("/bin/echo");
     e->add_argv(id);
+    return s;
+  }
+
+  // Spec(id) asking for `resources` ("cpu=2,gpu=1").
+  static v1::TaskSpec Needs(const std::string& id, const std::string& resources) {
+    v1::TaskSpec s = Spec(id);
+    absl::StatusOr<Resources> r = ParseResourceList(resources);
+    EXPECT_TRUE(r.ok()) << r.status();
+    ToResourceMap(*r, s.mutable_placement()->mutable_resources());
     return s;
   }
 
@@ -82,6 +92,27 @@ class SchedulerTest : public ::testing::Test {
     EXPECT_TRUE(sched_.Connect(conn, h).ok());
     Check();
     return conn;
+  }
+
+  // An agent offering `resources` ("cpu=8,gpu=2") beside its slots.
+  uint64_t ConnectOffering(const std::string& agent, int slots, const std::string& resources) {
+    v1::Hello h;
+    h.set_agent_id(agent);
+    h.set_slots(slots);
+    absl::StatusOr<Resources> r = ParseResourceList(resources);
+    EXPECT_TRUE(r.ok()) << r.status();
+    ToResourceMap(*r, h.mutable_resources());
+    return ConnectHello(h);
+  }
+
+  // The agent's record (a test failure when there is none).
+  const AgentRecord& Agent(const std::string& id) {
+    for (const AgentRecord* a : sched_.Agents()) {
+      if (a->id == id) return *a;
+    }
+    ADD_FAILURE() << "no agent " << id;
+    static const AgentRecord kNone;
+    return kNone;
   }
 
   void Accept(uint64_t conn, const std::string& id, int attempt) {

@@ -60,6 +60,11 @@ ABSL_FLAG(std::string, replica_agents, "",
           "submit: a1,a2,...: one replica on each of these agents (replica i on the i-th)");
 ABSL_FLAG(std::string, success, "",
           "submit --replicas: when the task succeeded: all (default), any or quorum:K");
+ABSL_FLAG(bool, gang, false,
+          "submit --replicas: the replicas start together or not at all, each on its own agent");
+ABSL_FLAG(absl::Duration, gang_wait, absl::ZeroDuration(),
+          "submit --gang: how long room is reserved for the gang while it waits (default 5m, "
+          "at most 24h)");
 ABSL_FLAG(std::string, unique_key, "",
           "submit: unique by this key in its queue for --unique_ttl: a second submit with it "
           "returns the first task");

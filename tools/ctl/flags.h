@@ -41,6 +41,8 @@ ABSL_DECLARE_FLAG(std::string, merge_update);
 ABSL_DECLARE_FLAG(int32_t, replicas);
 ABSL_DECLARE_FLAG(std::string, replica_agents);
 ABSL_DECLARE_FLAG(std::string, success);
+ABSL_DECLARE_FLAG(bool, gang);
+ABSL_DECLARE_FLAG(absl::Duration, gang_wait);
 ABSL_DECLARE_FLAG(std::string, unique_key);
 ABSL_DECLARE_FLAG(absl::Duration, unique_ttl);
 ABSL_DECLARE_FLAG(int32_t, max_concurrency);

@@ -34,7 +34,7 @@ const std::vector<Command>& Commands() {
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
         "schedule_timeout", "labels", "agents", "slots", "resources", "merge_key", "merge_update",
-        "replicas", "replica_agents", "success", "unique_key", "unique_ttl",
+        "replicas", "replica_agents", "success", "gang", "gang_wait", "unique_key", "unique_ttl",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -86,6 +86,10 @@ Flags of the task (one task, one step):
                         (all, the default), one did (any), or K did; it
                         ends FAILED as soon as that cannot happen, and the
                         replicas still going are cancelled
+  --gang [--gang_wait=DUR]  the replicas start together or not at all, each
+                        on its own agent; while they do not all fit, room is
+                        reserved for them for DUR (default 5m, at most 24h),
+                        then left to other work for as long, in turns
   --unique_key=KEY --unique_ttl=DUR  unique by KEY in its queue for DUR
                         (1s to 720h) from this submit: a later submit with
                         the key returns this task instead of making one
@@ -97,6 +101,7 @@ Flags of the task (one task, one step):
   taskgridctl submit --schedule_timeout=5m --labels=gpu=1 -- ./train
   taskgridctl submit --wait --wait_timeout=10m -- ./build.sh
   taskgridctl submit --replicas=3 --success=quorum:2 -- /usr/bin/verify-block 42
+  taskgridctl submit --replicas=4 --gang --resources=gpu=1 -- ./train-rank
 
 --wait: after the submit, wait until every submitted task finished (as
 `taskgridctl wait` does), printing "ID STATE" as each one ends. Exit 0 when
@@ -543,7 +548,7 @@ Another worker may claim them first.)txt"},
         "file", "builtin", "queue", "priority", "max_attempts", "payload", "payload_file", "env",
         "cwd", "step_timeout", "attempt_timeout", "ack_timeout", "schedule_timeout", "labels",
         "agents", "slots", "resources", "merge_key", "merge_update", "replicas", "replica_agents",
-        "success"},
+        "success", "gang", "gang_wait"},
        R"txt(Forms:
   taskgridctl schedule create ID --cron=EXPR|--every=DUR [FLAGS] -- PROGRAM [ARGS...]
   taskgridctl schedule create ID --cron=EXPR|--every=DUR --builtin=NAME [FLAGS] [--] [ARGS...]

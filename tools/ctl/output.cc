@@ -135,7 +135,8 @@ bool HasExitCode(v1::Outcome o) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
-// "3, success: quorum 2"; "3 (on a1, a2, a3), success: all" when pinned.
+// "3, success: quorum 2"; "3 (on a1, a2, a3), success: all" when pinned;
+// ", gang" after it when they start together.
 std::string ReplicasText(const v1::Replicas& r) {
   const int count = r.agent_ids_size() > 0 ? r.agent_ids_size() : r.count();
   std::string out = absl::StrCat(count);
@@ -158,6 +159,7 @@ std::string ReplicasText(const v1::Replicas& r) {
       absl::StrAppend(&out, static_cast<int>(r.success()));
       break;
   }
+  if (r.gang()) absl::StrAppend(&out, ", gang");
   return out;
 }
 

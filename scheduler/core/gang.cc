@@ -1,0 +1,268 @@
+// Gang placement: the replicas of a task with `replicas.gang` start in one
+// Dispatch, each on its own agent, or none does. While they do not all
+// fit, the gang reserves room on the agents it would use (other work
+// leaves that room alone) for `gang_wait`, then lets it go for as long
+// before it reserves again: no gang holds capacity it cannot use forever,
+// and none starves behind a stream of smaller tasks.
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_time.h"
+#include "scheduler/core/scheduler.h"
+#include "scheduler/core/scheduler_internal.h"
+#include "scheduler/core/state_machine.h"
+
+namespace taskgrid::core {
+
+namespace {
+
+absl::Duration GangWait(const TaskRecord& group) {
+  const v1::Replicas& r = group.spec.replicas();
+  const absl::Duration wait = FromProto(r.gang_wait());
+  return wait > absl::ZeroDuration() ? wait : kDefaultGangWait;
+}
+
+std::string Seconds(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(std::max(d, absl::ZeroDuration()), absl::Seconds(1)));
+}
+
+}  // namespace
+
+bool Scheduler::IsGangMember(const TaskRecord& t) {
+  return t.replica_of != nullptr && t.replica_of->spec.replicas().gang();
+}
+
+std::vector<TaskRecord*> Scheduler::GangMembers(const TaskRecord& group) const {
+  std::vector<TaskRecord*> out;
+  for (TaskRecord* r : group.replicas) {
+    if (!IsTerminal(r->state)) out.push_back(r);
+  }
+  return out;
+}
+
+void Scheduler::MoveGangClasses(const TaskRecord& group, ReadyClass::Where where,
+                                std::vector<std::string>* aside) {
+  for (const TaskRecord* r : group.replicas) {
+    if (r->state != v1::TASK_STATE_PENDING) continue;
+    auto it = ready_.find(r->placement_class);
+    if (it == ready_.end() || it->second->where != ReadyClass::Where::kHeads) continue;
+    ReadyClass& c = *it->second;
+    EraseHead({*c.tasks.begin(), &c});
+    switch (where) {
+      case ReadyClass::Where::kAside:
+        c.where = where;
+        aside->push_back(c.key);
+        break;
+      case ReadyClass::Where::kParked:
+        c.where = where;
+        parked_.insert(&c);
+        break;
+      case ReadyClass::Where::kHeld:
+        Hold(c);
+        break;
+      case ReadyClass::Where::kOverQuota:
+        OverQuota(c);
+        break;
+      case ReadyClass::Where::kHeads:
+        TASKGRID_CHECK(false, "a gang's classes leave the heads");
+    }
+  }
+}
+
+void Scheduler::ReleaseGang(const std::string& group_id) {
+  auto it = gangs_.find(group_id);
+  if (it == gangs_.end()) return;
+  Unreserve(it->second);
+  gangs_.erase(it);
+}
+
+void Scheduler::Unreserve(GangState& g) {
+  for (const std::string& id : g.reserved) {
+    AgentRecord* a = agents_.Find(id);
+    if (a == nullptr || a->reserved_for != g.group) continue;
+    a->reserved_for.clear();
+    a->reserved_slots = 0;
+    a->reserved.clear();
+  }
+  g.reserved.clear();
+}
+
+void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents,
+                             absl::Duration mono, absl::Time now, Assigns* assigns,
+                             std::vector<std::string>* aside) {
+  const std::vector<TaskRecord*> members = GangMembers(group);
+  // A sibling still running or waiting: the gang starts again only as a
+  // whole, once every one of them waits to. Its transitions unpark these.
+  if (std::any_of(members.begin(), members.end(),
+                  [](const TaskRecord* r) { return r->state != v1::TASK_STATE_PENDING; })) {
+    ReleaseGang(group.id());
+    MoveGangClasses(group, ReadyClass::Where::kParked, aside);
+    return;
+  }
+  const int64_t k = static_cast<int64_t>(members.size());
+  // Its queue must have room for all of them at once.
+  if (!queue_controls_.empty() &&
+      queue_controls_.Check(group.queue(), InFlight(group.queue()) + k - 1, mono) !=
+          QueueControls::Gate::kOpen) {
+    MoveGangClasses(group, ReadyClass::Where::kHeld, aside);
+    return;
+  }
+  Resources total;
+  for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
+  if (!total.empty() && !WithinQuota(group.queue(), total)) {
+    ReleaseGang(group.id());
+    MoveGangClasses(group, ReadyClass::Where::kOverQuota, aside);
+    return;
+  }
+  // Each on an agent of its own, none where a sibling succeeded: where
+  // each fits now (counting the room reserved for it)...
+  absl::flat_hash_set<std::string> taken = ReplicaAgents(group);
+  std::vector<AgentRecord*> now_on;
+  for (const TaskRecord* r : members) {
+    AgentRecord* a =
+        Pick(r->spec.placement(), NeedOf(r->spec.placement()), agents, &taken, group.id());
+    if (a == nullptr) break;
+    taken.insert(a->id);
+    now_on.push_back(a);
+  }
+  GangState& g = gangs_[group.id()];
+  if (now_on.size() == members.size()) {
+    ReleaseGang(group.id());
+    for (size_t i = 0; i < members.size(); ++i) {
+      StartOn(*members[i], NeedOf(members[i]->spec.placement()), *now_on[i], mono, now, assigns);
+    }
+    return;
+  }
+  // ...else it waits. Parked while fewer connected agents than it has
+  // members could ever run one each (an agent connecting unparks it).
+  g.group = group.id();
+  g.size = static_cast<int32_t>(members.size());
+  g.fit_now = static_cast<int32_t>(now_on.size());
+  g.agents_could = GangAgentsCould(group, members);
+  if (g.agents_could < g.size) {
+    Unreserve(g);
+    MoveGangClasses(group, ReadyClass::Where::kParked, aside);
+    return;
+  }
+  const absl::Duration wait = GangWait(group);
+  if (!g.started) {
+    g.started = true;
+    g.reserving = true;
+    g.phase_end = mono + wait;
+  }
+  if (mono >= g.phase_end) {
+    // Reserving and not reserving take turns, `wait` each.
+    absl::Duration rest;
+    const int64_t turns = absl::IDivDuration(mono - g.phase_end, wait, &rest) + 1;
+    if (turns % 2 == 1) g.reserving = !g.reserving;
+    g.phase_end += turns * wait;
+  }
+  Unreserve(g);
+  if (g.reserving) Reserve(group, members, &g);
+  MoveGangClasses(group, ReadyClass::Where::kAside, aside);
+}
+
+int32_t Scheduler::GangAgentsCould(const TaskRecord& group,
+                                   const std::vector<TaskRecord*>& members) const {
+  absl::flat_hash_set<std::string> used = ReplicaAgents(group);
+  int32_t n = 0;
+  for (const TaskRecord* r : members) {
+    const v1::Placement& p = r->spec.placement();
+    const Resources need = NeedOf(p);
+    for (const auto& [id, a] : agents_.all()) {
+      if (!a->takes_work() || used.contains(id) || !Matches(p, need, *a)) continue;
+      used.insert(id);
+      ++n;
+      break;
+    }
+  }
+  return n;
+}
+
+void Scheduler::Reserve(const TaskRecord& group, const std::vector<TaskRecord*>& members,
+                        GangState* g) {
+  // An agent for each member that no other gang reserved: those with room
+  // for it now first, then those it reserved before, then the most free
+  // slots. All or none: two gangs each holding part of what both need
+  // would wait for each other forever.
+  absl::flat_hash_set<std::string> used = ReplicaAgents(group);
+  std::vector<AgentRecord*> chosen;
+  for (const TaskRecord* r : members) {
+    const v1::Placement& p = r->spec.placement();
+    const Resources need = NeedOf(p);
+    auto rank = [&](const AgentRecord& a) {
+      return std::make_tuple(a.HasRoom(SlotsOf(p), need, group.id()), a.free_slots(),
+                             -static_cast<int64_t>(a.last_assigned));
+    };
+    AgentRecord* best = nullptr;
+    for (const auto& [id, a] : agents_.all()) {
+      if (!a->takes_work() || used.contains(id) || !Matches(p, need, *a)) continue;
+      if (!a->reserved_for.empty()) continue;
+      if (best == nullptr || rank(*a) > rank(*best)) best = a.get();
+    }
+    if (best == nullptr) return;
+    used.insert(best->id);
+    chosen.push_back(best);
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    AgentRecord& a = *chosen[i];
+    a.reserved_for = group.id();
+    a.reserved_slots = SlotsOf(members[i]->spec.placement());
+    a.reserved = NeedOf(members[i]->spec.placement());
+    g->reserved.push_back(a.id);
+  }
+}
+
+void Scheduler::StopGang(TaskRecord& group, const TaskRecord& member) {
+  for (TaskRecord* r : group.replicas) {
+    if (r == &member || r->requeue_requested || r->pause_requested) continue;
+    if (r->state != v1::TASK_STATE_DISPATCHED && r->state != v1::TASK_STATE_RUNNING) continue;
+    r->requeue_requested = true;
+    r->reason = absl::StrCat("stopping: replica ", member.id(),
+                             " is to run again, so its gang starts again together; waiting for "
+                             "agent ",
+                             r->agent_id);
+    PersistRow(*r);
+    SendCancel(*r);
+  }
+}
+
+std::string Scheduler::GangReason(const TaskRecord& group) const {
+  const std::vector<TaskRecord*> members = GangMembers(group);
+  const size_t waiting = std::count_if(members.begin(), members.end(), [](const TaskRecord* r) {
+    return r->state == v1::TASK_STATE_PENDING;
+  });
+  const std::string head = absl::StrCat("gang of ", members.size(), " starts together: ");
+  if (waiting < members.size()) {
+    return absl::StrCat(head, members.size() - waiting, " of its replicas ",
+                        members.size() - waiting == 1 ? "has" : "have",
+                        " not stopped or are not ready yet");
+  }
+  Resources total;
+  for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
+  if (const std::string over = QuotaReason(group.queue(), total); !over.empty()) {
+    return head + over;
+  }
+  auto it = gangs_.find(group.id());
+  if (it == gangs_.end()) return "";
+  const GangState& g = it->second;
+  if (g.agents_could < g.size) {
+    return absl::StrCat(head, "only ", g.agents_could, " connected agents could run one each");
+  }
+  const absl::Duration left = g.phase_end - Mono();
+  if (g.reserving && !g.reserved.empty()) {
+    return absl::StrCat(head, g.fit_now, " of ", g.size, " fit now; room reserved on ",
+                        absl::StrJoin(g.reserved, ", "), " for ", Seconds(left), " more");
+  }
+  if (g.reserving) {
+    return absl::StrCat(head, g.fit_now, " of ", g.size,
+                        " fit now; the agents it needs hold another gang's reservation");
+  }
+  return absl::StrCat(head, g.fit_now, " of ", g.size, " fit now; it held room for ",
+                      Seconds(GangWait(group)), " without starting, so it reserves none for ",
+                      Seconds(left), " more");
+}
+
+}  // namespace taskgrid::core
