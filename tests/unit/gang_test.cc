@@ -347,6 +347,33 @@ TEST_F(GangTest, CancellingTheTaskReleasesItsReservation) {
   (void)a1;
 }
 
+TEST_F(GangTest, AReservedAgentForgottenAndBackUnderItsIdIsReservedAfresh) {
+  const uint64_t a1 = Offer("a1", 4, "gpu=1");
+  const uint64_t a2 = Offer("a2", 4, "gpu=1");
+  SubmitOk(Needs("busy", "gpu=1"));
+  Take();
+  const std::string busy_on = Task("busy").agent_id;
+  const std::string other = busy_on == "a1" ? "a2" : "a1";
+  Accept(ConnOf("busy"), "busy", 1);
+  SubmitOk(Gang("g", 2, "gpu=1"));
+  Take();
+  ASSERT_EQ(Agent(other).reserved_for, "g");
+  // The free agent goes away, is lost, and is forgotten.
+  sched_.Disconnect(conns_[other]);
+  Check();
+  Pass(absl::Seconds(10) + absl::Minutes(10) + absl::Seconds(2), {ConnOf("busy")});
+  for (const AgentRecord* a : sched_.Agents()) ASSERT_NE(a->id, other) << "forgotten";
+  // Back under the same id: a new record, reserved afresh.
+  const uint64_t back = Offer(other, 4, "gpu=1");
+  Pass(absl::Seconds(2), {ConnOf("busy"), back});
+  EXPECT_EQ(Agent(other).reserved_for, "g");
+  Result(ConnOf("busy"), "busy", 1, v1::OUTCOME_SUCCEEDED);
+  EXPECT_EQ(State("g:r1"), v1::TASK_STATE_DISPATCHED);
+  EXPECT_EQ(State("g:r2"), v1::TASK_STATE_DISPATCHED);
+  (void)a1;
+  (void)a2;
+}
+
 TEST_F(GangTest, RestoredGangStartsWholeOnceItsAgentsConnect) {
   SubmitOk(Gang("g", 2, "gpu=1"));
   std::unique_ptr<Scheduler> restored = Restarted();
