@@ -249,7 +249,8 @@ std::string Scheduler::GangReason(const TaskRecord& group) const {
   if (it == gangs_.end()) return "";
   const GangState& g = it->second;
   if (g.agents_could < g.size) {
-    return absl::StrCat(head, "only ", g.agents_could, " connected agents could run one each");
+    return absl::StrCat(head, "only ", g.agents_could, " connected agent",
+                        g.agents_could == 1 ? "" : "s", " could run one each");
   }
   const absl::Duration left = g.phase_end - Mono();
   if (g.reserving && !g.reserved.empty()) {

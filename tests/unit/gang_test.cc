@@ -183,8 +183,11 @@ TEST_F(GangTest, ReservationIsBoundedAndComesBackInTurns) {
 
 TEST_F(GangTest, TooFewAgentsParksItUntilEnoughConnect) {
   const uint64_t a1 = Connect("a1", 4);
-  const uint64_t a2 = Connect("a2", 4);
   SubmitOk(Gang("g", 3));
+  EXPECT_THAT(Assigned(Take(), a1), IsEmpty());
+  EXPECT_EQ(Reason("g:r1"),
+            "waiting: gang of 3 starts together: only 1 connected agent could run one each");
+  const uint64_t a2 = Connect("a2", 4);
   EXPECT_THAT(Started(Take(), {a1, a2}, "g"), IsEmpty())
       << "two agents: no replica starts, though two could";
   EXPECT_EQ(Reason("g:r1"),
