@@ -191,7 +191,11 @@ def main():
                 for task_id in ids:
                     if state[task_id] in TERMINAL:
                         continue
-                    t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout())
+                    # wait_for_ready: while the scheduler restarts, the
+                    # call waits for it (up to its timeout) instead of
+                    # failing at once.
+                    t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout(),
+                                     wait_for_ready=True)
                     if t.state != state[task_id]:
                         print(f"{task_id}: {state_name(state[task_id])} -> {state_name(t.state)}"
                               "  (read with GetTask)", flush=True)
@@ -223,7 +227,8 @@ def main():
                         state[ev.task_id] = ev.to_state
                 failed = 0
                 for task_id in ids:
-                    t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout())
+                    t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout(),
+                                     wait_for_ready=True)
                     r = t.result
                     print(f"{task_id}: {state_name(t.state)}, exit code {r.exit_code}, "
                           f"agent {t.agent_id or (t.attempts[-1].agent_id if t.attempts else '-')},"

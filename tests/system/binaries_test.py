@@ -1,5 +1,6 @@
 """The binaries as a new user meets them: --help, and bad flags."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -88,10 +89,14 @@ class BinariesTest(unittest.TestCase):
     def test_scheduler_says_who_can_reach_it(self):
         with harness.Cluster() as c:
             c.start_scheduler()
-            self.assertIn("listening on 127.0.0.1:0 only", c.scheduler.log())
+            # Logged just after the port file is written: waited for.
+            harness.wait_until(lambda: "listening on 127.0.0.1:0 only" in c.scheduler.log(),
+                               what="the scheduler to say who can reach it")
         with harness.Cluster() as c:
             c.start_scheduler(["--listen=0.0.0.0:0", "--insecure"])
-            self.assertRegex(c.scheduler.log(), r"--insecure: 0\.0\.0\.0:0 serves without TLS")
+            harness.wait_until(
+                lambda: re.search(r"--insecure: 0\.0\.0\.0:0 serves without TLS", c.scheduler.log()),
+                what="the scheduler to say it serves without TLS")
 
     def test_scheduler_and_agent_take_their_defaults_from_the_environment(self):
         # As the README's restart section relies on: TASKGRID_ADDR and
