@@ -191,11 +191,14 @@ def main():
                 for task_id in ids:
                     if state[task_id] in TERMINAL:
                         continue
-                    # wait_for_ready: while the scheduler restarts, the
-                    # call waits for it (up to its timeout) instead of
-                    # failing at once.
-                    t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout(),
-                                     wait_for_ready=True)
+                    try:
+                        t = stub.GetTask(tpb.GetTaskRequest(id=task_id), timeout=call_timeout())
+                    except grpc.RpcError as e:
+                        # The scheduler is restarting: the watch resumes
+                        # once it is back; read again at the next quiet spell.
+                        if e.code() == grpc.StatusCode.UNAVAILABLE:
+                            return
+                        raise
                     if t.state != state[task_id]:
                         print(f"{task_id}: {state_name(state[task_id])} -> {state_name(t.state)}"
                               "  (read with GetTask)", flush=True)
