@@ -14,6 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Cluster, binary, wait_until  # noqa: E402
 
 
+# Runs until the test's "go" file exists (bounded: 60 s), so a step is still
+# running when the scheduler is killed however slow the machine is.
+HOLD = r"""
+i=0; while [ ! -e "$1/go" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+[ -e "$1/go" ]
+"""
+
+
 def listed_ids(cluster, *filters):
     doc = cluster.ctl_json("list", "--all", *filters)
     return {t["spec"]["id"] for t in doc.get("tasks", [])}
@@ -84,13 +92,17 @@ class RestartTest(unittest.TestCase):
         with Cluster() as c:
             c.start_scheduler()
             c.start_agent("a1", slots=4)
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
             for i in range(4):
-                c.ctl("submit", f"--id=run-{i}", "--builtin=sleep", "--", "2", check=True)
+                c.ctl("submit", f"--id=run-{i}", "--", "sh", "-c", HOLD, "hold", d, check=True)
             for i in range(4):
                 c.wait_state(f"run-{i}", "RUNNING")
             c.scheduler.kill9()
-            time.sleep(0.5)
             c.start_scheduler()
+            # The steps ran on through the restart; they end only now.
+            with open(os.path.join(d, "go"), "w"):
+                pass
             for i in range(4):
                 task = c.wait_state(f"run-{i}", "SUCCEEDED", timeout=60)
                 # Reclaimed by the reconnecting agent: still its first attempt.
