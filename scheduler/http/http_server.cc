@@ -12,7 +12,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -119,7 +121,30 @@ struct HttpServer::Impl {
   struct Route {
     std::string method;  // GET or POST
     std::vector<std::string> segments;
-    Handler handler;
+    Handler handler;  // or
+    AsyncHandler async;
+  };
+
+  // The answer to a request of an async route, while its connection is
+  // suspended: Answer resumes the connection once, and the next call of
+  // OnRequest sends `response`. Its own lock, so a late answer (after
+  // Stop, after the server is gone) touches nothing but this.
+  struct Deferred {
+    std::mutex mu;
+    MHD_Connection* connection;  // suspended until done
+    std::string path;            // the request's, for the error page
+    bool done = false;           // guarded by mu
+    Response response;           // guarded by mu
+
+    // False when it was answered already.
+    bool Answer(Response r) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return false;
+      done = true;
+      response = std::move(r);
+      MHD_resume_connection(connection);
+      return true;
+    }
   };
 
   // One TCP connection, from MHD's STARTED notice to its CLOSED notice
@@ -135,8 +160,10 @@ struct HttpServer::Impl {
     std::string client_problem;
   };
 
-  // One request while its body comes in.
+  // One request while its body comes in (and, for an async route, while
+  // its answer is awaited).
   struct Pending {
+    std::shared_ptr<Deferred> deferred;
     std::string body;
   };
 
@@ -150,7 +177,9 @@ struct HttpServer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::unordered_set<Connection*> connections;  // guarded by mu
-  bool stopping = false;                        // guarded by mu
+  // Requests of async routes not yet completed; guarded by mu.
+  std::unordered_set<std::shared_ptr<Deferred>> deferred;
+  bool stopping = false;  // guarded by mu
   std::thread watchdog;
 
   // Whether `path` is one the route's pattern matches; fills `params`.
@@ -171,7 +200,9 @@ struct HttpServer::Impl {
     return true;
   }
 
-  Response Dispatch(Request& r) const {
+  // The route for `r` (filling r.params), or null with the error page to
+  // answer in *error (404, 405).
+  const Route* Find(Request& r, Response* error) const {
     const std::string method = r.method == "HEAD" ? "GET" : r.method;
     const std::vector<std::string> path = Segments(r.path);
     std::vector<std::string> allowed;
@@ -180,16 +211,31 @@ struct HttpServer::Impl {
       if (!Matches(route, path, &params)) continue;
       if (route.method == method) {
         r.params = std::move(params);
-        return route.handler(r);
+        return &route;
       }
       allowed.push_back(route.method == "GET" ? "GET, HEAD" : route.method);
     }
-    if (allowed.empty()) return error_page(r, 404, "not found: " + r.path);
+    if (allowed.empty()) {
+      *error = error_page(r, 404, "not found: " + r.path);
+      return nullptr;
+    }
     const std::string allow = absl::StrJoin(allowed, ", ");
-    Response page = error_page(
+    *error = error_page(
         r, 405, absl::StrCat("method not allowed: ", r.path, " takes ", allow, ", not ", r.method));
-    page.headers.emplace_back("Allow", allow);
-    return page;
+    error->headers.emplace_back("Allow", allow);
+    return nullptr;
+  }
+
+  // Answers `r` on the caller's thread, waiting for an async route.
+  Response Dispatch(Request& r) const {
+    Response out;
+    const Route* route = Find(r, &out);
+    if (route == nullptr) return out;
+    if (route->handler) return route->handler(r);
+    auto done = std::make_shared<std::promise<Response>>();
+    std::future<Response> answer = done->get_future();
+    route->async(r, [done](Response resp) { done->set_value(std::move(resp)); });
+    return answer.get();
   }
 
   static MHD_Result Send(MHD_Connection* c, const Response& r) {
@@ -287,11 +333,30 @@ struct HttpServer::Impl {
       *upload_size = 0;
       return MHD_YES;
     }
+    if (pending->deferred != nullptr) {  // resumed: the answer is in
+      std::lock_guard<std::mutex> lock(pending->deferred->mu);
+      return Send(c, pending->deferred->response);
+    }
     const std::string problem = impl->Received(c);
     if (!problem.empty()) return impl->RefuseClient(c, url, method, problem);
     Request r = Head(c, url, method);
     r.body = std::move(pending->body);
-    return Send(c, impl->Dispatch(r));
+    Response error;
+    const Route* route = impl->Find(r, &error);
+    if (route == nullptr) return Send(c, error);
+    if (route->handler) return Send(c, route->handler(r));
+    auto deferred = std::make_shared<Deferred>();
+    deferred->connection = c;
+    deferred->path = r.path;
+    {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      if (impl->stopping) return Send(c, impl->error_page(r, 503, "the server is stopping"));
+      impl->deferred.insert(deferred);
+    }
+    pending->deferred = deferred;
+    MHD_suspend_connection(c);
+    route->async(r, [deferred](Response resp) { deferred->Answer(std::move(resp)); });
+    return MHD_YES;
   }
 
   MHD_Result RefuseClient(MHD_Connection* c, const char* url, const char* method,
@@ -304,9 +369,15 @@ struct HttpServer::Impl {
 
   static void OnCompleted(void* cls, MHD_Connection* c, void** request_state,
                           MHD_RequestTerminationCode) {
-    delete static_cast<Pending*>(*request_state);
-    *request_state = nullptr;
     Impl* impl = static_cast<Impl*>(cls);
+    auto* pending = static_cast<Pending*>(*request_state);
+    if (pending != nullptr && pending->deferred != nullptr) {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      impl->deferred.erase(pending->deferred);
+      impl->cv.notify_all();
+    }
+    delete pending;
+    *request_state = nullptr;
     Connection* conn = Of(c);
     if (conn == nullptr) return;
     std::lock_guard<std::mutex> lock(impl->mu);
@@ -388,16 +459,32 @@ HttpServer::HttpServer(Options opts) : impl_(std::make_unique<Impl>()) {
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Get(const std::string& pattern, Handler handler) {
-  impl_->routes.push_back(Impl::Route{"GET", Segments(pattern), std::move(handler)});
+  impl_->routes.push_back(Impl::Route{"GET", Segments(pattern), std::move(handler), nullptr});
 }
 
 Response HttpServer::Handle(Request request) const { return impl_->Dispatch(request); }
 
 void HttpServer::Post(const std::string& pattern, Handler handler) {
-  impl_->routes.push_back(Impl::Route{"POST", Segments(pattern), std::move(handler)});
+  impl_->routes.push_back(Impl::Route{"POST", Segments(pattern), std::move(handler), nullptr});
+}
+
+void HttpServer::PostAsync(const std::string& pattern, AsyncHandler handler) {
+  impl_->routes.push_back(Impl::Route{"POST", Segments(pattern), nullptr, std::move(handler)});
+}
+
+void HttpServer::GetAsync(const std::string& pattern, AsyncHandler handler) {
+  impl_->routes.push_back(Impl::Route{"GET", Segments(pattern), nullptr, std::move(handler)});
 }
 
 void HttpServer::SetErrorPage(ErrorPage page) { impl_->error_page = std::move(page); }
+
+std::vector<std::string> HttpServer::Routes() const {
+  std::vector<std::string> out;
+  for (const Impl::Route& r : impl_->routes) {
+    out.push_back(absl::StrCat(r.method, " ", absl::StrJoin(r.segments, "/")));
+  }
+  return out;
+}
 
 bool HttpServer::tls() const { return !impl_->opts.tls.cert.empty(); }
 
@@ -437,7 +524,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
   if (o.threads > 1) {
     items.push_back({MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(o.threads), nullptr});
   }
-  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD;
+  unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
   if (family == AF_INET6) flags |= MHD_USE_IPv6;
   if (tls()) {
     flags |= MHD_USE_TLS;
@@ -477,6 +564,23 @@ void HttpServer::Stop() {
   }
   im.cv.notify_all();
   im.watchdog.join();
+  // libmicrohttpd stops only with no connection suspended: answer every
+  // request still waiting.
+  std::unordered_set<std::shared_ptr<Impl::Deferred>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    waiting = im.deferred;
+  }
+  for (const auto& d : waiting) {
+    Request r;
+    r.path = d->path;
+    d->Answer(im.error_page(r, 503, "the server is stopping"));
+  }
+  {
+    // Their event loops send the answers (a second at most).
+    std::unique_lock<std::mutex> lock(im.mu);
+    im.cv.wait_for(lock, std::chrono::seconds(1), [&] { return im.deferred.empty(); });
+  }
   MHD_stop_daemon(im.daemon);  // closes the listening socket and every connection
   im.daemon = nullptr;
   im.ForgetPort();

@@ -69,6 +69,13 @@ struct Response {
 };
 
 using Handler = std::function<Response(const Request&)>;
+// Answers a request whose answer comes later (a long poll): call it once,
+// from any thread; after the server stopped it does nothing.
+using Responder = std::function<void(Response)>;
+// Starts answering a request, and returns at once: the answer goes to the
+// responder when it is ready. Meanwhile the connection costs no thread
+// (libmicrohttpd suspends it), and no deadline or idle timeout runs.
+using AsyncHandler = std::function<void(const Request&, Responder)>;
 // Writes the page of an error the server answers itself: `status` (404,
 // 405, 413, ...) and a sentence saying what was wrong.
 using ErrorPage = std::function<Response(const Request&, int status, const std::string& message)>;
@@ -115,19 +122,29 @@ class HttpServer {
   // before Start.
   void Get(const std::string& pattern, Handler handler);
   void Post(const std::string& pattern, Handler handler);
+  // A POST or GET answered later (AsyncHandler). Stop answers those still
+  // waiting 503 with the error page.
+  void PostAsync(const std::string& pattern, AsyncHandler handler);
+  void GetAsync(const std::string& pattern, AsyncHandler handler);
   // Replaces the plain-text error pages. Call before Start.
   void SetErrorPage(ErrorPage page);
 
   // Answers `request` as a request read from a connection is answered
   // (routing, HEAD, 404 and 405, the error page), without a socket, TLS or
-  // the connection limits: for tests and the HTTP fuzz target. Thread-safe
-  // once the routes are registered.
+  // the connection limits: for tests and the HTTP fuzz target (an async
+  // route's answer is waited for). Thread-safe once the routes are
+  // registered.
   Response Handle(Request request) const;
 
   // Binds host:port (port 0: a free one) and serves on a thread of its
   // own; returns the bound port. UNAVAILABLE when it cannot bind;
   // INVALID_ARGUMENT when the TLS files cannot be read or do not match.
   absl::StatusOr<int> Start(const std::string& host, int port);
+
+  // Every registered route as "METHOD PATTERN" ("GET /api/v1/tasks/{id}"),
+  // in registration order: for the test that holds the API's document to
+  // the routes.
+  std::vector<std::string> Routes() const;
 
   // Whether it serves HTTPS.
   bool tls() const;
