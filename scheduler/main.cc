@@ -630,9 +630,15 @@ int main(int argc, char** argv) {
   // The dashboard, its API and the metrics page, before gRPC so a port
   // taken fails before anyone is served. The Api is made before the
   // server, so the server (and its threads) is gone before the Api.
-  taskgrid::http::Api api(&engine,
-                          {tokens.get(), http_address.first, absl::GetFlag(FLAGS_http_hosts)});
+  taskgrid::http::Api::Options api_opts;
+  api_opts.tokens = tokens.get();
+  api_opts.listen_host = http_address.first;
+  api_opts.hosts = absl::GetFlag(FLAGS_http_hosts);
+  api_opts.bind_owners = mtls;
+  taskgrid::http::Api api(&engine, api_opts);
   taskgrid::http::HttpServer::Options http_opts;
+  // A submit of a batch as JSON; larger ones go over gRPC.
+  http_opts.max_request_bytes = taskgrid::http::Api::kMaxBodyBytes;
   // A page loads its files and a few API calls at once.
   http_opts.threads = 4;
   if (tls) {

@@ -19,7 +19,9 @@
 #include "common/address.h"
 #include "common/ids.h"
 #include "common/json.h"
+#include "common/proto_time.h"
 #include "scheduler/core/state_machine.h"
+#include "scheduler/http/openapi.h"
 
 namespace taskgrid::http {
 
@@ -162,6 +164,41 @@ std::string Method(absl::string_view service, absl::string_view name) {
   return absl::StrCat("/taskgrid.v1.", service, "/", name);
 }
 
+// How long a long poll asked to wait `timeout` waits: at most `most`,
+// which is also what it waits when it names no timeout.
+absl::Duration HttpWait(const google::protobuf::Duration& timeout, absl::Duration most) {
+  const absl::Duration wait = FromProto(timeout);
+  return wait <= absl::ZeroDuration() || wait > most ? most : wait;
+}
+
+// The request's JSON body into `out` (an empty body is an empty message).
+absl::Status ParseBody(const Request& req, google::protobuf::Message* out) {
+  if (absl::StripAsciiWhitespace(req.body).empty()) return absl::OkStatus();
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  if (auto s = google::protobuf::util::JsonStringToMessage(req.body, out, opts); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body is not a ", out->GetDescriptor()->name(),
+                     " in JSON (the proto3 JSON mapping): ", std::string(s.message())));
+  }
+  return absl::OkStatus();
+}
+
+// GET /api/v1/tasks/{id}/wait?timeout=30s as a WaitTaskRequest.
+absl::Status WaitQuery(const Request& req, v1::WaitTaskRequest* out) {
+  auto q = Query::Of(req, {"timeout"});
+  if (!q.ok()) return q.status();
+  out->set_id(req.params.at("id"));
+  const std::string text = q->Get("timeout");
+  absl::Duration d;
+  if (!text.empty() && (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout must be a duration such as 30s or 5m, not \"", text, "\""));
+  }
+  if (!text.empty()) *out->mutable_timeout() = ToProto(d);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Api::Api(engine::Engine* engine, Options opts) : engine_(engine), opts_(std::move(opts)) {}
@@ -230,36 +267,72 @@ bool Api::HostAllowed(const std::string& host_header) const {
   return !absl::StartsWith(host, "unix") && IsLoopbackAddress(address);
 }
 
-absl::Status Api::Admit(const Request& req, const std::string& method, bool action) const {
+absl::Status Api::CheckHost(const Request& req) const {
   const std::string host = req.Header("host");
-  if (!HostAllowed(host)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("Host \"", host,
-                     "\" is not a name of this scheduler (a page of another site may not read "
-                     "it); use the address it listens on, localhost, or a name given in "
-                     "--http_hosts"));
-  }
-  if (action &&
-      req.Header(absl::AsciiStrToLower(kActionHeader)) != std::string(kActionHeaderValue)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "an action needs the header ", kActionHeader, ": ", kActionHeaderValue,
-        " (a form of another site cannot send it, so it cannot act through this page)"));
-  }
-  return Authorize(req, method);
+  if (HostAllowed(host)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("Host \"", host,
+                   "\" is not a name of this scheduler (a page of another site may not read "
+                   "it); use the address it listens on, localhost, or a name given in "
+                   "--http_hosts"));
 }
 
-absl::Status Api::Authorize(const Request& req, const std::string& grpc_method) const {
-  if (opts_.tokens == nullptr) return absl::OkStatus();
-  std::string principal;
-  absl::Status s =
-      opts_.tokens->Current()->Check(grpc_method, req.Header("authorization"), &principal);
-  if (!s.ok()) {
-    refusals_.Log(
-        s.code(),
-        absl::StrCat("refused HTTP ", req.method, " ", req.path, " (", grpc_method, ") from ",
-                     principal.empty() ? "a caller" : principal, ": ", s.message()));
+absl::Status Api::Admit(const Request& req, const std::string& method, bool action,
+                        std::string* principal) const {
+  if (absl::Status s = CheckHost(req); !s.ok()) return s;
+  // A page of another site can make a browser send neither this header nor
+  // a JSON body (either needs a CORS preflight this server never grants).
+  const std::string type = absl::AsciiStrToLower(req.Header("content-type"));
+  const bool json = type == kJson || absl::StartsWith(type, "application/json;");
+  if (action && !json &&
+      req.Header(absl::AsciiStrToLower(kActionHeader)) != std::string(kActionHeaderValue)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "an action needs \"Content-Type: application/json\" or the header ", kActionHeader, ": ",
+        kActionHeaderValue,
+        " (a form of another site can send neither, so it cannot act through this page)"));
   }
+  return Authorize(req, method, principal);
+}
+
+absl::Status Api::Authorize(const Request& req, const std::string& grpc_method,
+                            std::string* principal) const {
+  if (opts_.tokens == nullptr) return absl::OkStatus();
+  std::string name;
+  absl::Status s = opts_.tokens->Current()->Check(grpc_method, req.Header("authorization"), &name);
+  if (!s.ok()) {
+    refusals_.Log(s.code(),
+                  absl::StrCat("refused HTTP ", req.method, " ", req.path, " (", grpc_method,
+                               ") from ", name.empty() ? "a caller" : name, ": ", s.message()));
+  }
+  if (principal != nullptr) *principal = name;
   return s;
+}
+
+absl::StatusOr<std::string> Api::CallRpc(const RpcMethod& m, const Request& req,
+                                         const std::string& principal,
+                                         absl::Duration timeout) const {
+  if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
+  std::unique_ptr<google::protobuf::Message> request = m.new_request();
+  if (absl::Status s = ParseBody(req, request.get()); !s.ok()) return s;
+  if (m.owner) {
+    const std::string owner = m.owner(*request);
+    if (opts_.bind_owners) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("owner ", owner,
+                       ": this scheduler binds board owners to client certificates (--tls_ca), "
+                       "which its HTTP API does not see; make board calls over gRPC"));
+    }
+    if (opts_.tokens != nullptr) {
+      if (absl::Status s = opts_.tokens->Current()->CheckActsAs(principal, owner, "owner");
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  auto resp = Await<std::unique_ptr<google::protobuf::Message>>(
+      timeout, [&](auto reply) { m.call(*request, std::move(reply)); });
+  if (!resp.ok()) return resp.status();
+  return ToJson(**resp);
 }
 
 void Api::Register(HttpServer* server) const {
@@ -272,31 +345,149 @@ void Api::Register(HttpServer* server) const {
     if (status == 404) code = absl::StatusCode::kNotFound;
     if (status == 405) code = absl::StatusCode::kUnimplemented;
     if (status == 413) code = absl::StatusCode::kResourceExhausted;
+    if (status == 503) code = absl::StatusCode::kUnavailable;  // the server stops
     Response r = ErrorResponse(absl::Status(code, message));
     r.status = status;  // the server's own status (405 is not UNIMPLEMENTED's 501)
     return r;
   });
 
-  // Admits the request for `method`, runs `fn`, and answers its JSON.
-  auto route = [this, server](bool post, const std::string& pattern, const std::string& method,
-                              std::function<absl::StatusOr<std::string>(const Request&)> fn) {
-    Handler h = [this, post, method, fn = std::move(fn)](const Request& req) {
-      if (absl::Status s = Admit(req, method, post); !s.ok()) return ErrorResponse(s);
-      absl::StatusOr<std::string> body = fn(req);
+  // Every route describes itself for the OpenAPI document.
+  auto docs = std::make_shared<std::vector<OperationDoc>>();
+  // Admits the request for the route's gRPC method, runs `fn` with the
+  // caller's principal (with tokens), and answers its JSON.
+  using Fn = std::function<absl::StatusOr<std::string>(const Request&, const std::string&)>;
+  auto serve = [this, server, docs](OperationDoc doc, Fn fn) {
+    const bool post = doc.method == "post";
+    Handler h = [this, post, method = doc.grpc_method, fn = std::move(fn)](const Request& req) {
+      std::string principal;
+      if (absl::Status s = Admit(req, method, post, &principal); !s.ok()) return ErrorResponse(s);
+      absl::StatusOr<std::string> body = fn(req, principal);
       if (!body.ok()) return ErrorResponse(body.status());
       return JsonResponse(200, std::move(*body));
     };
     if (post) {
-      server->Post(pattern, std::move(h));
+      server->Post(doc.path, std::move(h));
     } else {
-      server->Get(pattern, std::move(h));
+      server->Get(doc.path, std::move(h));
     }
+    docs->push_back(std::move(doc));
+  };
+  // The dashboard's routes, which take no body: the principal is not theirs
+  // to check.
+  auto route = [&serve](bool post, const std::string& pattern, const std::string& method,
+                        const google::protobuf::Descriptor* response,
+                        std::vector<std::pair<std::string, std::string>> query,
+                        std::function<absl::StatusOr<std::string>(const Request&)> fn) {
+    OperationDoc doc;
+    doc.method = post ? "post" : "get";
+    doc.path = pattern;
+    doc.grpc_method = method;
+    doc.summary = absl::StrCat(method.substr(method.find('.', 1) + 1), " (query form)");
+    doc.query = std::move(query);
+    doc.response = response;
+    serve(std::move(doc),
+          [fn = std::move(fn)](const Request& req, const std::string&) { return fn(req); });
   };
   Engine* const e = engine_;
   const absl::Duration timeout = opts_.answer_timeout;
 
+  // Every unary method of the client services, its request message as the
+  // JSON body: POST /api/v1/TaskService/SubmitTasks. Submit and submit a
+  // job also answer POST /api/v1/tasks and /api/v1/jobs.
+  auto methods = std::make_shared<const std::vector<RpcMethod>>(RpcMethods(e));
+  for (size_t i = 0; i < methods->size(); ++i) {
+    const RpcMethod& m = (*methods)[i];
+    const std::string service = m.descriptor->service()->name();
+    std::vector<std::string> paths = {absl::StrCat("/api/v1/", service, "/", m.descriptor->name())};
+    if (m.grpc_path == Method("TaskService", "SubmitTasks")) paths.push_back("/api/v1/tasks");
+    if (m.grpc_path == Method("JobService", "SubmitJob")) paths.push_back("/api/v1/jobs");
+    for (const std::string& path : paths) {
+      OperationDoc doc;
+      doc.method = "post";
+      doc.path = path;
+      doc.grpc_method = m.grpc_path;
+      doc.summary = absl::StrCat(service, "/", m.descriptor->name());
+      doc.body = m.descriptor->input_type();
+      doc.response = m.descriptor->output_type();
+      serve(std::move(doc),
+            [this, methods, i, timeout](const Request& req, const std::string& principal) {
+              return CallRpc((*methods)[i], req, principal, timeout);
+            });
+    }
+  }
+
+  // The long polls, answered when their task ends (or work comes), or when
+  // their time is up: the connection waits without a thread.
+  using AsyncFn =
+      std::function<void(const Request&, std::function<void(absl::StatusOr<std::string>)>)>;
+  auto serve_async = [this, server, docs](OperationDoc doc, AsyncFn fn) {
+    const bool post = doc.method == "post";
+    AsyncHandler h = [this, post, method = doc.grpc_method, fn = std::move(fn)](const Request& req,
+                                                                                Responder respond) {
+      std::string principal;
+      if (absl::Status s = Admit(req, method, post, &principal); !s.ok()) {
+        return respond(ErrorResponse(s));
+      }
+      fn(req, [respond](absl::StatusOr<std::string> body) {
+        respond(body.ok() ? JsonResponse(200, std::move(*body)) : ErrorResponse(body.status()));
+      });
+    };
+    if (post) {
+      server->PostAsync(doc.path, std::move(h));
+    } else {
+      server->GetAsync(doc.path, std::move(h));
+    }
+    docs->push_back(std::move(doc));
+  };
+  const absl::Duration most = opts_.max_wait;
+  auto wait_task = [e, most](const v1::WaitTaskRequest& r, auto done) {
+    e->WaitTask(r.id(), HttpWait(r.timeout(), most),
+                [done](absl::StatusOr<v1::WaitTaskResponse> resp) { done(Print(resp)); });
+  };
+  for (const bool by_query : {false, true}) {
+    OperationDoc doc;
+    doc.method = by_query ? "get" : "post";
+    doc.path = by_query ? "/api/v1/tasks/{id}/wait" : "/api/v1/TaskService/WaitTask";
+    doc.grpc_method = Method("TaskService", "WaitTask");
+    doc.summary = absl::StrCat("TaskService/WaitTask", by_query ? " (query form)" : "",
+                               ": answers when the task has ended, or when the timeout (at most ",
+                               absl::FormatDuration(most), ") is up");
+    if (by_query) {
+      doc.query = {{"timeout", "how long to wait, as 30s or 5m (default and most: " +
+                                   absl::FormatDuration(most) + ")"}};
+    } else {
+      doc.body = v1::WaitTaskRequest::descriptor();
+    }
+    doc.response = v1::WaitTaskResponse::descriptor();
+    serve_async(std::move(doc), [by_query, wait_task](const Request& req, auto done) {
+      v1::WaitTaskRequest r;
+      absl::Status s = by_query ? WaitQuery(req, &r) : ParseBody(req, &r);
+      if (!s.ok()) return done(s);
+      wait_task(r, done);
+    });
+  }
+  {
+    OperationDoc doc;
+    doc.method = "post";
+    doc.path = "/api/v1/BoardService/WaitForWork";
+    doc.grpc_method = Method("BoardService", "WaitForWork");
+    doc.summary = absl::StrCat(
+        "BoardService/WaitForWork: answers when the queue has work a worker with these labels "
+        "could claim, or when the timeout (at most ",
+        absl::FormatDuration(most), ") is up");
+    doc.body = v1::WaitForWorkRequest::descriptor();
+    doc.response = v1::WaitForWorkResponse::descriptor();
+    serve_async(std::move(doc), [e, most](const Request& req, auto done) {
+      v1::WaitForWorkRequest r;
+      if (absl::Status s = ParseBody(req, &r); !s.ok()) return done(s);
+      e->WaitForWork(r, HttpWait(r.timeout(), most),
+                     [done](absl::StatusOr<v1::WaitForWorkResponse> resp) { done(Print(resp)); });
+    });
+  }
+
   // Queues.
   route(false, "/api/v1/queues", Method("TaskService", "GetQueueStats"),
+        v1::GetQueueStatsResponse::descriptor(), {{"queue", "only this queue"}},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           auto q = Query::Of(req, {"queue"});
           if (!q.ok()) return q.status();
@@ -311,8 +502,8 @@ void Api::Register(HttpServer* server) const {
         });
   for (const bool pause : {true, false}) {
     route(true, absl::StrCat("/api/v1/queues/{queue}/", pause ? "pause" : "resume"),
-          Method("TaskService", pause ? "PauseQueue" : "ResumeQueue"),
-          [e, timeout, pause](const Request& req) -> absl::StatusOr<std::string> {
+          Method("TaskService", pause ? "PauseQueue" : "ResumeQueue"), v1::QueueStats::descriptor(),
+          {}, [e, timeout, pause](const Request& req) -> absl::StatusOr<std::string> {
             if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
             return Print(Await<v1::QueueStats>(timeout, [&](auto reply) {
               e->PauseQueue(req.params.at("queue"), pause, std::move(reply));
@@ -323,6 +514,12 @@ void Api::Register(HttpServer* server) const {
   // Tasks.
   route(
       false, "/api/v1/tasks", Method("TaskService", "ListTasks"),
+      v1::ListTasksResponse::descriptor(),
+      {{"queue", "only this queue"},
+       {"state", "only these states (PENDING, RUNNING, ...; several, or comma-separated)"},
+       {"job", "only the tasks of this job"},
+       {"page_size", "at most this many (1-1000)"},
+       {"page_token", "the next_page_token of the previous page"}},
       [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
         auto q = Query::Of(req, {"queue", "state", "job", "page_size", "page_token"});
         if (!q.ok()) return q.status();
@@ -340,7 +537,7 @@ void Api::Register(HttpServer* server) const {
         return Print(Await<v1::ListTasksResponse>(
             timeout, [&](auto reply) { e->ListTasks(r, std::move(reply)); }));
       });
-  route(false, "/api/v1/tasks/{id}", Method("TaskService", "GetTask"),
+  route(false, "/api/v1/tasks/{id}", Method("TaskService", "GetTask"), v1::Task::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
           v1::GetTaskRequest r;
@@ -357,6 +554,7 @@ void Api::Register(HttpServer* server) const {
       {"resume", "ResumeTask", &Engine::ResumeTask}};
   for (const auto& [verb, name, op] : task_ops) {
     route(true, absl::StrCat("/api/v1/tasks/{id}/", verb), Method("TaskService", name),
+          v1::Task::descriptor(), {},
           [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
             if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
             return Print(Await<v1::Task>(
@@ -365,6 +563,7 @@ void Api::Register(HttpServer* server) const {
   }
 
   route(true, "/api/v1/tasks/{id}/delete", Method("TaskService", "DeleteTask"),
+        v1::DeleteTaskResponse::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
           return Print(Await<v1::DeleteTaskResponse>(
@@ -373,7 +572,10 @@ void Api::Register(HttpServer* server) const {
 
   // Jobs.
   route(
-      false, "/api/v1/jobs", Method("JobService", "ListJobs"),
+      false, "/api/v1/jobs", Method("JobService", "ListJobs"), v1::ListJobsResponse::descriptor(),
+      {{"state", "only these states (several, or comma-separated)"},
+       {"page_size", "at most this many (1-1000)"},
+       {"page_token", "the next_page_token of the previous page"}},
       [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
         auto q = Query::Of(req, {"state", "page_size", "page_token"});
         if (!q.ok()) return q.status();
@@ -387,7 +589,7 @@ void Api::Register(HttpServer* server) const {
         return Print(Await<v1::ListJobsResponse>(
             timeout, [&](auto reply) { e->ListJobs(r, std::move(reply)); }));
       });
-  route(false, "/api/v1/jobs/{id}", Method("JobService", "GetJob"),
+  route(false, "/api/v1/jobs/{id}", Method("JobService", "GetJob"), v1::Job::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
           return Print(Await<v1::Job>(
@@ -398,6 +600,7 @@ void Api::Register(HttpServer* server) const {
       {"cancel", "CancelJob", &Engine::CancelJob}, {"retry", "RetryJob", &Engine::RetryJob}};
   for (const auto& [verb, name, op] : job_ops) {
     route(true, absl::StrCat("/api/v1/jobs/{id}/", verb), Method("JobService", name),
+          v1::Job::descriptor(), {},
           [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
             if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
             return Print(Await<v1::Job>(
@@ -407,6 +610,7 @@ void Api::Register(HttpServer* server) const {
 
   // Agents and the cluster.
   route(false, "/api/v1/agents", Method("ClusterService", "ListAgents"),
+        v1::ListAgentsResponse::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
           return Print(Await<v1::ListAgentsResponse>(
@@ -418,6 +622,7 @@ void Api::Register(HttpServer* server) const {
       {"undrain", "UndrainAgent", &Engine::UndrainAgent}};
   for (const auto& [verb, name, op] : agent_ops) {
     route(true, absl::StrCat("/api/v1/agents/{id}/", verb), Method("ClusterService", name),
+          v1::Agent::descriptor(), {},
           [e, timeout, op = op](const Request& req) -> absl::StatusOr<std::string> {
             if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
             return Print(Await<v1::Agent>(
@@ -425,11 +630,25 @@ void Api::Register(HttpServer* server) const {
           });
   }
   route(false, "/api/v1/cluster", Method("ClusterService", "GetClusterStats"),
+        v1::ClusterStats::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
           return Print(Await<v1::ClusterStats>(
               timeout, [&](auto reply) { e->GetClusterStats(std::move(reply)); }));
         });
+
+  // The document of every route above, itself included.
+  OperationDoc self;
+  self.method = "get";
+  self.path = "/api/v1/openapi.json";
+  self.summary = "this document (OpenAPI 3)";
+  docs->push_back(self);
+  auto document = std::make_shared<const std::string>(OpenApiDocument(*docs));
+  server->Get(self.path, [this, document](const Request& req) {
+    // The document is what the repository's .proto files say: no token.
+    if (absl::Status s = CheckHost(req); !s.ok()) return ErrorResponse(s);
+    return JsonResponse(200, *document);
+  });
 }
 
 }  // namespace taskgrid::http

@@ -114,8 +114,14 @@ struct World {
         "fuzz tokens");
     if (!parsed.ok()) Die(parsed.status().ToString().c_str());
     tokens = std::make_unique<service::ReloadableTokens>("fuzz tokens", *std::move(parsed));
-    api = std::make_unique<http::Api>(
-        engine.get(), http::Api::Options{tokens.get(), "127.0.0.1", {"head.example"}});
+    http::Api::Options api_opts;
+    api_opts.tokens = tokens.get();
+    api_opts.listen_host = "127.0.0.1";
+    api_opts.hosts = {"head.example"};
+    // Long polls answer at once: Handle waits for the answer, and the
+    // fake clock never runs a wait out.
+    api_opts.max_wait = absl::ZeroDuration();
+    api = std::make_unique<http::Api>(engine.get(), api_opts);
     api->Register(&server);
   }
 };

@@ -15,12 +15,18 @@
 
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/api.h"
 #include "scheduler/http/dashboard.h"
+#include "scheduler/http/rpc.h"
 #include "scheduler/service/tokens.h"
 #include "scheduler/store/memory_store.h"
 #include "tests/testing/fake_agent_channel.h"
@@ -81,6 +87,7 @@ class WebApiTest : public ::testing::Test {
     AddDashboard(server_.get());
     auto port = server_->Start("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
     client_->set_read_timeout(30, 0);
   }
@@ -162,6 +169,22 @@ class WebApiTest : public ::testing::Test {
   httplib::Result Get(const std::string& path, const std::string& token = "") {
     return client_->Get(path, Headers(token));
   }
+  // A call of the JSON API as a client sends it: POST, a JSON body.
+  httplib::Result Call(const std::string& path, const std::string& body,
+                       const std::string& token = "") {
+    return client_->Post(path, Headers(token), body, "application/json");
+  }
+
+  // The OpenAPI document the server serves.
+  google::protobuf::Struct Document() {
+    auto res = Get("/api/v1/openapi.json");
+    EXPECT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+    google::protobuf::Struct doc;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(res->body, &doc).ok());
+    return doc;
+  }
+
   // An action as the page sends it: POST, the action header, an empty body.
   httplib::Result Act(const std::string& path, const std::string& token = "") {
     return client_->Post(path, Headers(token, /*action=*/true), "", "text/plain");
@@ -176,6 +199,7 @@ class WebApiTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
 };
 
 TEST_F(WebApiTest, QueuesAreTheGetQueueStatsMessage) {
@@ -418,6 +442,13 @@ TEST_F(WebApiTest, AnActionNeedsItsHeader) {
     const Error e = ErrorOf(res->body);
     EXPECT_EQ(e.code, "PERMISSION_DENIED");
     EXPECT_THAT(e.message, HasSubstr("X-Taskgrid-Request: 1"));
+    EXPECT_THAT(e.message, HasSubstr("Content-Type: application/json"));
+  }
+  // Nor a text body of the kind a form or a simple cross-site request sends.
+  for (const char* type : {"text/plain", "multipart/form-data; boundary=x", "application/jsonx"}) {
+    auto res = client_->Post("/api/v1/TaskService/CancelTask", R"({"id":"t1"})", type);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 403) << type;
   }
   EXPECT_EQ(Task("t1").state(), v1::TASK_STATE_PENDING);
   // A GET of an action's path is no way around it.
@@ -458,7 +489,7 @@ TEST_F(WebApiTest, UnknownPathsAndMethodsAreJsonErrors) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
   EXPECT_EQ(ErrorOf(missing->body).code, "NOT_FOUND");
-  auto post_list = Act("/api/v1/tasks");
+  auto post_list = Act("/api/v1/cluster");
   ASSERT_TRUE(post_list);
   EXPECT_EQ(post_list->status, 405);
   EXPECT_EQ(post_list->get_header_value("Allow"), "GET, HEAD");
@@ -470,6 +501,234 @@ TEST_F(WebApiTest, UnknownPathsAndMethodsAreJsonErrors) {
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 404);
   EXPECT_THAT(page->body, StartsWith("not found"));
+}
+
+// Every unary call of the five client services is a route, documented as
+// the gRPC method it stands for.
+TEST_F(WebApiTest, EveryCallOfTheClientServicesIsARoute) {
+  const google::protobuf::Struct doc = Document();
+  const auto& paths = doc.fields().at("paths").struct_value().fields();
+  int methods = 0;
+  for (const std::string& name : RpcServiceNames()) {
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    ASSERT_NE(service, nullptr) << name;
+    for (int i = 0; i < service->method_count(); ++i) {
+      const auto* m = service->method(i);
+      if (m->server_streaming()) continue;  // WatchTasks, StreamTaskOutput: gRPC only
+      ++methods;
+      const std::string path = "/api/v1/" + service->name() + "/" + m->name();
+      ASSERT_TRUE(paths.count(path)) << path;
+      const auto& op = paths.at(path).struct_value().fields().at("post").struct_value().fields();
+      EXPECT_EQ(op.at("x-grpc-method").string_value(),
+                "/" + service->full_name() + "/" + m->name());
+      EXPECT_EQ(op.at("requestBody")
+                    .struct_value()
+                    .fields()
+                    .at("content")
+                    .struct_value()
+                    .fields()
+                    .at("application/json")
+                    .struct_value()
+                    .fields()
+                    .at("schema")
+                    .struct_value()
+                    .fields()
+                    .at("$ref")
+                    .string_value(),
+                "#/components/schemas/" + m->input_type()->full_name());
+    }
+  }
+  EXPECT_GE(methods, 40);
+  // A schema is the proto3 JSON of its message: field names, enums, int64
+  // as strings, durations as strings.
+  const auto& spec = doc.fields()
+                         .at("components")
+                         .struct_value()
+                         .fields()
+                         .at("schemas")
+                         .struct_value()
+                         .fields()
+                         .at("taskgrid.v1.TaskSpec")
+                         .struct_value()
+                         .fields()
+                         .at("properties")
+                         .struct_value()
+                         .fields();
+  EXPECT_EQ(spec.at("id").struct_value().fields().at("type").string_value(), "string");
+  EXPECT_EQ(spec.at("steps").struct_value().fields().at("type").string_value(), "array");
+  EXPECT_EQ(spec.at("priority").struct_value().fields().at("type").string_value(), "integer");
+}
+
+// The document and the routes are the same set, and every documented
+// route answers (its own answer, never the router's 404 or 405).
+TEST_F(WebApiTest, TheDocumentNamesEveryRouteAndEveryDocumentedRouteAnswers) {
+  Submit("q", {"busy"});
+  Submit("wq", {"ready1"});  // waits: the one slot is busy's
+  const google::protobuf::Struct doc = Document();
+  std::set<std::string> documented;
+  for (const auto& [path, item] : doc.fields().at("paths").struct_value().fields()) {
+    for (const auto& [method, op] : item.struct_value().fields()) {
+      documented.insert(absl::AsciiStrToUpper(method) + " " + path);
+    }
+  }
+  std::set<std::string> served;
+  for (const std::string& r : server_->Routes()) {
+    if (absl::StrContains(r, " /api/")) served.insert(r);
+  }
+  EXPECT_EQ(documented, served);
+
+  for (const std::string& route : documented) {
+    const std::string method = route.substr(0, route.find(' '));
+    std::string path = route.substr(route.find(' ') + 1);
+    for (const char* param : {"{id}", "{queue}"}) {
+      absl::StrReplaceAll({{param, "nothing-here"}}, &path);
+    }
+    // A long poll that answers at once: the queue has work.
+    const std::string body = absl::EndsWith(path, "/WaitForWork") ? R"({"queue":"wq"})" : "{}";
+    auto res = method == "GET" ? Get(path) : Call(path, body);
+    ASSERT_TRUE(res) << route;
+    EXPECT_NE(res->status, 405) << route << ": " << res->body;
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json") << route;
+    if (res->status == 404) {
+      EXPECT_THAT(ErrorOf(res->body).message, ::testing::Not(StartsWith("not found: /api")))
+          << route;
+    }
+  }
+}
+
+// POST /api/v1/tasks submits from JSON; the same task again is the same
+// task (idempotent by id); another spec under its id is refused.
+TEST_F(WebApiTest, SubmitOverHttpIsIdempotentById) {
+  const std::string body =
+      R"({"tasks":[{"id":"h1","queue":"hq","steps":[{"exec":{"argv":["echo","hi"]}}],)"
+      R"("max_attempts":2}]})";
+  auto first = Call("/api/v1/tasks", body);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const auto resp = FromJson<v1::SubmitTasksResponse>(first->body);
+  ASSERT_EQ(resp.tasks_size(), 1);
+  EXPECT_EQ(resp.tasks(0).spec().id(), "h1");
+  EXPECT_EQ(Task("h1").spec().queue(), "hq");
+  EXPECT_EQ(Task("h1").spec().steps(0).exec().argv(1), "hi");
+
+  auto again = Call("/api/v1/TaskService/SubmitTasks", body);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      FromJson<v1::SubmitTasksResponse>(again->body).tasks(0).create_time(),
+      resp.tasks(0).create_time()));
+
+  auto other = Call("/api/v1/tasks",
+                    R"({"tasks":[{"id":"h1","queue":"hq","steps":[{"exec":{"argv":["rm"]}}]}]})");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 409) << other->body;
+  EXPECT_EQ(ErrorOf(other->body).code, "ALREADY_EXISTS");
+  EXPECT_EQ(Task("h1").spec().steps(0).exec().argv(0), "echo");
+
+  auto job = Call("/api/v1/jobs",
+                  R"({"job_id":"hj","tasks":[{"id":"hj-a","steps":[{"builtin":{"name":"noop"}}]},)"
+                  R"({"id":"hj-b","depends_on":["hj-a"],"steps":[{"builtin":{"name":"noop"}}]}]})");
+  ASSERT_TRUE(job);
+  ASSERT_EQ(job->status, 200) << job->body;
+  EXPECT_EQ(FromJson<v1::Job>(job->body).id(), "hj");
+  EXPECT_EQ(Task("hj-b").state(), v1::TASK_STATE_BLOCKED);
+}
+
+// Bodies that are not the method's request: 400 naming the message, 413
+// past the size cap, and nothing changed.
+TEST_F(WebApiTest, ABadBodyIsAClearErrorAndChangesNothing) {
+  Submit("q", {"busy", "t1"});
+  struct Case {
+    std::string path;
+    std::string body;
+    int status;
+    const char* names;
+  };
+  const std::vector<Case> cases = {
+      {"/api/v1/tasks", "{", 400, "not a SubmitTasksRequest in JSON"},
+      {"/api/v1/tasks", "[]", 400, "SubmitTasksRequest"},
+      {"/api/v1/tasks", "null", 400, "SubmitTasksRequest"},
+      {"/api/v1/tasks", R"({"tasks":[{"idd":"x"}]})", 400, "idd"},
+      {"/api/v1/tasks", R"({"tasks":[{"id":"x","priority":"high"}]})", 400, "priority"},
+      {"/api/v1/tasks", R"({"tasks":[]})", 400, "task"},
+      {"/api/v1/tasks", R"({"tasks":[{"id":"x"}]})", 400, "steps"},
+      {"/api/v1/tasks", std::string(20000, ' ') + "{}", 413, "too large"},
+      {"/api/v1/TaskService/CancelTask", R"({"id":"t1","now":true})", 400, "now"},
+      {"/api/v1/TaskService/CancelTask?id=t1", "{}", 400, "takes none"},
+      {"/api/v1/TaskService/GetTask", R"({"id":"nope"})", 404, "nope"},
+      {"/api/v1/JobService/SubmitJob",
+       R"({"job_id":"a b","tasks":[{"id":"y","steps":[{"builtin":{"name":"noop"}}]}]})", 400,
+       "job"},
+      {"/api/v1/TaskService/WaitTask", R"({"id":"t1","timeout":"soon"})", 400, "timeout"},
+      {"/api/v1/tasks/t1/wait?timeout=soon", "", 400, "timeout"},
+      {"/api/v1/tasks/t1/wait?timeout=-1s", "", 400, "timeout"},
+      {"/api/v1/tasks/t1/wait?until=done", "", 400, "until"},
+  };
+  const v1::Task before = Task("t1");
+  for (const Case& c : cases) {
+    auto res = absl::StrContains(c.path, "/wait?") ? Get(c.path) : Call(c.path, c.body);
+    ASSERT_TRUE(res) << c.path;
+    EXPECT_EQ(res->status, c.status) << c.path << " " << c.body.substr(0, 80) << ": " << res->body;
+    EXPECT_THAT(ErrorOf(res->body).message, HasSubstr(c.names)) << c.path;
+  }
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, Task("t1")));
+  auto list = Get("/api/v1/tasks");
+  EXPECT_EQ(FromJson<v1::ListTasksResponse>(list->body).tasks_size(), 2);
+}
+
+// A long poll holds its connection, not a thread: other requests are
+// answered meanwhile, and it is answered when its task ends.
+TEST_F(WebApiTest, WaitIsALongPollAnsweredWhenTheTaskEnds) {
+  Submit("q", {"busy"});
+  std::vector<std::future<httplib::Result>> waits;
+  const int port = port_;
+  for (int i = 0; i < 4; ++i) {  // more than the server's event loops
+    waits.push_back(std::async(std::launch::async, [port, i] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(60, 0);
+      return i % 2 == 0 ? c.Get("/api/v1/tasks/busy/wait?timeout=60s")
+                        : c.Post("/api/v1/TaskService/WaitTask", R"({"id":"busy","timeout":"60s"})",
+                                 "application/json");
+    }));
+  }
+  while (engine_->waiting() < 4) std::this_thread::yield();
+  auto cluster = Get("/api/v1/cluster");
+  ASSERT_TRUE(cluster);
+  EXPECT_EQ(cluster->status, 200);
+  for (auto& w : waits) {
+    EXPECT_EQ(w.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  }
+  Finish("busy", 1, v1::OUTCOME_SUCCEEDED);
+  for (auto& w : waits) {
+    httplib::Result res = w.get();
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const auto resp = FromJson<v1::WaitTaskResponse>(res->body);
+    EXPECT_TRUE(resp.done());
+    EXPECT_EQ(resp.task().state(), v1::TASK_STATE_SUCCEEDED);
+  }
+  // An ended task is answered at once.
+  auto done = Get("/api/v1/tasks/busy/wait");
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(FromJson<v1::WaitTaskResponse>(done->body).done());
+}
+
+// Stopping the server answers a waiting long poll 503, in JSON.
+TEST_F(WebApiTest, StoppingAnswersAWaitingLongPoll) {
+  Submit("q", {"busy"});
+  const int port = port_;
+  auto wait = std::async(std::launch::async, [port] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c.Get("/api/v1/tasks/busy/wait?timeout=60s");
+  });
+  while (engine_->waiting() < 1) std::this_thread::yield();
+  server_->Stop();
+  httplib::Result res = wait.get();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(ErrorOf(res->body).code, "UNAVAILABLE");
 }
 
 TEST_F(WebApiTest, ServesThePagesFromTheBinary) {
@@ -621,6 +880,57 @@ TEST_F(WebApiRolesTest, EachEndpointNeedsTheRoleOfItsMethod) {
       }
     }
   }
+}
+
+// Every documented route needs the role of its gRPC method, and a board
+// call acts only as the owner its token may act as.
+TEST_F(WebApiRolesTest, EveryDocumentedRouteNeedsTheRoleOfItsMethod) {
+  Submit("q", {"busy"});
+  Submit("wq", {"ready1"});
+  const google::protobuf::Struct doc = Document();
+  const std::vector<std::tuple<std::string, std::string, service::Role>> principals = {
+      {"ann", kReader, service::Role::kReader},
+      {"sam", kSubmitter, service::Role::kSubmitter},
+      {"root", kAdmin, service::Role::kAdmin}};
+  int checked = 0;
+  for (const auto& [path_pattern, item] : doc.fields().at("paths").struct_value().fields()) {
+    for (const auto& [method, op] : item.struct_value().fields()) {
+      const std::string grpc_method = op.struct_value().fields().at("x-grpc-method").string_value();
+      if (grpc_method.empty()) continue;  // the document itself
+      ASSERT_TRUE(service::MethodRoles().count(grpc_method)) << grpc_method;
+      const service::Role needed = service::MethodRoles().at(grpc_method);
+      std::string path = absl::StrReplaceAll(path_pattern, {{"{id}", "x"}, {"{queue}", "x"}});
+      for (const auto& [name, token, role] : principals) {
+        std::string body = "{}";
+        if (absl::StrContains(path, "/BoardService/")) {
+          body = absl::StrContains(path, "Claim") && !absl::EndsWith(path, "/Claim")
+                     ? R"({"claim":{"owner":")" + name + R"("}})"
+                     : R"({"owner":")" + name + R"(","queue":"no-work"})";
+          if (absl::EndsWith(path, "/WaitForWork")) body = R"({"queue":"wq"})";
+          if (absl::EndsWith(path, "/RestoreTask")) body = "{}";
+        }
+        auto res = method == "get" ? Get(path, token) : Call(path, body, token);
+        ASSERT_TRUE(res);
+        ++checked;
+        if (service::Grants(role, needed)) {
+          EXPECT_NE(res->status, 403) << name << " " << path << ": " << res->body;
+          EXPECT_NE(res->status, 401) << name << " " << path;
+        } else {
+          EXPECT_EQ(res->status, 403) << name << " " << path << ": " << res->body;
+          EXPECT_THAT(ErrorOf(res->body).message,
+                      HasSubstr("needs role " + service::RoleName(needed)))
+              << path;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 150);
+  // A board call as another owner is refused, before the Engine hears of it.
+  auto other = Call("/api/v1/BoardService/Claim", R"({"owner":"ann","queue":"wq"})", kAdmin);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 403) << other->body;
+  EXPECT_THAT(ErrorOf(other->body).message, HasSubstr("owner ann"));
+  EXPECT_EQ(Task("ready1").state(), v1::TASK_STATE_PENDING);
 }
 
 TEST_F(WebApiRolesTest, AReaderCannotActAndNothingChanges) {
