@@ -3,7 +3,8 @@
 # when everything is present it only checks (about a second) and changes nothing.
 #
 #   deploy/install-deps.sh          build + test packages
-#   deploy/install-deps.sh --python also the Python client's packages
+#   deploy/install-deps.sh --python also the Python package's packages (and its
+#                                   tests': venv, pytest)
 #   deploy/install-deps.sh --fuzz   also clang and its libFuzzer runtime
 #   deploy/install-deps.sh --web    also Chromium (and Node.js with npm when
 #                                   npm is missing) for the dashboard's
@@ -24,7 +25,7 @@ pkgs=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --python) pkgs+=(python3-grpcio python3-protobuf) ;;
+    --python) pkgs+=(python3-grpcio python3-protobuf python3-venv python3-pytest) ;;
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
     --web)
       pkgs+=(chromium)

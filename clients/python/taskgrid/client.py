@@ -1,0 +1,412 @@
+"""taskgrid.Client: the scheduler's gRPC API (TaskService, JobService,
+ScheduleService, BoardService, ClusterService) from Python.
+
+Messages are the generated ones (taskgrid.v1.task_pb2, ...); where a call
+takes a message it also takes a dict in the proto3 JSON form, so
+
+    client.submit({"id": "hello", "steps": [{"exec": {"argv": ["echo", "hi"]}}]})
+
+works as well as a task_pb2.TaskSpec.
+
+Errors are TaskgridError, with the gRPC status code and the scheduler's
+message. Given several addresses (a leader and its standbys), a call goes
+to whichever leads: a standby's answer names the leader, and an address
+that cannot be reached is left for the next one, for up to `failover_for`
+seconds. A call is sent again only when it cannot have run twice: it
+never reached the scheduler, a standby answered it (standbys run nothing),
+or it reads, or it is a submit whose every task has an id and no merge key.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+from google.protobuf import duration_pb2, json_format
+from google.protobuf.message import Message
+
+from taskgrid.v1 import board_service_pb2 as board_pb2
+from taskgrid.v1 import board_service_pb2_grpc as board_grpc
+from taskgrid.v1 import cluster_service_pb2 as cluster_pb2
+from taskgrid.v1 import cluster_service_pb2_grpc as cluster_grpc
+from taskgrid.v1 import job_service_pb2 as job_pb2
+from taskgrid.v1 import job_service_pb2_grpc as job_grpc
+from taskgrid.v1 import schedule_service_pb2 as schedule_pb2
+from taskgrid.v1 import schedule_service_pb2_grpc as schedule_grpc
+from taskgrid.v1 import task_pb2
+from taskgrid.v1 import task_service_pb2 as task_service_pb2
+from taskgrid.v1 import task_service_pb2_grpc as task_grpc
+
+LEADER_KEY = "taskgrid-leader"
+STANDBY_KEY = "taskgrid-standby"
+WATCH_STARTS_AFTER_KEY = "taskgrid-watch-starts-after"
+RESUME_AFTER_KEY = "taskgrid-resume-after"
+
+SpecLike = Union[task_pb2.TaskSpec, Mapping[str, Any]]
+
+
+class TaskgridError(Exception):
+    """A call the scheduler refused or could not answer: `code` is the gRPC
+    status code (grpc.StatusCode), `message` what the scheduler said."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, method: str = ""):
+        super().__init__(f"{code.name}: {message}" + (f" ({method})" if method else ""))
+        self.code = code
+        self.message = message
+        self.method = method
+
+
+def state_name(state: int) -> str:
+    """"SUCCEEDED" for task_pb2.TASK_STATE_SUCCEEDED, and so on."""
+    return task_pb2.TaskState.Name(state).replace("TASK_STATE_", "")
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def _message(cls, value):
+    """`value` as a message of `cls`: the message itself, or a dict in the
+    proto3 JSON form."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Message):
+        raise TypeError(f"expected {cls.DESCRIPTOR.full_name}, got {type(value).__name__}")
+    return json_format.ParseDict(dict(value), cls())
+
+
+def _metadata(err: grpc.RpcError, key: str) -> str:
+    for k, v in (err.trailing_metadata() or ()):
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return ""
+
+
+class Client:
+    """A connection to a Taskgrid scheduler (or a leader and its standbys).
+
+    addresses: "HOST:PORT", "A,B,C", or a list of them.
+    tls_ca: PEM file of the CA that signed the scheduler's certificate
+        (TLS); tls_cert and tls_key: a client certificate (mTLS).
+    token or token_file: a bearer token (needs TLS, as on the scheduler).
+    timeout: seconds each call may take.
+    failover_for: seconds a call keeps looking for a leader that answers.
+    """
+
+    def __init__(self, addresses: Union[str, Sequence[str]] = "127.0.0.1:7070", *,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None, timeout: float = 30.0,
+                 failover_for: float = 30.0):
+        if isinstance(addresses, str):
+            addresses = [a.strip() for a in addresses.split(",")]
+        self.addresses: List[str] = [a for a in addresses if a]
+        if not self.addresses:
+            raise ValueError("no scheduler address")
+        if token_file:
+            with open(token_file) as f:
+                token = f.read().strip()
+        if token and not tls_ca:
+            raise ValueError("a token needs TLS (tls_ca): it must not cross the network in the clear")
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("tls_cert and tls_key go together")
+        self._creds = None
+        if tls_ca:
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            self._creds = grpc.ssl_channel_credentials(
+                read(tls_ca), read(tls_key) if tls_key else None,
+                read(tls_cert) if tls_cert else None)
+            if token:
+                self._creds = grpc.composite_channel_credentials(
+                    self._creds, grpc.access_token_call_credentials(token))
+        self.timeout = timeout
+        self.failover_for = failover_for
+        self._current = 0
+        self._channel: Optional[grpc.Channel] = None
+        self._connect()
+
+    # --- connection ---
+
+    @property
+    def address(self) -> str:
+        """The address calls go to now."""
+        return self.addresses[self._current]
+
+    def _connect(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        target = self.address
+        if self._creds is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            self._channel = grpc.secure_channel(target, self._creds)
+        ch = self._channel
+        self._stubs = {
+            "TaskService": task_grpc.TaskServiceStub(ch),
+            "JobService": job_grpc.JobServiceStub(ch),
+            "ScheduleService": schedule_grpc.ScheduleServiceStub(ch),
+            "BoardService": board_grpc.BoardServiceStub(ch),
+            "ClusterService": cluster_grpc.ClusterServiceStub(ch),
+        }
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _follow(self, err: grpc.RpcError) -> None:
+        """Moves to the leader the answer named, else to the next address."""
+        leader = _metadata(err, LEADER_KEY)
+        if leader and leader in self.addresses:
+            self._current = self.addresses.index(leader)
+        elif leader:
+            self.addresses.append(leader)
+            self._current = len(self.addresses) - 1
+        else:
+            self._current = (self._current + 1) % len(self.addresses)
+        self._connect()
+
+    def call(self, service: str, method: str, request: Message, *, repeatable: bool = False,
+             timeout: Optional[float] = None) -> Message:
+        """One unary call, following the leader. `repeatable`: the call may
+        run twice without harm, so it is sent again after a lost answer."""
+        deadline = time.monotonic() + self.failover_for
+        pause = 0.1
+        while True:
+            fn = getattr(self._stubs[service], method)
+            try:
+                return fn(request, timeout=timeout or self.timeout)
+            except grpc.RpcError as err:
+                code = err.code()
+                if code != grpc.StatusCode.UNAVAILABLE:
+                    raise TaskgridError(code, err.details() or "", f"{service}/{method}") from None
+                never_ran = bool(_metadata(err, STANDBY_KEY)) or _not_sent(err)
+                if not (never_ran or repeatable) or time.monotonic() >= deadline:
+                    raise TaskgridError(code, err.details() or "", f"{service}/{method}") from None
+                if len(self.addresses) > 1 or _metadata(err, LEADER_KEY):
+                    self._follow(err)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    # --- tasks ---
+
+    def submit(self, spec: SpecLike) -> task_pb2.Task:
+        """Submits one task; returns it as stored. Idempotent by id: the same
+        spec under the same id again returns the task submitted first."""
+        return self.submit_many([spec])[0]
+
+    def submit_many(self, specs: Iterable[SpecLike]) -> List[task_pb2.Task]:
+        """Submits tasks in one call (all or none)."""
+        req = task_service_pb2.SubmitTasksRequest(
+            tasks=[_message(task_pb2.TaskSpec, s) for s in specs])
+        repeatable = all(t.id and not t.merge_key for t in req.tasks)
+        return list(self.call("TaskService", "SubmitTasks", req, repeatable=repeatable).tasks)
+
+    def get(self, task_id: str) -> task_pb2.Task:
+        return self.call("TaskService", "GetTask", task_service_pb2.GetTaskRequest(id=task_id),
+                         repeatable=True)
+
+    def wait(self, task_id: str, timeout: Optional[float] = None) -> task_pb2.Task:
+        """The task once it has ended (SUCCEEDED, FAILED, CANCELLED); raises
+        TimeoutError when it has not within `timeout` seconds (None: waits
+        as long as it takes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 300.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            poll = min(left, 30.0)
+            resp = self.call("TaskService", "WaitTask",
+                             task_service_pb2.WaitTaskRequest(id=task_id, timeout=duration(poll)),
+                             repeatable=True, timeout=poll + 10.0)
+            if resp.done:
+                return resp.task
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"task {task_id} is {state_name(resp.task.state)} after "
+                                   f"{timeout} s")
+
+    def list(self, queue: str = "", states: Sequence[Union[str, int]] = (), job_id: str = "",
+             page_size: int = 500) -> Iterator[task_pb2.Task]:
+        """Every task matching, page by page. `states` by name ("FAILED") or
+        value."""
+        token = ""
+        enum = [s if isinstance(s, int) else task_pb2.TaskState.Value(
+            s if s.startswith("TASK_STATE_") else "TASK_STATE_" + s.upper()) for s in states]
+        while True:
+            resp = self.call("TaskService", "ListTasks", task_service_pb2.ListTasksRequest(
+                queue=queue, states=enum, job_id=job_id, page_size=page_size, page_token=token),
+                repeatable=True)
+            yield from resp.tasks
+            token = resp.next_page_token
+            if not token:
+                return
+
+    def cancel(self, task_id: str) -> task_pb2.Task:
+        return self.call("TaskService", "CancelTask",
+                         task_service_pb2.CancelTaskRequest(id=task_id), repeatable=True)
+
+    def retry(self, task_id: str) -> task_pb2.Task:
+        return self.call("TaskService", "RetryTask",
+                         task_service_pb2.RetryTaskRequest(id=task_id))
+
+    def delete(self, task_id: str) -> None:
+        self.call("TaskService", "DeleteTask", task_service_pb2.DeleteTaskRequest(id=task_id),
+                  repeatable=True)
+
+    def watch(self, task_ids: Sequence[str] = (), queue: str = "", job_id: str = "",
+              after_revision: Optional[int] = None) -> Iterator[task_service_pb2.TaskEvent]:
+        """The state changes of the tasks named (or of a queue, a job, or all),
+        from `after_revision` on (None: from now), for as long as the caller
+        reads. A stream that breaks (a restart, a failover, a watcher too
+        slow) is opened again after the last revision seen, so no change is
+        missed or repeated; it gives up after failover_for seconds without
+        a stream."""
+        after = after_revision
+        deadline = None
+        while True:
+            req = task_service_pb2.WatchTasksRequest(queue=queue, task_ids=list(task_ids),
+                                                      job_id=job_id)
+            if after is not None:
+                req.after_revision = after
+            stream = self._stubs["TaskService"].WatchTasks(req)
+            try:
+                if after is None:
+                    for k, v in stream.initial_metadata() or ():
+                        if k == WATCH_STARTS_AFTER_KEY:
+                            after = int(v)
+                for event in stream:
+                    deadline = None
+                    after = event.revision
+                    yield event
+                return
+            except grpc.RpcError as err:
+                resume = _metadata(err, RESUME_AFTER_KEY)
+                if resume:
+                    after = int(resume)
+                if err.code() not in _STREAM_BROKEN and not resume:
+                    raise TaskgridError(err.code(), err.details() or "",
+                                        "TaskService/WatchTasks") from None
+                now = time.monotonic()
+                deadline = deadline or now + self.failover_for
+                if now >= deadline:
+                    raise TaskgridError(err.code(), err.details() or "",
+                                        "TaskService/WatchTasks") from None
+                if err.code() == grpc.StatusCode.UNAVAILABLE and len(self.addresses) > 1:
+                    self._follow(err)
+                time.sleep(0.2)
+            finally:
+                stream.cancel()
+
+    # --- jobs ---
+
+    def submit_job(self, job_id: str, specs: Iterable[SpecLike]) -> job_pb2.Job:
+        """Submits tasks that depend on each other (depends_on) as one job."""
+        req = job_pb2.SubmitJobRequest(job_id=job_id,
+                                       tasks=[_message(task_pb2.TaskSpec, s) for s in specs])
+        return self.call("JobService", "SubmitJob", req, repeatable=bool(job_id))
+
+    def get_job(self, job_id: str) -> job_pb2.Job:
+        return self.call("JobService", "GetJob", job_pb2.GetJobRequest(id=job_id),
+                         repeatable=True)
+
+    def cancel_job(self, job_id: str) -> job_pb2.Job:
+        return self.call("JobService", "CancelJob", job_pb2.CancelJobRequest(id=job_id),
+                         repeatable=True)
+
+    # --- schedules ---
+
+    def create_schedule(self, schedule: Union[schedule_pb2.Schedule, Mapping[str, Any]]
+                        ) -> schedule_pb2.Schedule:
+        req = schedule_pb2.CreateScheduleRequest(
+            schedule=_message(schedule_pb2.Schedule, schedule))
+        return self.call("ScheduleService", "CreateSchedule", req)
+
+    def get_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+        return self.call("ScheduleService", "GetSchedule",
+                         schedule_pb2.GetScheduleRequest(id=schedule_id), repeatable=True)
+
+    def list_schedules(self) -> List[schedule_pb2.Schedule]:
+        return list(self.call("ScheduleService", "ListSchedules",
+                              schedule_pb2.ListSchedulesRequest(), repeatable=True).schedules)
+
+    def pause_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+        return self.call("ScheduleService", "PauseSchedule",
+                         schedule_pb2.PauseScheduleRequest(id=schedule_id), repeatable=True)
+
+    def resume_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+        return self.call("ScheduleService", "ResumeSchedule",
+                         schedule_pb2.ResumeScheduleRequest(id=schedule_id), repeatable=True)
+
+    def delete_schedule(self, schedule_id: str) -> schedule_pb2.Schedule:
+        return self.call("ScheduleService", "DeleteSchedule",
+                         schedule_pb2.DeleteScheduleRequest(id=schedule_id))
+
+    # --- the board (pull mode) ---
+
+    def claim(self, queue: str, owner: str, *, max: int = 1, lease: float = 30.0,
+              labels: Optional[Dict[str, str]] = None) -> List[board_pb2.ClaimedTask]:
+        """Claims up to `max` tasks of `queue` for `lease` seconds."""
+        return list(self.call("BoardService", "Claim", board_pb2.ClaimRequest(
+            queue=queue, owner=owner, max=max, lease=duration(lease),
+            labels=labels or {})).claims)
+
+    def wait_for_work(self, queue: str, *, labels: Optional[Dict[str, str]] = None,
+                      timeout: float = 5.0) -> int:
+        """How many tasks `queue` holds that these labels may claim, once it
+        holds some or after `timeout` seconds (then 0)."""
+        return self.call("BoardService", "WaitForWork", board_pb2.WaitForWorkRequest(
+            queue=queue, labels=labels or {}, timeout=duration(timeout)),
+            repeatable=True, timeout=timeout + 10.0).ready
+
+    def extend_claim(self, ref: board_pb2.ClaimRef, lease: float) -> None:
+        self.call("BoardService", "ExtendClaim",
+                  board_pb2.ExtendClaimRequest(claim=ref, lease=duration(lease)),
+                  repeatable=True)
+
+    def complete_claim(self, ref: board_pb2.ClaimRef, result: task_pb2.TaskResult
+                       ) -> task_pb2.Task:
+        return self.call("BoardService", "CompleteClaim",
+                         board_pb2.CompleteClaimRequest(claim=ref, result=result),
+                         repeatable=True).task
+
+    def abandon_claim(self, ref: board_pb2.ClaimRef, reason: str = "") -> task_pb2.Task:
+        return self.call("BoardService", "AbandonClaim",
+                         board_pb2.AbandonClaimRequest(claim=ref, reason=reason),
+                         repeatable=True).task
+
+    def trash_claim(self, ref: board_pb2.ClaimRef, reason: str = "") -> task_pb2.Task:
+        return self.call("BoardService", "TrashClaim",
+                         board_pb2.TrashClaimRequest(claim=ref, reason=reason),
+                         repeatable=True).task
+
+    def restore(self, task_id: str) -> task_pb2.Task:
+        """A TRASHED task back to PENDING."""
+        return self.call("BoardService", "RestoreTask",
+                         board_pb2.RestoreTaskRequest(id=task_id)).task
+
+    # --- the cluster ---
+
+    def agents(self) -> List[cluster_pb2.Agent]:
+        return list(self.call("ClusterService", "ListAgents", cluster_pb2.ListAgentsRequest(),
+                              repeatable=True).agents)
+
+
+# How a watch stream ends when the scheduler went away (a restart, a
+# failover, a connection cut) or dropped a watcher too slow for it: opened
+# again after the last revision seen (reading again is harmless).
+_STREAM_BROKEN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                  grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
+
+
+def _not_sent(err: grpc.RpcError) -> bool:
+    """Whether the call failed before it reached a scheduler (nothing ran)."""
+    details = (err.details() or "").lower()
+    return "failed to connect" in details or "connection refused" in details
