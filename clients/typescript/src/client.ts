@@ -1,0 +1,449 @@
+// Client: the Taskgrid scheduler's gRPC API (TaskService, JobService,
+// ScheduleService, BoardService, ClusterService) from Node, on
+// @grpc/grpc-js, with the .proto files loaded at run time by
+// @grpc/proto-loader.
+//
+// Messages are plain objects with the proto field names (snake_case), as
+// the scheduler's JSON and `taskgridctl --json` show them: enums as their
+// names ("TASK_STATE_SUCCEEDED"), 64-bit integers as strings, bytes as
+// Buffers, durations as {seconds, nanos}.
+//
+// Errors are TaskgridError, with the gRPC status code and the scheduler's
+// message. Given several addresses (a leader and its standbys), a call goes
+// to whichever leads: a standby's answer names the leader, and an address
+// that cannot be reached is left for the next one, for up to failoverMs.
+// A call is sent again only when it cannot have run twice: it never
+// reached a scheduler, a standby answered it, it reads, or it is a submit
+// whose every task has an id and no merge key.
+import * as fs from "fs";
+import * as path from "path";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+
+export const LEADER_KEY = "taskgrid-leader";
+export const STANDBY_KEY = "taskgrid-standby";
+export const WATCH_STARTS_AFTER_KEY = "taskgrid-watch-starts-after";
+export const RESUME_AFTER_KEY = "taskgrid-resume-after";
+
+// A message as proto-loader gives it (proto field names).
+export type Message = Record<string, any>;
+
+export interface Duration {
+  seconds: string | number;
+  nanos: number;
+}
+
+export interface TaskResult extends Message {
+  outcome: string;
+  exit_code: number;
+  stdout_tail: Buffer;
+  stderr_tail: Buffer;
+  error: string;
+  output?: Buffer | null;
+  permanent: boolean;
+}
+
+export interface Task extends Message {
+  spec: Message & { id: string; queue: string };
+  state: string;
+  attempt: number;
+  attempts_used: number;
+  reason: string;
+  result: TaskResult | null;
+  attempts: Message[];
+}
+
+export interface TaskEvent extends Message {
+  revision: string;
+  task_id: string;
+  from_state: string;
+  to_state: string;
+}
+
+export class TaskgridError extends Error {
+  constructor(
+    readonly code: grpc.status,
+    readonly details: string,
+    readonly method = "",
+  ) {
+    super(`${grpc.status[code]}: ${details}${method ? ` (${method})` : ""}`);
+    this.name = "TaskgridError";
+  }
+}
+
+/** "SUCCEEDED" for "TASK_STATE_SUCCEEDED". */
+export function stateName(state: string): string {
+  return state.replace(/^TASK_STATE_/, "");
+}
+
+/** A Duration message of `seconds`. */
+export function duration(seconds: number): Duration {
+  const whole = Math.floor(seconds);
+  return { seconds: String(whole), nanos: Math.round((seconds - whole) * 1e9) };
+}
+
+export interface ClientOptions {
+  /** PEM file of the CA that signed the scheduler's certificate (TLS). */
+  tlsCa?: string;
+  /** A client certificate and its key (mTLS). */
+  tlsCert?: string;
+  tlsKey?: string;
+  /** A bearer token, or a file holding one (needs TLS). */
+  token?: string;
+  tokenFile?: string;
+  /** Each call's deadline (default 30 s). */
+  timeoutMs?: number;
+  /** How long a call looks for a leader that answers (default 30 s). */
+  failoverMs?: number;
+}
+
+const SERVICES = ["TaskService", "JobService", "ScheduleService", "BoardService", "ClusterService"];
+
+// How a watch stream ends when the scheduler went away (a restart, a
+// failover, a cut connection) or dropped a watcher too slow for it: it is
+// opened again after the last revision seen (reading again is harmless).
+const STREAM_BROKEN = new Set([
+  grpc.status.UNAVAILABLE,
+  grpc.status.RESOURCE_EXHAUSTED,
+  grpc.status.INTERNAL,
+  grpc.status.UNKNOWN,
+  grpc.status.CANCELLED,
+]);
+
+function protoDir(): string {
+  // dist/src/client.js -> ../../proto; src/client.ts (ts-node) -> ../proto
+  for (const dir of [path.join(__dirname, "..", "..", "proto"), path.join(__dirname, "..", "proto")]) {
+    if (fs.existsSync(path.join(dir, "taskgrid", "v1", "task_service.proto"))) return dir;
+  }
+  throw new Error("taskgrid: the .proto files are missing (npm run build copies them)");
+}
+
+let loaded: any = null;
+function services(): any {
+  if (loaded === null) {
+    const dir = protoDir();
+    const files = fs
+      .readdirSync(path.join(dir, "taskgrid", "v1"))
+      .filter((f) => f.endsWith(".proto"))
+      .map((f) => `taskgrid/v1/${f}`);
+    const def = protoLoader.loadSync(files, {
+      includeDirs: [dir],
+      keepCase: true,
+      longs: String,
+      enums: String,
+      defaults: true,
+      oneofs: true,
+    });
+    loaded = (grpc.loadPackageDefinition(def) as any).taskgrid.v1;
+  }
+  return loaded;
+}
+
+function metadataValue(md: grpc.Metadata | undefined, key: string): string {
+  const v = md?.get(key) ?? [];
+  return v.length > 0 ? v[0].toString() : "";
+}
+
+function notSent(err: grpc.ServiceError): boolean {
+  const d = (err.details || "").toLowerCase();
+  return d.includes("failed to connect") || d.includes("connection refused") || d.includes("no connection established");
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class Client {
+  readonly addresses: string[];
+  readonly timeoutMs: number;
+  readonly failoverMs: number;
+  private current = 0;
+  private creds: grpc.ChannelCredentials;
+  private stubs: Record<string, any> = {};
+
+  /** `addresses`: "HOST:PORT", "A,B,C", or a list of them. */
+  constructor(addresses: string | string[] = "127.0.0.1:7070", opts: ClientOptions = {}) {
+    const list = typeof addresses === "string" ? addresses.split(",") : addresses;
+    this.addresses = list.map((a) => a.trim()).filter((a) => a.length > 0);
+    if (this.addresses.length === 0) throw new Error("no scheduler address");
+    let token = opts.token;
+    if (opts.tokenFile) token = fs.readFileSync(opts.tokenFile, "utf8").trim();
+    if (token && !opts.tlsCa) {
+      throw new Error("a token needs TLS (tlsCa): it must not cross the network in the clear");
+    }
+    if (!!opts.tlsCert !== !!opts.tlsKey) throw new Error("tlsCert and tlsKey go together");
+    if (opts.tlsCa) {
+      let creds = grpc.credentials.createSsl(
+        fs.readFileSync(opts.tlsCa),
+        opts.tlsKey ? fs.readFileSync(opts.tlsKey) : null,
+        opts.tlsCert ? fs.readFileSync(opts.tlsCert) : null,
+      );
+      if (token) {
+        const bearer = token;
+        creds = grpc.credentials.combineChannelCredentials(
+          creds,
+          grpc.credentials.createFromMetadataGenerator((_, done) => {
+            const md = new grpc.Metadata();
+            md.set("authorization", `Bearer ${bearer}`);
+            done(null, md);
+          }),
+        );
+      }
+      this.creds = creds;
+    } else {
+      this.creds = grpc.credentials.createInsecure();
+    }
+    this.timeoutMs = opts.timeoutMs ?? 30_000;
+    this.failoverMs = opts.failoverMs ?? 30_000;
+    this.connect();
+  }
+
+  /** The address calls go to now. */
+  get address(): string {
+    return this.addresses[this.current];
+  }
+
+  private connect(): void {
+    this.close();
+    const v1 = services();
+    for (const name of SERVICES) this.stubs[name] = new v1[name](this.address, this.creds);
+  }
+
+  close(): void {
+    for (const stub of Object.values(this.stubs)) stub.close();
+    this.stubs = {};
+  }
+
+  private follow(md: grpc.Metadata | undefined): void {
+    const leader = metadataValue(md, LEADER_KEY);
+    if (leader && this.addresses.includes(leader)) {
+      this.current = this.addresses.indexOf(leader);
+    } else if (leader) {
+      this.addresses.push(leader);
+      this.current = this.addresses.length - 1;
+    } else {
+      this.current = (this.current + 1) % this.addresses.length;
+    }
+    this.connect();
+  }
+
+  private once(service: string, method: string, request: Message, timeoutMs: number): Promise<Message> {
+    return new Promise((resolve, reject) => {
+      const deadline = new Date(Date.now() + timeoutMs);
+      this.stubs[service][method](request, new grpc.Metadata(), { deadline }, (err: grpc.ServiceError | null, resp: Message) =>
+        err ? reject(err) : resolve(resp),
+      );
+    });
+  }
+
+  /** One unary call, following the leader. `repeatable`: the call may run
+   * twice without harm, so it is sent again after a lost answer. */
+  async call(service: string, method: string, request: Message, opts: { repeatable?: boolean; timeoutMs?: number } = {}): Promise<Message> {
+    const deadline = Date.now() + this.failoverMs;
+    let pause = 100;
+    for (;;) {
+      try {
+        return await this.once(service, method, request, opts.timeoutMs ?? this.timeoutMs);
+      } catch (e) {
+        const err = e as grpc.ServiceError;
+        const fail = new TaskgridError(err.code, err.details ?? String(e), `${service}/${method}`);
+        if (err.code !== grpc.status.UNAVAILABLE) throw fail;
+        const neverRan = metadataValue(err.metadata, STANDBY_KEY) !== "" || notSent(err);
+        if (!(neverRan || opts.repeatable) || Date.now() >= deadline) throw fail;
+        if (this.addresses.length > 1 || metadataValue(err.metadata, LEADER_KEY)) this.follow(err.metadata);
+        await sleep(pause);
+        pause = Math.min(pause * 2, 1000);
+      }
+    }
+  }
+
+  // --- tasks ---
+
+  /** Submits one task; returns it as stored. Idempotent by id. */
+  async submit(spec: Message): Promise<Task> {
+    return (await this.submitMany([spec]))[0];
+  }
+
+  /** Submits tasks in one call (all or none). */
+  async submitMany(specs: Message[]): Promise<Task[]> {
+    const repeatable = specs.every((s) => s.id && !s.merge_key);
+    const resp = await this.call("TaskService", "SubmitTasks", { tasks: specs }, { repeatable });
+    return resp.tasks as Task[];
+  }
+
+  async get(id: string): Promise<Task> {
+    return (await this.call("TaskService", "GetTask", { id }, { repeatable: true })) as Task;
+  }
+
+  /** The task once it has ended; rejects with a timeout error when it has
+   * not within `timeoutMs` (undefined: waits as long as it takes). */
+  async wait(id: string, timeoutMs?: number): Promise<Task> {
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    for (;;) {
+      const left = deadline === undefined ? 300_000 : Math.max(0, deadline - Date.now());
+      const poll = Math.min(left, 30_000);
+      const resp = await this.call("TaskService", "WaitTask", { id, timeout: duration(poll / 1000) }, { repeatable: true, timeoutMs: poll + 10_000 });
+      if (resp.done) return resp.task as Task;
+      if (deadline !== undefined && Date.now() >= deadline) {
+        throw new Error(`timeout: task ${id} is ${stateName(resp.task.state)} after ${timeoutMs} ms`);
+      }
+    }
+  }
+
+  /** Every task matching, page by page. */
+  async *list(filter: { queue?: string; states?: string[]; job_id?: string; page_size?: number } = {}): AsyncGenerator<Task> {
+    let page_token = "";
+    const states = (filter.states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
+    for (;;) {
+      const resp = await this.call(
+        "TaskService",
+        "ListTasks",
+        { queue: filter.queue ?? "", states, job_id: filter.job_id ?? "", page_size: filter.page_size ?? 500, page_token },
+        { repeatable: true },
+      );
+      for (const t of resp.tasks) yield t as Task;
+      page_token = resp.next_page_token;
+      if (!page_token) return;
+    }
+  }
+
+  async cancel(id: string): Promise<Task> {
+    return (await this.call("TaskService", "CancelTask", { id }, { repeatable: true })) as Task;
+  }
+
+  async retry(id: string): Promise<Task> {
+    return (await this.call("TaskService", "RetryTask", { id })) as Task;
+  }
+
+  async delete(id: string): Promise<void> {
+    await this.call("TaskService", "DeleteTask", { id }, { repeatable: true });
+  }
+
+  /** The state changes of the tasks named (or of a queue, a job, or all),
+   * after `after_revision` (undefined: from now), for as long as the caller
+   * reads. A stream that breaks is opened again after the last revision
+   * seen, so no change is missed or repeated; it gives up after failoverMs
+   * without a stream. */
+  async *watch(filter: { task_ids?: string[]; queue?: string; job_id?: string; after_revision?: number | string } = {}): AsyncGenerator<TaskEvent> {
+    let after: string | undefined = filter.after_revision === undefined ? undefined : String(filter.after_revision);
+    let brokenSince: number | undefined;
+    for (;;) {
+      const req: Message = { task_ids: filter.task_ids ?? [], queue: filter.queue ?? "", job_id: filter.job_id ?? "" };
+      if (after !== undefined) req.after_revision = after;
+      const stream = this.stubs.TaskService.WatchTasks(req) as grpc.ClientReadableStream<TaskEvent>;
+      if (after === undefined) {
+        stream.once("metadata", (md: grpc.Metadata) => {
+          const v = metadataValue(md, WATCH_STARTS_AFTER_KEY);
+          if (v && after === undefined) after = v;
+        });
+      }
+      try {
+        for await (const event of stream) {
+          brokenSince = undefined;
+          after = (event as TaskEvent).revision;
+          yield event as TaskEvent;
+        }
+        return;
+      } catch (e) {
+        const err = e as grpc.ServiceError;
+        const resume = metadataValue(err.metadata, RESUME_AFTER_KEY);
+        if (resume) after = resume;
+        const fail = new TaskgridError(err.code, err.details ?? String(e), "TaskService/WatchTasks");
+        if (!STREAM_BROKEN.has(err.code) && !resume) throw fail;
+        brokenSince = brokenSince ?? Date.now();
+        if (Date.now() - brokenSince >= this.failoverMs) throw fail;
+        if (err.code === grpc.status.UNAVAILABLE && this.addresses.length > 1) this.follow(err.metadata);
+        await sleep(200);
+      } finally {
+        stream.cancel();
+      }
+    }
+  }
+
+  // --- jobs ---
+
+  async submitJob(job_id: string, specs: Message[]): Promise<Message> {
+    return this.call("JobService", "SubmitJob", { job_id, tasks: specs }, { repeatable: !!job_id });
+  }
+
+  async getJob(id: string): Promise<Message> {
+    return this.call("JobService", "GetJob", { id }, { repeatable: true });
+  }
+
+  async cancelJob(id: string): Promise<Message> {
+    return this.call("JobService", "CancelJob", { id }, { repeatable: true });
+  }
+
+  // --- schedules ---
+
+  async createSchedule(schedule: Message): Promise<Message> {
+    return this.call("ScheduleService", "CreateSchedule", { schedule });
+  }
+
+  async getSchedule(id: string): Promise<Message> {
+    return this.call("ScheduleService", "GetSchedule", { id }, { repeatable: true });
+  }
+
+  async listSchedules(): Promise<Message[]> {
+    return (await this.call("ScheduleService", "ListSchedules", {}, { repeatable: true })).schedules;
+  }
+
+  async pauseSchedule(id: string): Promise<Message> {
+    return this.call("ScheduleService", "PauseSchedule", { id }, { repeatable: true });
+  }
+
+  async resumeSchedule(id: string): Promise<Message> {
+    return this.call("ScheduleService", "ResumeSchedule", { id }, { repeatable: true });
+  }
+
+  async deleteSchedule(id: string): Promise<Message> {
+    return this.call("ScheduleService", "DeleteSchedule", { id });
+  }
+
+  // --- the board (pull mode) ---
+
+  /** Claims up to `max` tasks of `queue` for `leaseSeconds`. */
+  async claim(queue: string, owner: string, opts: { max?: number; leaseSeconds?: number; labels?: Record<string, string> } = {}): Promise<Message[]> {
+    const resp = await this.call("BoardService", "Claim", {
+      queue,
+      owner,
+      max: opts.max ?? 1,
+      lease: duration(opts.leaseSeconds ?? 30),
+      labels: opts.labels ?? {},
+    });
+    return resp.claims;
+  }
+
+  /** How many tasks `queue` holds that these labels may claim, once it holds
+   * some or after `timeoutSeconds` (then 0). */
+  async waitForWork(queue: string, opts: { labels?: Record<string, string>; timeoutSeconds?: number } = {}): Promise<number> {
+    const t = opts.timeoutSeconds ?? 5;
+    const resp = await this.call("BoardService", "WaitForWork", { queue, labels: opts.labels ?? {}, timeout: duration(t) }, { repeatable: true, timeoutMs: t * 1000 + 10_000 });
+    return Number(resp.ready);
+  }
+
+  async extendClaim(claim: Message, leaseSeconds: number): Promise<void> {
+    await this.call("BoardService", "ExtendClaim", { claim, lease: duration(leaseSeconds) }, { repeatable: true });
+  }
+
+  async completeClaim(claim: Message, result: Message): Promise<Task> {
+    return (await this.call("BoardService", "CompleteClaim", { claim, result }, { repeatable: true })).task;
+  }
+
+  async abandonClaim(claim: Message, reason = ""): Promise<Task> {
+    return (await this.call("BoardService", "AbandonClaim", { claim, reason }, { repeatable: true })).task;
+  }
+
+  async trashClaim(claim: Message, reason = ""): Promise<Task> {
+    return (await this.call("BoardService", "TrashClaim", { claim, reason }, { repeatable: true })).task;
+  }
+
+  /** A TRASHED task back to PENDING. */
+  async restore(id: string): Promise<Task> {
+    return (await this.call("BoardService", "RestoreTask", { id })).task;
+  }
+
+  // --- the cluster ---
+
+  async agents(): Promise<Message[]> {
+    return (await this.call("ClusterService", "ListAgents", {}, { repeatable: true })).agents;
+  }
+}
