@@ -382,7 +382,7 @@ void Api::Register(HttpServer* server) const {
     doc.method = post ? "post" : "get";
     doc.path = pattern;
     doc.grpc_method = method;
-    doc.summary = absl::StrCat(method.substr(method.find('.', 1) + 1), " (query form)");
+    doc.summary = absl::StrCat(method.substr(method.rfind('.') + 1), " (query form)");
     doc.query = std::move(query);
     doc.response = response;
     serve(std::move(doc),

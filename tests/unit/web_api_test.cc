@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <future>
 #include <memory>
 #include <set>
@@ -41,6 +42,18 @@ using ::testing::StartsWith;
 constexpr char kReader[] = "reader-token-0123456789";
 constexpr char kSubmitter[] = "submitter-token-0123456789";
 constexpr char kAdmin[] = "admin-token-0123456789";
+
+// Whether `cond` came true within a minute (real time: it waits for the
+// server's threads, not for the fake clock).
+template <typename Cond>
+bool WaitFor(Cond cond) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 template <typename T>
 T FromJson(const std::string& json) {
@@ -692,7 +705,7 @@ TEST_F(WebApiTest, WaitIsALongPollAnsweredWhenTheTaskEnds) {
                                  "application/json");
     }));
   }
-  while (engine_->waiting() < 4) std::this_thread::yield();
+  ASSERT_TRUE(WaitFor([&] { return engine_->waiting() == 4; })) << engine_->waiting();
   auto cluster = Get("/api/v1/cluster");
   ASSERT_TRUE(cluster);
   EXPECT_EQ(cluster->status, 200);
@@ -723,7 +736,7 @@ TEST_F(WebApiTest, StoppingAnswersAWaitingLongPoll) {
     c.set_read_timeout(60, 0);
     return c.Get("/api/v1/tasks/busy/wait?timeout=60s");
   });
-  while (engine_->waiting() < 1) std::this_thread::yield();
+  ASSERT_TRUE(WaitFor([&] { return engine_->waiting() == 1; })) << engine_->waiting();
   server_->Stop();
   httplib::Result res = wait.get();
   ASSERT_TRUE(res);

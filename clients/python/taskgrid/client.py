@@ -165,7 +165,8 @@ class Client:
         self.close()
 
     def _follow(self, err: grpc.RpcError) -> None:
-        """Moves to the leader the answer named, else to the next address."""
+        """Moves to the leader the answer named, else to the next address
+        (the same one when there is one), on a new channel."""
         leader = _metadata(err, LEADER_KEY)
         if leader and leader in self.addresses:
             self._current = self.addresses.index(leader)
@@ -193,8 +194,8 @@ class Client:
                 never_ran = bool(_metadata(err, STANDBY_KEY)) or _not_sent(err)
                 if not (never_ran or repeatable) or time.monotonic() >= deadline:
                     raise TaskgridError(code, err.details() or "", f"{service}/{method}") from None
-                if len(self.addresses) > 1 or _metadata(err, LEADER_KEY):
-                    self._follow(err)
+                # A new channel: the old one may wait out a reconnect backoff.
+                self._follow(err)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
@@ -299,7 +300,7 @@ class Client:
                 if now >= deadline:
                     raise TaskgridError(err.code(), err.details() or "",
                                         "TaskService/WatchTasks") from None
-                if err.code() == grpc.StatusCode.UNAVAILABLE and len(self.addresses) > 1:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
                     self._follow(err)
                 time.sleep(0.2)
             finally:

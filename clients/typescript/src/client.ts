@@ -248,7 +248,7 @@ export class Client {
         if (err.code !== grpc.status.UNAVAILABLE) throw fail;
         const neverRan = metadataValue(err.metadata, STANDBY_KEY) !== "" || notSent(err);
         if (!(neverRan || opts.repeatable) || Date.now() >= deadline) throw fail;
-        if (this.addresses.length > 1 || metadataValue(err.metadata, LEADER_KEY)) this.follow(err.metadata);
+        this.follow(err.metadata); // a new channel: the old one may wait out a reconnect backoff
         await sleep(pause);
         pause = Math.min(pause * 2, 1000);
       }
@@ -350,7 +350,7 @@ export class Client {
         if (!STREAM_BROKEN.has(err.code) && !resume) throw fail;
         brokenSince = brokenSince ?? Date.now();
         if (Date.now() - brokenSince >= this.failoverMs) throw fail;
-        if (err.code === grpc.status.UNAVAILABLE && this.addresses.length > 1) this.follow(err.metadata);
+        if (err.code === grpc.status.UNAVAILABLE) this.follow(err.metadata);
         await sleep(200);
       } finally {
         stream.cancel();
