@@ -179,6 +179,16 @@ class Cluster:
                 self.port = int(f.read().strip())
         return self.scheduler
 
+    def start_with_http(self):
+        """Starts the scheduler with --http_listen=127.0.0.1:0 too; returns
+        the HTTP port."""
+        port_file = os.path.join(self.dir, "http-port")
+        self.scheduler_flags += ["--http_listen=127.0.0.1:0", f"--http_port_file={port_file}"]
+        self.start_scheduler()
+        wait_until(lambda: os.path.exists(port_file), what="the HTTP port file")
+        with open(port_file) as f:
+            return int(f.read().strip())
+
     def start_agent(self, agent_id, slots=2, labels="", extra_flags=(), scheduler_addr=None,
                     env=None):
         """scheduler_addr: where the agent connects (default: the scheduler

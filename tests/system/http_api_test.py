@@ -65,21 +65,12 @@ def commands(lines):
     return "\n".join(prelude) + "\n", out
 
 
-def start_with_http(cluster):
-    port_file = os.path.join(cluster.dir, "http-port")
-    cluster.scheduler_flags += ["--http_listen=127.0.0.1:0", f"--http_port_file={port_file}"]
-    cluster.start_scheduler()
-    harness.wait_until(lambda: os.path.exists(port_file), what="the HTTP port file")
-    with open(port_file) as f:
-        return int(f.read().strip())
-
-
 class HttpApiTest(unittest.TestCase):
     def test_the_readme_curl_examples_work_as_written(self):
         prelude, cmds = commands(runnable_block(os.path.join(ROOT, "README.md"), MARKER))
         self.assertGreaterEqual(len(cmds), 5)
         with harness.Cluster() as c:
-            port = start_with_http(c)
+            port = c.start_with_http()
             c.start_agent("a1", slots=2)
             base = f"http://127.0.0.1:{port}"
             for cmd, expected in cmds:
@@ -98,7 +89,7 @@ class HttpApiTest(unittest.TestCase):
 
     def test_a_long_poll_waits_while_others_are_answered(self):
         with harness.Cluster() as c:
-            port = start_with_http(c)
+            port = c.start_with_http()
             base = f"http://127.0.0.1:{port}/api/v1"
 
             def call(path, body=None):

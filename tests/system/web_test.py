@@ -53,16 +53,6 @@ def need_browser():
         raise unittest.SkipTest(why)
 
 
-def start_with_http(cluster):
-    """Starts the scheduler with --http_listen=127.0.0.1:0; returns the port."""
-    port_file = os.path.join(cluster.dir, "http-port")
-    cluster.scheduler_flags += ["--http_listen=127.0.0.1:0", f"--http_port_file={port_file}"]
-    cluster.start_scheduler()
-    harness.wait_until(lambda: os.path.exists(port_file), what="the HTTP port file")
-    with open(port_file) as f:
-        return int(f.read().strip())
-
-
 def run_node(cluster, mode, url, env_extra=()):
     """Runs dashboard_test.js in its own process group, bounded in time;
     fails the test with its output unless it exits 0."""
@@ -114,7 +104,7 @@ class DashboardTest(unittest.TestCase):
     def test_pages_and_actions(self):
         need_browser()
         with harness.Cluster() as c:
-            port = start_with_http(c)
+            port = c.start_with_http()
             c.start_agent("web-a", slots=2, extra_flags=["--resources=cpu=2,memory=4GiB"])
             c.start_agent("web-b", slots=1, labels="zone=eu")
             harness.wait_until(lambda: len(c.agents_info()) == 2, what="both agents")
@@ -167,7 +157,7 @@ class DashboardRolesTest(unittest.TestCase):
                  f"--tokens_file={tokens_file}"]
         with harness.Cluster(scheduler_flags=flags,
                              ctl_flags=[f"--tls_ca={ca}", f"--token_file={admin_file}"]) as c:
-            port = start_with_http(c)
+            port = c.start_with_http()
             c.start_agent("web-tls", extra_flags=[f"--tls_ca={ca}", f"--token_file={agent_file}"])
             harness.wait_until(lambda: "web-tls" in c.agents_info(), what="the agent")
             # /metrics, over HTTPS too, needs a reader's token.
@@ -222,7 +212,7 @@ class HttpFlagsTest(unittest.TestCase):
                        check=True, capture_output=True, timeout=60)
         cluster = self.run_scheduler(f"--tls_cert={d}/head.pem", f"--tls_key={d}/head.key",
                                      f"--tls_ca={d}/ca.pem", wait=True)
-        port = start_with_http(cluster)
+        port = cluster.start_with_http()
         url = f"https://127.0.0.1:{port}/api/v1/cluster"
         anonymous = ssl.create_default_context(cafile=f"{d}/ca.pem")
         with self.assertRaises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
@@ -237,7 +227,7 @@ class HttpFlagsTest(unittest.TestCase):
 
     def test_the_dashboard_is_served_at_the_root(self):
         cluster = self.run_scheduler(wait=True)
-        port = start_with_http(cluster)
+        port = cluster.start_with_http()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as res:
             self.assertEqual(res.headers.get("Content-Type"), "text/html; charset=utf-8")
             self.assertIn("<title>Taskgrid</title>", res.read().decode())
