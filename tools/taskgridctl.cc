@@ -169,8 +169,10 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   if (absl::GetFlag(FLAGS_max_attempts) < 0) return UsageError("--max_attempts is negative");
   spec->set_max_attempts(absl::GetFlag(FLAGS_max_attempts));
   if (!absl::GetFlag(FLAGS_merge_key).empty()) spec->set_merge_key(absl::GetFlag(FLAGS_merge_key));
-  if (set.count("unique_ttl") && absl::GetFlag(FLAGS_unique_key).empty()) {
-    return UsageError("--unique_ttl needs --unique_key");
+  for (const char* f : {"unique_ttl", "unique_keep", "unique_refuse"}) {
+    if (set.count(f) && absl::GetFlag(FLAGS_unique_key).empty()) {
+      return UsageError(absl::StrCat("--", f, " needs --unique_key"));
+    }
   }
   if (!absl::GetFlag(FLAGS_unique_key).empty()) {
     if (!set.count("unique_ttl")) {
@@ -178,6 +180,8 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
     }
     spec->set_unique_key(absl::GetFlag(FLAGS_unique_key));
     *spec->mutable_unique_ttl() = taskgrid::ToProto(absl::GetFlag(FLAGS_unique_ttl));
+    if (absl::GetFlag(FLAGS_unique_keep)) spec->set_unique_release(v1::UNIQUE_RELEASE_AT_TTL);
+    spec->set_unique_refuse(absl::GetFlag(FLAGS_unique_refuse));
   }
   if (const std::string u = absl::GetFlag(FLAGS_merge_update); !u.empty()) {
     if (u != "always" && u != "once") {
@@ -458,14 +462,15 @@ int RunBoard(const std::string& name, const std::vector<std::string>& args,
   if (lease < absl::ZeroDuration() || lease == absl::InfiniteDuration()) {
     return UsageError("--lease must be a positive duration like 60s", hint);
   }
-  if (name == "board claim" || name == "board wait") {
-    if (!args.empty()) {
-      return UsageError(absl::StrCat("unexpected \"", args[0], "\" after ", name), hint);
-    }
+  // board claim takes one task id at most; board wait none.
+  const size_t operands = name == "board claim" ? 1 : 0;
+  if ((name == "board claim" || name == "board wait") && args.size() > operands) {
+    return UsageError(absl::StrCat("unexpected \"", args[operands], "\" after ", name), hint);
   }
   if (name == "board claim") {
     v1::ClaimRequest req;
     if (absl::GetFlag(FLAGS_owner).empty()) return UsageError("board claim needs --owner", hint);
+    if (!args.empty()) req.set_task_id(args[0]);
     req.set_owner(absl::GetFlag(FLAGS_owner));
     req.set_queue(absl::GetFlag(FLAGS_queue));
     req.set_max(absl::GetFlag(FLAGS_max));

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/ids.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -54,22 +55,73 @@ absl::StatusOr<absl::Duration> Scheduler::LeaseOf(const google::protobuf::Durati
   return d == absl::ZeroDuration() ? opts_.default_claim_lease : d;
 }
 
+std::string Scheduler::NowIs(const TaskRecord& t) {
+  if (t.claimed()) return absl::StrCat("attempt ", t.attempt, " claimed by ", t.agent_id);
+  if (IsInFlight(t.state)) return absl::StrCat("attempt ", t.attempt, " on agent ", t.agent_id);
+  return absl::StrCat(StateName(t.state), " (", t.reason, ")");
+}
+
+absl::StatusOr<TaskRecord*> Scheduler::ClaimableById(const v1::ClaimRequest& req) {
+  const std::string& id = req.task_id();
+  const auto refuse = [&](auto&&... why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task \"", id, "\" cannot be claimed: ", why...));
+  };
+  TaskRecord* t = Mutable(id);
+  if (t == nullptr) {
+    if (table_.FindCold(id) != nullptr) return refuse("it has finished");
+    return absl::NotFoundError(absl::StrCat("task \"", id, "\" does not exist"));
+  }
+  if (!req.queue().empty() && req.queue() != t->queue()) {
+    return refuse("it is in queue \"", t->queue(), "\", not \"", req.queue(), "\"");
+  }
+  if (t->state != v1::TASK_STATE_PENDING) return refuse("it is ", NowIs(*t));
+  if (!t->spec.replica_of().empty()) return refuse("it is a replica, run by agents only");
+  const v1::Placement& p = t->spec.placement();
+  if (!p.agent_ids().empty()) {
+    return refuse("it is pinned to agents ", absl::StrJoin(p.agent_ids(), ", "));
+  }
+  for (const auto& [k, v] : p.required_labels()) {
+    auto it = req.labels().find(k);
+    if (it == req.labels().end() || it->second != v) {
+      return refuse("it requires the label ", k, "=", v, ", which the worker's labels lack");
+    }
+  }
+  switch (queue_controls_.empty() ? QueueControls::Gate::kOpen : GateOf(t->queue())) {
+    case QueueControls::Gate::kOpen:
+      return t;
+    case QueueControls::Gate::kPaused:
+      return refuse("its queue \"", t->queue(), "\" is paused");
+    case QueueControls::Gate::kConcurrency:
+      return refuse("its queue \"", t->queue(), "\" is at its concurrency limit");
+    case QueueControls::Gate::kRate:
+      return refuse("its queue \"", t->queue(), "\" is at its rate limit");
+  }
+  return t;
+}
+
 absl::StatusOr<std::vector<v1::ClaimedTask>> Scheduler::Claim(const v1::ClaimRequest& req) {
   RETURN_IF_ERROR(ValidateClaim(req, opts_));
   ASSIGN_OR_RETURN(const absl::Duration lease, LeaseOf(req.lease(), "lease"));
-  const std::string queue = req.queue().empty() ? std::string(kDefaultQueue) : req.queue();
+  std::string queue = req.queue().empty() ? std::string(kDefaultQueue) : req.queue();
   const int max = req.max() > 0 ? req.max() : 1;
   std::vector<v1::ClaimedTask> out;
-  auto q = ready_by_queue_.find(queue);
-  if (q == ready_by_queue_.end()) return out;
   // Picked first, changed after: each Transition edits the set walked here.
   std::vector<TaskRecord*> picked;
-  int examined = 0;
-  for (auto it = q->second.begin();
-       it != q->second.end() && static_cast<int>(picked.size()) < max && examined < kMaxClaimScan;
-       ++it, ++examined) {
-    TaskRecord* t = std::get<2>(*it);
-    if (Claimable(t->spec.placement(), req.labels())) picked.push_back(t);
+  if (!req.task_id().empty()) {
+    ASSIGN_OR_RETURN(TaskRecord * t, ClaimableById(req));
+    queue = t->queue();
+    picked.push_back(t);
+  } else {
+    auto q = ready_by_queue_.find(queue);
+    if (q == ready_by_queue_.end()) return out;
+    int examined = 0;
+    for (auto it = q->second.begin();
+         it != q->second.end() && static_cast<int>(picked.size()) < max && examined < kMaxClaimScan;
+         ++it, ++examined) {
+      TaskRecord* t = std::get<2>(*it);
+      if (Claimable(t->spec.placement(), req.labels())) picked.push_back(t);
+    }
   }
   const absl::Time now = Now();
   const absl::Time until = now + lease;
@@ -108,17 +160,9 @@ absl::StatusOr<TaskRecord*> Scheduler::LiveClaim(const v1::ClaimRef& ref) {
   RETURN_IF_ERROR(ValidateClaimRef(ref));
   ASSIGN_OR_RETURN(TaskRecord * t, Lookup(ref.task_id()));
   if (t->claimed() && t->attempt == ref.attempt() && t->agent_id == ref.owner()) return t;
-  std::string now_is;
-  if (t->claimed()) {
-    now_is = absl::StrCat("attempt ", t->attempt, " claimed by ", t->agent_id);
-  } else if (IsInFlight(t->state)) {
-    now_is = absl::StrCat("attempt ", t->attempt, " on agent ", t->agent_id);
-  } else {
-    now_is = absl::StrCat(StateName(t->state), " (", t->reason, ")");
-  }
   return absl::AbortedError(absl::StrCat("claim of task \"", ref.task_id(), "\" attempt ",
                                          ref.attempt(), " by ", ref.owner(),
-                                         " is not live: the task is now ", now_is));
+                                         " is not live: the task is now ", NowIs(*t)));
 }
 
 absl::StatusOr<absl::Time> Scheduler::ExtendClaim(const v1::ClaimRef& ref,

@@ -13,11 +13,20 @@
 #include "common/ids.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/core/scheduler_internal.h"
 #include "scheduler/core/state_machine.h"
 
 namespace taskgrid::core {
+
+bool Scheduler::SameSteps(const v1::TaskSpec& a, const v1::TaskSpec& b) {
+  if (a.steps_size() != b.steps_size()) return false;
+  for (int i = 0; i < a.steps_size(); ++i) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(a.steps(i), b.steps(i))) return false;
+  }
+  return true;
+}
 
 bool Scheduler::Joinable(const TaskRecord& t) {
   return t.merge && t.attempt == 0 &&

@@ -69,6 +69,13 @@ void WriteBatch::Append(WriteBatch&& other) {
   prune_events_through = std::max(prune_events_through, other.prune_events_through);
 }
 
+absl::Time UniqueUntil(const TaskRecord& t) {
+  if (t.spec.unique_key().empty() || t.unique_released) return absl::InfinitePast();
+  absl::Time from = t.create_time;
+  if (t.spec.has_not_before()) from = std::max(from, FromProto(t.spec.not_before()));
+  return from + FromProto(t.spec.unique_ttl());
+}
+
 TaskRow ToRow(const TaskRecord& t, bool insert) {
   TaskRow r;
   r.insert = insert;
@@ -91,15 +98,13 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.interrupted_dropped = t.interrupted_dropped;
   r.claim_until_us = ToUnixMicrosOrZero(t.claim_until);
   if (t.merge) r.merge_fire_us = ToUnixMicrosOrZero(FromProto(t.merge->merged.fire_time()));
+  r.unique_until_us = ToUnixMicrosOrZero(UniqueUntil(t));
   if (insert) {
     t.spec.SerializeToString(&r.spec);
     r.job_id = t.job_id();
     r.replica = !t.spec.replica_of().empty();
     r.has_replicas = ReplicaCount(t.spec) > 0;
-    if (!t.spec.unique_key().empty()) {
-      r.unique_key = t.spec.unique_key();
-      r.unique_until_us = ToUnixMicrosOrZero(t.create_time + FromProto(t.spec.unique_ttl()));
-    }
+    r.unique_key = t.spec.unique_key();
   }
   return r;
 }
@@ -138,6 +143,7 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
   t.attempts_dropped = r.attempts_dropped;
   t.interrupted_dropped = r.interrupted_dropped;
   t.claim_until = FromUnixMicrosOrZero(r.claim_until_us);
+  t.unique_released = !t.spec.unique_key().empty() && r.unique_until_us == 0;
   if (!t.spec.merge_key().empty()) {
     MergeState& m = t.merge.emplace();
     SetTimestamp(FromUnixMicrosOrZero(r.merge_fire_us), m.merged.mutable_fire_time());

@@ -99,6 +99,9 @@ struct TaskRecord {
   // attempt, once stopped, is not counted and it waits again. Not stored:
   // restore derives it (a member in flight while a sibling waits to run).
   bool requeue_requested = false;
+  // The task let go of its unique_key before its ttl passed (it succeeded or
+  // was cancelled): see UniqueUntil.
+  bool unique_released = false;
   // Set while a pull worker holds the live attempt (a board claim; then
   // agent_id is the claim's owner, not an agent): when the claim ends
   // unless extended. InfinitePast: not a claim.
@@ -222,8 +225,12 @@ struct ScheduleRecord {
   absl::Time last_skipped = absl::InfinitePast();
 
   const std::string& id() const { return def.id(); }
-  // Interval fires count from here: the creation, in whole seconds.
-  absl::Time anchor() const { return absl::FromUnixSeconds(absl::ToUnixSeconds(create_time)); }
+  // Interval fires count from here: the creation, rounded up to a whole
+  // second, so the first fire comes one whole interval after the creation
+  // (or up to a second more), never sooner.
+  absl::Time anchor() const {
+    return absl::UnixEpoch() + absl::Ceil(create_time - absl::UnixEpoch(), absl::Seconds(1));
+  }
 };
 
 // One row of the tasks table.
@@ -250,8 +257,9 @@ struct TaskRow {
   int32_t interrupted_dropped = 0;
   int64_t claim_until_us = 0;  // 0: not a board claim
   int64_t merge_fire_us = 0;   // a task with a merge key: when it fires
-  // Unique by key (set on insert): the key, and until when it holds it
-  // (0: no key), so a restart rebuilds the holds without reading specs.
+  // Unique by key: the key (set on insert), and until when it holds it
+  // (0: no key, or let go of it), so a restart rebuilds the holds without
+  // reading specs.
   std::string unique_key;
   int64_t unique_until_us = 0;
   // Set by a scan that reads finished tasks' rows light (Store::ScanTasks):
@@ -366,6 +374,11 @@ struct StoredTask {
   std::vector<AttemptRow> attempts;
   std::vector<MergedRow> merged;
 };
+
+// Until when `t` holds its unique_key: unique_ttl from its not_before, or
+// from its submit when that is later or unset. InfinitePast: it has no key,
+// or has let go of it.
+absl::Time UniqueUntil(const TaskRecord& t);
 
 TaskRow ToRow(const TaskRecord& t, bool insert);
 AttemptRow ToAttemptRow(const std::string& task_id, const v1::Attempt& a);

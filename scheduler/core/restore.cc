@@ -52,9 +52,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
     if (!t.spec.replica_of().empty()) restoring_->replicas.push_back(&t);
-    if (!t.spec.unique_key().empty() && t.create_time + FromProto(t.spec.unique_ttl()) > Now()) {
-      HoldUniqueKey(t);
-    }
+    if (UniqueUntil(t) > Now()) HoldUniqueKey(t);
     restored_unexamined_.push_back(&t);
     if (IsInFlight(t.state)) {
       restoring_->in_flight.push_back(&t);

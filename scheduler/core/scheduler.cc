@@ -29,6 +29,8 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
                            const std::string* event_agent) {
   // The ready queues are Dispatch's index; the table keeps the others.
   if (t.state == v1::TASK_STATE_PENDING) RemoveReady(t);
+  // Before the row is written: it stores that the key was let go of.
+  if (to == v1::TASK_STATE_SUCCEEDED || to == v1::TASK_STATE_CANCELLED) ReleaseUniqueKey(t);
   const absl::Time now = Now();
   const v1::TaskState from =
       table_.Apply(t, to, std::move(reason), now, event_agent, &effects_.batch);
@@ -194,6 +196,13 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
       const MergeKey key{spec.queue(), spec.unique_key()};
       if (const int64_t held = UniqueHolder(key, submit_time); held != 0) {
         if (auto it = table_.by_seq().find(held); it != table_.by_seq().end()) {
+          if (spec.unique_refuse()) {
+            const TaskRecord& h = *it->second;
+            return absl::AlreadyExistsError(absl::StrCat(
+                field.str(), ".unique_key \"", spec.unique_key(), "\" is held in queue ",
+                spec.queue(), " by task \"", h.id(), "\" (", StateName(h.state), ") until ",
+                absl::FormatTime(absl::RFC3339_sec, UniqueUntil(h), absl::UTCTimeZone())));
+          }
           existing[i] = it->second;
           continue;
         }
@@ -222,6 +231,18 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         }
       }
       if (!is_new || g->second.task != nullptr) {  // joins a task
+        // The key gathers payloads for one destination: the steps that
+        // deliver them are part of its identity.
+        const v1::TaskSpec& into =
+            g->second.task != nullptr ? g->second.task->spec : specs[g->second.first];
+        if (!SameSteps(into, spec)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              field.str(), ".steps differ from those of ",
+              g->second.task != nullptr ? absl::StrCat("task \"", into.id(), "\"")
+                                        : absl::StrCat("tasks[", g->second.first, "]"),
+              ", which gathers merge key \"", spec.merge_key(), "\" in queue ", spec.queue(),
+              ": a merge key delivers to one place; use another key for other steps"));
+        }
         RETURN_IF_ERROR(CheckMergeRoom(key, g->second.count, g->second.bytes, spec, field));
         ++g->second.count;
         g->second.bytes += static_cast<int64_t>(spec.payload().size());

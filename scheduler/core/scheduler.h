@@ -543,6 +543,9 @@ class Scheduler {
   // A later submit with its merge key may join `t`: it has one, was never
   // dispatched, and waits (SCHEDULED, PENDING or PAUSED).
   static bool Joinable(const TaskRecord& t);
+  // A submit joins a merge key's task only with the same steps (where the
+  // gathered payloads go).
+  static bool SameSteps(const v1::TaskSpec& a, const v1::TaskSpec& b);
   // Keeps merge_index_ true to Joinable(t) after t changed.
   void IndexMerge(TaskRecord& t);
   // The joinable task of `key`, or nullptr.
@@ -560,12 +563,15 @@ class Scheduler {
   // --- Unique by key (unique.cc). ---
   // The seq of the task holding (queue, unique key) at `now`, or 0.
   int64_t UniqueHolder(const MergeKey& key, absl::Time now) const;
-  // A new or restored task with a unique key holds it until `until` (its
-  // create time + unique_ttl); a later holder of the key (by seq) wins.
+  // A new or restored task with a unique key holds it until `until`
+  // (UniqueUntil); a later holder of the key (by seq) wins.
   void HoldUniqueKey(const MergeKey& key, int64_t seq, absl::Time until);
   void HoldUniqueKey(const TaskRecord& t);
   // A deleted task lets go of its key.
   void DropUniqueKey(const MergeKey& key, int64_t seq);
+  // A task that succeeded or was cancelled lets go of its key, unless its
+  // spec keeps it for the whole ttl.
+  void ReleaseUniqueKey(TaskRecord& t);
   // Lets go of the keys whose time is up.
   void ExpireUniqueKeys(absl::Time now);
 
@@ -703,6 +709,12 @@ class Scheduler {
   // The live claim `ref` names: NOT_FOUND for an unknown task, ABORTED
   // when it is not (or no longer) that claim.
   absl::StatusOr<TaskRecord*> LiveClaim(const v1::ClaimRef& ref);
+  // The task a Claim names by task_id, if this worker may claim it now;
+  // else NOT_FOUND or FAILED_PRECONDITION saying why not.
+  absl::StatusOr<TaskRecord*> ClaimableById(const v1::ClaimRequest& req);
+  // Where the task stands, for an error: "attempt 2 claimed by w1",
+  // "attempt 1 on agent a1", "SUCCEEDED (exit 0)".
+  static std::string NowIs(const TaskRecord& t);
   // `ref` was completed with `result` already (a CompleteClaim repeated
   // after its answer was lost), as opposed to ended some other way.
   bool Completed(const v1::ClaimRef& ref, const v1::TaskResult& result) const;

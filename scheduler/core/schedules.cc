@@ -348,7 +348,12 @@ void Scheduler::FireSchedules(absl::Time now) {
     schedule_timer_.erase(schedule_timer_.begin());
     ScheduleRecord& s = *schedules_.at(id);
     const absl::Time due = s.next_fire;
-    absl::Time next = NextFire(s, due);
+    // An interval schedule's next fire is a whole interval on even when
+    // `due` is off its grid: one stored by a version that counted from the
+    // second below the creation would otherwise fire again a second later.
+    absl::Time next = s.interval > absl::ZeroDuration()
+                          ? NextFire(s, due + s.interval - absl::Nanoseconds(1))
+                          : NextFire(s, due);
     bool fired = true;
     if (s.missed) {
       // Fires fell while the scheduler was down: the policy decides which

@@ -1,8 +1,10 @@
 // Unique by key: a task with spec.unique_key holds (queue, key) for
-// spec.unique_ttl from its submit; a submit with the key meanwhile gets that
-// task back (AddTasks). Derived from the task rows (the unique_key and
-// unique_until_us columns, so a task on disk holds its key too): a restart
-// rebuilds it.
+// spec.unique_ttl from its not_before (UniqueUntil); a submit with the key
+// meanwhile gets that task back, or ALREADY_EXISTS with unique_refuse
+// (AddTasks). Unless spec.unique_release is AT_TTL, the task lets go of the
+// key when it succeeds or is cancelled (ReleaseUniqueKey). Derived from the
+// task rows (the unique_key and unique_until_us columns, the latter 0 once
+// let go of, so a task on disk holds its key too): a restart rebuilds it.
 
 #include "common/proto_time.h"
 #include "scheduler/core/scheduler.h"
@@ -16,8 +18,16 @@ int64_t Scheduler::UniqueHolder(const MergeKey& key, absl::Time now) const {
 }
 
 void Scheduler::HoldUniqueKey(const TaskRecord& t) {
-  HoldUniqueKey({t.queue(), t.spec.unique_key()}, t.seq,
-                t.create_time + FromProto(t.spec.unique_ttl()));
+  HoldUniqueKey({t.queue(), t.spec.unique_key()}, t.seq, UniqueUntil(t));
+}
+
+void Scheduler::ReleaseUniqueKey(TaskRecord& t) {
+  if (t.spec.unique_key().empty() || t.unique_released ||
+      t.spec.unique_release() == v1::UNIQUE_RELEASE_AT_TTL) {
+    return;
+  }
+  DropUniqueKey({t.queue(), t.spec.unique_key()}, t.seq);
+  t.unique_released = true;  // stored with the transition's row
 }
 
 void Scheduler::HoldUniqueKey(const MergeKey& key, int64_t seq, absl::Time until) {

@@ -196,6 +196,13 @@ absl::Status ValidateClaim(const v1::ClaimRequest& req, const SchedulerOptions& 
     return absl::InvalidArgumentError(
         absl::StrCat("max is ", req.max(), "; it must be in [0, ", opts.max_claims_per_call, "]"));
   }
+  if (!req.task_id().empty()) {
+    RETURN_IF_ERROR(CheckName("task_id", req.task_id(), kMaxIdLength));
+    if (req.max() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max is ", req.max(), "; a claim of one task_id takes at most 1"));
+    }
+  }
   return CheckLabels("labels", req.labels());
 }
 
@@ -405,6 +412,15 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
     }
   } else if (spec.has_unique_ttl()) {
     return Invalid(FieldPath(f, "unique_ttl"), "needs unique_key");
+  }
+  if (!v1::UniqueRelease_IsValid(spec.unique_release())) {
+    return Invalid(FieldPath(f, "unique_release"),
+                   absl::StrCat("is unknown (", spec.unique_release(), ")"));
+  }
+  if (spec.unique_key().empty() &&
+      (spec.unique_release() != v1::UNIQUE_RELEASE_UNSPECIFIED || spec.unique_refuse())) {
+    return Invalid(FieldPath(f, spec.unique_refuse() ? "unique_refuse" : "unique_release"),
+                   "needs unique_key");
   }
   if (!spec.replica_of().empty()) {
     return Invalid(FieldPath(f, "replica_of"),

@@ -43,7 +43,6 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
       row.spec = std::move(kept.spec);
       row.job_id = std::move(kept.job_id);
       row.unique_key = std::move(kept.unique_key);
-      row.unique_until_us = kept.unique_until_us;
       row.replica = kept.replica;
       row.has_replicas = kept.has_replicas;
       row.create_us = kept.create_us;

@@ -60,12 +60,14 @@ constexpr Statement kUpdateTasks{
     "start_us = v.start_us, reason = v.reason, result = v.result, "
     "pause_requested = v.pause_requested, attempt_base = v.attempt_base, "
     "attempts_dropped = v.attempts_dropped, interrupted_dropped = v.interrupted_dropped, "
-    "claim_until_us = v.claim_until_us, merge_fire_us = v.merge_fire_us "
+    "claim_until_us = v.claim_until_us, merge_fire_us = v.merge_fire_us, "
+    "unique_until_us = v.unique_until_us "
     "FROM unnest($1::text[], $2::int8[], $3::int4[], $4::int4[], $5::text[], $6::int8[], "
     "$7::int8[], $8::int8[], $9::int8[], $10::bytea[], $11::bytea[], $12::bool[], $13::int4[], "
-    "$14::int4[], $15::int4[], $16::int8[], $17::int8[]) AS v(id, seq, state, attempt, "
-    "agent_id, update_us, next_run_us, dispatch_us, start_us, reason, result, pause_requested, "
-    "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us) "
+    "$14::int4[], $15::int4[], $16::int8[], $17::int8[], $18::int8[]) AS v(id, seq, state, "
+    "attempt, agent_id, update_us, next_run_us, dispatch_us, start_us, reason, result, "
+    "pause_requested, attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, "
+    "merge_fire_us, unique_until_us) "
     "WHERE t.seq = v.seq AND t.id = v.id"};
 constexpr Statement kPutMerged{"tg_put_merged",
                                "INSERT INTO merged (task_id, n, payload) "
@@ -408,7 +410,7 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
       c[19].Int8(now.claim_until_us);
       c[20].Int8(now.merge_fire_us);
       c[21].Bytes(r.unique_key);
-      c[22].Int8(r.unique_until_us);
+      c[22].Int8(now.unique_until_us);
       c[23].Int2(static_cast<int16_t>(FamilyOf(r.replica, r.has_replicas)));
     }
     if (c[0].size() > 0) {
@@ -418,13 +420,13 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
   }
   {
     ArrayParam upd_seqs(pg::kInt8Oid), upd_ids(pg::kTextOid);
-    ArrayParam c[17] = {
+    ArrayParam c[18] = {
         ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt4Oid),
         ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt8Oid),
         ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),
         ArrayParam(pg::kByteaOid), ArrayParam(pg::kByteaOid), ArrayParam(pg::kBoolOid),
         ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kInt4Oid),
-        ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid)};
+        ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid)};
     for (size_t i = 0; i < batch.tasks.size(); ++i) {
       const core::TaskRow& r = batch.tasks[i];
       if (r.insert || last[r.seq] != i) continue;
@@ -445,6 +447,7 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
       c[14].Int4(r.interrupted_dropped);
       c[15].Int8(r.claim_until_us);
       c[16].Int8(r.merge_fire_us);
+      c[17].Int8(r.unique_until_us);
       upd_seqs.Int8(r.seq);
       upd_ids.Bytes(r.id);
     }

@@ -263,8 +263,8 @@ absl::Status SqliteStore::Prepare() {
        "UPDATE tasks SET state = ?2, attempt = ?3, agent_id = ?4, update_us = ?5, "
        "next_run_us = ?6, dispatch_us = ?7, start_us = ?8, reason = ?9, result = ?10, "
        "pause_requested = ?11, attempt_base = ?12, attempts_dropped = ?14, "
-       "interrupted_dropped = ?15, claim_until_us = ?16, merge_fire_us = ?17 "
-       "WHERE seq = ?13 AND id = ?1"},
+       "interrupted_dropped = ?15, claim_until_us = ?16, merge_fire_us = ?17, "
+       "unique_until_us = ?18 WHERE seq = ?13 AND id = ?1"},
       {&insert_merged_, "INSERT OR REPLACE INTO merged (task_id, n, payload) VALUES (?1, ?2, ?3)"},
       {&put_queue_, "INSERT OR REPLACE INTO queues (name, settings) VALUES (?1, ?2)"},
       {&delete_queue_, "DELETE FROM queues WHERE name = ?1"},
@@ -432,7 +432,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int64(st, 20, now.claim_until_us);
       sqlite3_bind_int64(st, 21, now.merge_fire_us);
       BindText(st, 22, r.unique_key);
-      sqlite3_bind_int64(st, 23, r.unique_until_us);
+      sqlite3_bind_int64(st, 23, now.unique_until_us);
       sqlite3_bind_int(st, 24, FamilyOf(r.replica, r.has_replicas));
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
@@ -454,6 +454,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       sqlite3_bind_int(st, 15, r.interrupted_dropped);
       sqlite3_bind_int64(st, 16, r.claim_until_us);
       sqlite3_bind_int64(st, 17, r.merge_fire_us);
+      sqlite3_bind_int64(st, 18, r.unique_until_us);
       if (absl::Status s = Step(db_, st, absl::StrCat("updating task ", r.id)); !s.ok()) return s;
       if (sqlite3_changes(db_) != 1) {
         return absl::NotFoundError(absl::StrCat("updating task ", r.id, ": no such row"));

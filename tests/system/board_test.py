@@ -67,12 +67,21 @@ class BoardTest(unittest.TestCase):
     def test_a_claim_outlives_a_kill9_of_the_scheduler(self):
         with harness.Cluster() as c:
             c.start_scheduler()
+            c.ctl("submit", "--id=job-0", "--queue=pull", "--priority=5", "--", "/bin/true",
+                  check=True)
             c.ctl("submit", "--id=job-1", "--queue=pull", "--", "/bin/true", check=True)
-            res = c.ctl("board", "claim", "--queue=pull", "--owner=w1", "job-1")
+            res = c.ctl("board", "claim", "--queue=pull", "--owner=w1", "job-1", "job-2")
             self.assertEqual(res.returncode, 2, res.stderr)
-            self.assertIn('unexpected "job-1" after board claim', res.stderr)
-            claims = self.claim(c, "w1", "--lease=5m")
+            self.assertIn('unexpected "job-2" after board claim', res.stderr)
+            # The task named, not the queue's best (job-0).
+            claims = self.claim(c, "w1", "--lease=5m", "job-1")
             self.assertEqual([(a["task_id"], a["attempt"]) for a in claims], [("job-1", 1)])
+            res = c.ctl("board", "claim", "--owner=w2", "job-1")
+            self.assertEqual(res.returncode, 1, res.stderr)
+            self.assertIn("FAILED_PRECONDITION", res.stderr)
+            self.assertIn('task "job-1" cannot be claimed: it is attempt 1 claimed by w1',
+                          res.stderr)
+            self.assertEqual(state(c.task("job-0")), "PENDING")
             c.scheduler.kill9()
             c.start_scheduler()
             task = c.task("job-1")

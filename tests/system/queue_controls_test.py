@@ -132,6 +132,32 @@ class QueueControlsTest(unittest.TestCase):
             after = c.ctl_json("submit", "--unique_key=invoice-7", "--unique_ttl=1h", "--",
                                "/bin/true")["tasks"][0]
             self.assertEqual(after["spec"]["id"], first["spec"]["id"], "held across a crash")
+            res = c.ctl("submit", "--id=refused", "--unique_key=invoice-7", "--unique_ttl=1h",
+                        "--unique_refuse", "--", "/bin/true")
+            self.assertEqual(res.returncode, 1, res.stderr)
+            self.assertIn("ALREADY_EXISTS", res.stderr)
+            self.assertIn(f'unique_key "invoice-7" is held in queue default by task '
+                          f'"{first["spec"]["id"]}" (PENDING)', res.stderr)
+            self.assertEqual(c.ctl("get", "refused").returncode, 1, "nothing made")
+            # It succeeds (an agent runs it): the key is free, also after a
+            # kill -9; with --unique_keep it would not be.
+            c.start_agent("a1")
+            c.wait_state(first["spec"]["id"], "SUCCEEDED")
+            c.ctl_json("submit", "--id=kept", "--unique_key=kept", "--unique_ttl=1h",
+                       "--unique_keep", "--", "/bin/true")
+            c.wait_state("kept", "SUCCEEDED")
+            c.scheduler.kill9()
+            c.start_scheduler()
+            fresh = c.ctl_json("submit", "--id=fresh", "--unique_key=invoice-7",
+                               "--unique_ttl=1h", "--", "/bin/true")["tasks"][0]
+            self.assertEqual(fresh["spec"]["id"], "fresh", "the holder succeeded: free")
+            again = c.ctl_json("submit", "--id=kept-2", "--unique_key=kept", "--unique_ttl=1h",
+                               "--", "/bin/true")["tasks"][0]
+            self.assertEqual(again["spec"]["id"], "kept", "--unique_keep holds it for the ttl")
+            for flag in ("--unique_refuse", "--unique_keep"):
+                res = c.ctl("submit", flag, "--", "/bin/true")
+                self.assertEqual(res.returncode, 2)
+                self.assertIn(f"{flag} needs --unique_key", res.stderr)
             res = c.ctl("submit", "--unique_key=k", "--", "/bin/true")
             self.assertEqual(res.returncode, 2)
             self.assertIn("--unique_key needs --unique_ttl", res.stderr)

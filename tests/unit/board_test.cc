@@ -1,6 +1,7 @@
 // Pull mode in the core (scheduler/core/board.cc): claims are attempts
 // held by an owner, fenced by their attempt number, expiring on the fake
 // clock; pushed agents and pulling workers share one table.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -56,6 +57,7 @@ class BoardTest : public SchedulerTest {
 };
 
 using V = std::vector<std::string>;
+using ::testing::HasSubstr;
 
 TEST_F(BoardTest, AClaimTakesTheBestReadyTasksOfItsQueueAsRunningAttempts) {
   SubmitOk(Spec("low", 0));
@@ -125,6 +127,83 @@ TEST_F(BoardTest, LabelsAndPinsDecideWhatAWorkerMayClaim) {
   (*with.mutable_labels())["gpu"] = "1";
   EXPECT_EQ(sched_.ClaimableCount("default", with.labels()), 1);
   EXPECT_EQ(ClaimIds(with), V{"gpu"}) << "a task pinned to agents is never claimed";
+}
+
+TEST_F(BoardTest, AClaimByIdTakesThatTaskOrSaysWhyNot) {
+  SubmitOk(Spec("best", 9));
+  SubmitOk(Spec("mine", 0));
+  v1::TaskSpec gpu = Spec("gpu");
+  (*gpu.mutable_placement()->mutable_required_labels())["gpu"] = "1";
+  SubmitOk(gpu);
+  v1::TaskSpec pinned = Spec("pinned");
+  pinned.mutable_placement()->add_agent_ids("some-agent");
+  SubmitOk(pinned);
+  std::vector<v1::TaskSpec> chain = {Spec("up"), Spec("down")};
+  chain[1].add_depends_on("up");
+  ASSERT_TRUE(Submit(chain).ok());
+  v1::TaskSpec elsewhere = Spec("elsewhere");
+  elsewhere.set_queue("other");
+  SubmitOk(elsewhere);
+
+  const auto by_id = [&](const std::string& id, const std::string& owner = "w1") {
+    v1::ClaimRequest r = Req(owner, 0);
+    r.set_task_id(id);
+    return r;
+  };
+  // Refusals name the reason and change nothing.
+  const auto refused = [&](const v1::ClaimRequest& r) {
+    const size_t rows = sched_.pending_effects().batch.tasks.size();
+    auto claims = sched_.Claim(r);
+    Check();
+    EXPECT_EQ(sched_.pending_effects().batch.tasks.size(), rows) << r.task_id();
+    EXPECT_FALSE(claims.ok());
+    return claims.ok() ? absl::OkStatus() : claims.status();
+  };
+  // Not the queue's best: the one named.
+  EXPECT_EQ(ClaimIds(by_id("mine")), V{"mine"});
+  EXPECT_EQ(State("best"), v1::TASK_STATE_PENDING);
+  EXPECT_EQ(Task("mine").agent_id, "w1");
+
+  absl::Status s = refused(by_id("mine", "w2"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr("task \"mine\" cannot be claimed: it is attempt 1 claimed by w1"));
+  s = refused(by_id("nope"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("task \"nope\" does not exist"));
+  s = refused(by_id("down"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("it is BLOCKED"));
+  s = refused(by_id("pinned"));
+  EXPECT_THAT(s.message(), HasSubstr("it is pinned to agents some-agent"));
+  s = refused(by_id("gpu"));
+  EXPECT_THAT(s.message(), HasSubstr("it requires the label gpu=1"));
+  v1::ClaimRequest wrong_queue = by_id("best");
+  wrong_queue.set_queue("other");
+  s = refused(wrong_queue);
+  EXPECT_THAT(s.message(), HasSubstr("it is in queue \"default\", not \"other\""));
+  v1::ClaimRequest two = by_id("best");
+  two.set_max(2);
+  s = refused(two);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("max is 2; a claim of one task_id takes at most 1"));
+  v1::ClaimRequest bad = by_id("bad id!");
+  EXPECT_EQ(refused(bad).code(), absl::StatusCode::kInvalidArgument);
+
+  // The task's own queue when none is named; a paused queue says so.
+  ASSERT_TRUE(sched_.PauseQueue("other", true).ok());
+  s = refused(by_id("elsewhere"));
+  EXPECT_THAT(s.message(), HasSubstr("its queue \"other\" is paused"));
+  ASSERT_TRUE(sched_.PauseQueue("other", false).ok());
+  EXPECT_EQ(ClaimIds(by_id("elsewhere")), V{"elsewhere"});
+  v1::ClaimRequest with = by_id("gpu", "gpu-worker");
+  (*with.mutable_labels())["gpu"] = "1";
+  EXPECT_EQ(ClaimIds(with), V{"gpu"});
+
+  // A finished task says so.
+  EXPECT_EQ(Complete("mine", 1, "w1"), absl::StatusCode::kOk);
+  s = refused(by_id("mine", "w2"));
+  EXPECT_THAT(s.message(), HasSubstr("it is SUCCEEDED"));
 }
 
 TEST_F(BoardTest, ACompletedClaimEndsLikeAnAgentsResult) {

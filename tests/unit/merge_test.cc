@@ -1,11 +1,13 @@
 // Delivery by merge key in the core (scheduler/core/merge.cc): submits with
 // one key gather into one task until it is dispatched; always vs once
 // decide its fire time, on the fake clock.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "tests/unit/scheduler_fixture.h"
 
@@ -120,6 +122,32 @@ TEST_F(MergeTest, OneBatchMayMakeAndJoinAKeysTask) {
   EXPECT_EQ((*r)[0], (*r)[1]);
   EXPECT_NE((*r)[0], (*r)[2]);
   EXPECT_EQ(Payloads((*r)[0]->id()), (V{"1", "2"}));
+}
+
+TEST_F(MergeTest, ASubmitWithOtherStepsIsRefusedInsteadOfDeliveredElsewhere) {
+  const std::string id = SubmitKeyed(Keyed("k", "1", absl::Seconds(5)));
+  v1::TaskSpec other = Keyed("k", "2", absl::Seconds(5));
+  other.mutable_steps(0)->mutable_builtin()->set_name("echo");
+  const int64_t revision = sched_.last_revision();
+  auto r = Submit({other});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("tasks[0].steps differ from those of task \"", id,
+                         "\", which gathers merge key \"k\" in queue hooks: a merge key "
+                         "delivers to one place; use another key for other steps"));
+  EXPECT_EQ(Payloads(id), (V{"1"}));
+  EXPECT_EQ(sched_.last_revision(), revision) << "nothing changed";
+  // Within one batch too, against the spec that makes the key's task.
+  r = Submit({Keyed("n", "1", absl::Seconds(5)), Keyed("n", "2", absl::Seconds(5)), other});
+  ASSERT_FALSE(r.ok());
+  other.set_merge_key("n");
+  r = Submit({Keyed("n", "1", absl::Seconds(5)), other});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("tasks[1].steps differ from those of tasks[0]"));
+  EXPECT_EQ(sched_.task_count(), 1u);
+  // The same steps with other settings (a payload, a delay) still join.
+  EXPECT_EQ(SubmitKeyed(Keyed("k", "3", absl::Seconds(50), v1::MERGE_UPDATE_ONCE)), id);
 }
 
 TEST_F(MergeTest, LimitsAreCheckedBeforeAnythingChanges) {

@@ -1,6 +1,7 @@
 // Queue controls (scheduler/core/queues.cc, queue_controls.cc): a paused
 // queue, concurrency and rate limits, for agents and pull workers alike;
 // bulk cancel and retry by filter; undraining an agent; unique keys.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -314,15 +315,89 @@ TEST_F(UniqueKeyTest, ASecondSubmitWithinTheTtlReturnsTheFirstTask) {
   elsewhere.set_queue("other");
   ASSERT_TRUE(Submit({elsewhere}).ok());
   EXPECT_NE(sched_.Find("third"), nullptr);
-  // The key is held even after the task ended, until its time is up.
-  ASSERT_TRUE(sched_.Cancel("first").ok());
+  // Held until its time is up.
+  Advance(absl::Seconds(29));
   r = Submit({Unique("fourth", "k")});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0]->id(), "first");
-  Advance(absl::Seconds(30));
+  Advance(absl::Seconds(1));
   r = Submit({Unique("fifth", "k")});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0]->id(), "fifth") << "60s after the first submit the key is free";
+}
+
+TEST_F(UniqueKeyTest, SuccessOrCancelLetsGoOfTheKeyAndAFailureKeepsIt) {
+  v1::TaskSpec fails = Unique("fails", "kf");
+  fails.set_max_attempts(1);
+  ASSERT_TRUE(Submit({Unique("ok", "ko"), fails, Unique("cancelled", "kc")}).ok());
+  const uint64_t conn = Connect("a1", 2);
+  ASSERT_THAT(Assigned(Take(), conn), ::testing::ElementsAre("ok", "fails"));
+  ASSERT_TRUE(sched_.Cancel("cancelled").ok());  // still PENDING: both slots are taken
+  Check();
+  Accept(conn, "ok", 1);
+  Accept(conn, "fails", 1);
+  Result(conn, "ok", 1, v1::OUTCOME_SUCCEEDED);
+  Result(conn, "fails", 1, v1::OUTCOME_FAILED, 3);
+  ASSERT_EQ(State("cancelled"), v1::TASK_STATE_CANCELLED);
+  ASSERT_EQ(State("ok"), v1::TASK_STATE_SUCCEEDED);
+  ASSERT_EQ(State("fails"), v1::TASK_STATE_FAILED);
+  auto r = Submit({Unique("ok2", "ko"), Unique("fails2", "kf"), Unique("cancelled2", "kc")});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0]->id(), "ok2") << "free once its holder succeeded";
+  EXPECT_EQ((*r)[1]->id(), "fails") << "a failed task keeps its key for the ttl";
+  EXPECT_EQ((*r)[2]->id(), "cancelled2") << "free once its holder was cancelled";
+  // A retry of the cancelled task does not take the key back from its new
+  // holder; and the release is stored: a restart sees the new holders.
+  ASSERT_TRUE(sched_.Retry("cancelled").ok());
+  Check();
+  std::unique_ptr<Scheduler> restored = Restarted();
+  r = restored->Submit({Unique("ok3", "ko"), Unique("cancelled3", "kc")});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0]->id(), "ok2");
+  EXPECT_EQ((*r)[1]->id(), "cancelled2");
+}
+
+TEST_F(UniqueKeyTest, AtTtlKeepsTheKeyAfterSuccessAndACancelAcrossARestart) {
+  v1::TaskSpec kept = Unique("kept", "k");
+  kept.set_unique_release(v1::UNIQUE_RELEASE_AT_TTL);
+  ASSERT_TRUE(Submit({kept}).ok());
+  ASSERT_TRUE(sched_.Cancel("kept").ok());
+  Check();
+  auto r = Submit({Unique("second", "k")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0]->id(), "kept");
+  std::unique_ptr<Scheduler> restored = Restarted();
+  r = restored->Submit({Unique("third", "k")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0]->id(), "kept");
+}
+
+TEST_F(UniqueKeyTest, TheTtlCountsFromNotBefore) {
+  v1::TaskSpec later = Unique("later", "k", absl::Seconds(60));
+  SetTimestamp(clock_.Now() + absl::Minutes(10), later.mutable_not_before());
+  ASSERT_TRUE(Submit({later}).ok());
+  Advance(absl::Minutes(10) + absl::Seconds(59));
+  auto r = Submit({Unique("second", "k")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0]->id(), "later") << "held until not_before + ttl, not submit + ttl";
+  EXPECT_EQ(UniqueUntil(Task("later")), FromProto(later.not_before()) + absl::Seconds(60));
+}
+
+TEST_F(UniqueKeyTest, RefuseFailsNamingTheHolderAndStoresNothing) {
+  ASSERT_TRUE(Submit({Unique("holder", "k")}).ok());
+  v1::TaskSpec dup = Unique("dup", "k");
+  dup.set_unique_refuse(true);
+  const size_t before = sched_.task_count();
+  auto r = Submit({Unique("fine", "other"), dup});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(std::string(r.status().message()),
+            "tasks[1].unique_key \"k\" is held in queue default by task \"holder\" (PENDING) "
+            "until 2023-11-14T22:14:20+00:00");
+  EXPECT_EQ(sched_.task_count(), before) << "all or nothing";
+  // Resubmitting the holder itself by its id is still idempotent.
+  v1::TaskSpec again = Unique("holder", "k");
+  ASSERT_TRUE(Submit({again}).ok());
 }
 
 TEST_F(UniqueKeyTest, ARestartKeepsTheKeysHeld) {
@@ -358,6 +433,15 @@ TEST_F(UniqueKeyTest, BadUniqueKeysAreRefused) {
   EXPECT_EQ(message({both}),
             "tasks[0].unique_key cannot go with merge_key: a merge key already makes one task "
             "of many");
+  v1::TaskSpec bad_release = Unique("a", "k");
+  bad_release.set_unique_release(static_cast<v1::UniqueRelease>(7));
+  EXPECT_EQ(message({bad_release}), "tasks[0].unique_release is unknown (7)");
+  v1::TaskSpec release_only = Spec("a");
+  release_only.set_unique_release(v1::UNIQUE_RELEASE_AT_TTL);
+  EXPECT_EQ(message({release_only}), "tasks[0].unique_release needs unique_key");
+  v1::TaskSpec refuse_only = Spec("a");
+  refuse_only.set_unique_refuse(true);
+  EXPECT_EQ(message({refuse_only}), "tasks[0].unique_refuse needs unique_key");
   EXPECT_EQ(sched_.SubmitJob("j", {Unique("a", "k")}).status().message(),
             "tasks[0].unique_key is set: a job is unique by its id, not its tasks by key");
 }

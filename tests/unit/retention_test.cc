@@ -289,12 +289,18 @@ TEST_F(RetentionTest, SubmitsSeeTasksOnDiskForIdsDependenciesAndUniqueKeys) {
   v1::TaskSpec once = Spec("once");
   once.set_unique_key("k");
   *once.mutable_unique_ttl() = ToProto(absl::Hours(1));
-  ASSERT_TRUE(Submit({Spec("dep"), once}).ok());
+  once.set_unique_release(v1::UNIQUE_RELEASE_AT_TTL);  // held after it succeeds
+  v1::TaskSpec freed = Spec("freed");
+  freed.set_unique_key("k2");
+  *freed.mutable_unique_ttl() = ToProto(absl::Hours(1));
+  ASSERT_TRUE(Submit({Spec("dep"), once, freed}).ok());
   Finish("dep");
   Finish("once");
+  Finish("freed");
   Advance(kInMemory);
   ASSERT_EQ(WhereIs("dep"), Where::kDisk);
   ASSERT_EQ(WhereIs("once"), Where::kDisk);
+  ASSERT_EQ(WhereIs("freed"), Where::kDisk);
 
   // The same id and spec again: the task as it is.
   auto again = Submit({Spec("dep")});
@@ -312,6 +318,13 @@ TEST_F(RetentionTest, SubmitsSeeTasksOnDiskForIdsDependenciesAndUniqueKeys) {
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(held->tasks(0).spec().id(), "once");
   EXPECT_EQ(WhereIs("twice"), Where::kNowhere);
+  // A holder that succeeded let go of its key (the default), on disk too.
+  v1::TaskSpec next = Spec("next");
+  next.set_unique_key("k2");
+  *next.mutable_unique_ttl() = ToProto(absl::Hours(1));
+  auto made = Submit({next});
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->tasks(0).spec().id(), "next");
   // A new task depending on it: the dependency comes back, its output is
   // the new task's input, and it stays in memory while needed.
   v1::TaskSpec after = Spec("after");

@@ -129,6 +129,39 @@ TEST_F(ScheduleTest, IntervalFiresEachIntervalWithDerivedIds) {
   EXPECT_EQ(State("beat:20231114T221340Z"), v1::TASK_STATE_PENDING);
 }
 
+TEST_F(ScheduleTest, TheFirstIntervalFireIsAWholeIntervalAfterTheCreation) {
+  clock_.Advance(absl::Milliseconds(700));
+  const ScheduleRecord& s = Create(Every("late", absl::Seconds(10)));
+  // Not kT0 + 10 s, 9.3 s after the creation: the grid starts at the next
+  // whole second.
+  EXPECT_EQ(s.next_fire, kT0 + absl::Seconds(11));
+  EXPECT_EQ(s.next_fire - s.create_time, absl::Milliseconds(10'300));
+  Advance(absl::Milliseconds(10'299));
+  EXPECT_TRUE(TaskIds().empty());
+  Advance(absl::Milliseconds(1));
+  EXPECT_THAT(TaskIds(), ::testing::ElementsAre("late:20231114T221331Z"));
+  EXPECT_EQ(sched_.FindSchedule("late")->next_fire, kT0 + absl::Seconds(21));
+}
+
+TEST_F(ScheduleTest, AFireStoredOffTheGridIsFollowedAWholeIntervalLater) {
+  clock_.Advance(absl::Milliseconds(700));
+  Create(Every("old", absl::Seconds(10)));
+  // As an older version stored it: its grid counted from kT0, so its next
+  // fire is kT0 + 10 s where this version's grid has kT0 + 11 s.
+  std::vector<ScheduleRow> rows = StoredSchedules();
+  ASSERT_EQ(rows.size(), 1u);
+  rows[0].next_fire_us = absl::ToUnixMicros(kT0 + absl::Seconds(10));
+  std::unique_ptr<Scheduler> s = Restarted(Opts());
+  ASSERT_TRUE(s->RestoreSchedules(std::move(rows)).ok());
+  clock_.Advance(absl::Milliseconds(9'300));  // kT0 + 10 s
+  s->Tick();
+  const ScheduleRecord* r = s->FindSchedule("old");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->fire_count, 1);
+  EXPECT_EQ(r->last_fire, kT0 + absl::Seconds(10));
+  EXPECT_EQ(r->next_fire, kT0 + absl::Seconds(21)) << "not a second after the last fire";
+}
+
 TEST_F(ScheduleTest, FireWritesTheTaskAndTheScheduleInOneBatch) {
   Create(Every("beat", absl::Seconds(10)));
   Take();

@@ -645,6 +645,45 @@ TYPED_TEST(StoreConformance, AClaimsEndIsKeptOnInsertAndUpdate) {
   EXPECT_EQ((*tasks)[2].row.claim_until_us, 7);
 }
 
+TYPED_TEST(StoreConformance, AnUpdateMovesTheUniqueHoldAndKeepsTheKey) {
+  core::WriteBatch b;
+  core::TaskRow held = Row("held", 1);
+  held.unique_key = "k";
+  held.unique_until_us = 9'000;
+  b.tasks.push_back(held);
+  core::TaskRow let_go = Row("let-go", 2);
+  let_go.unique_key = "k2";
+  let_go.unique_until_us = 9'000;
+  b.tasks.push_back(let_go);
+  ASSERT_TRUE(this->store()->Apply(b).ok());
+  // The task succeeded and let go of its key: its row says 0, and the key
+  // (written by the insert only) stays.
+  core::WriteBatch u;
+  core::TaskRow done = Row("let-go", 2, v1::TASK_STATE_SUCCEEDED);
+  done.insert = false;
+  done.unique_key.clear();
+  done.unique_until_us = 0;
+  u.tasks.push_back(done);
+  // Inserted and updated in one batch: the last row's hold.
+  core::TaskRow both = Row("both", 3);
+  both.unique_key = "k3";
+  both.unique_until_us = 9'000;
+  u.tasks.push_back(both);
+  both.insert = false;
+  both.unique_until_us = 0;
+  u.tasks.push_back(both);
+  ASSERT_TRUE(this->store()->Apply(u).ok());
+  this->Reopen();
+  auto tasks = this->store()->LoadTasks();
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 3u);
+  EXPECT_EQ((*tasks)[0].row.unique_until_us, 9'000);
+  EXPECT_EQ((*tasks)[1].row.unique_key, "k2");
+  EXPECT_EQ((*tasks)[1].row.unique_until_us, 0);
+  EXPECT_EQ((*tasks)[2].row.unique_key, "k3");
+  EXPECT_EQ((*tasks)[2].row.unique_until_us, 0);
+}
+
 TYPED_TEST(StoreConformance, MergedPayloadsAreAppendedAndReadBackInOrder) {
   core::WriteBatch b;
   core::TaskRow r = Row("keyed", 1);

@@ -69,7 +69,14 @@ ABSL_FLAG(std::string, unique_key, "",
           "submit: unique by this key in its queue for --unique_ttl: a second submit with it "
           "returns the first task");
 ABSL_FLAG(absl::Duration, unique_ttl, absl::ZeroDuration(),
-          "submit --unique_key: how long the key is held, from the submit (1s to 720h)");
+          "submit --unique_key: how long the key is held, from --not_before or the submit "
+          "(1s to 720h)");
+ABSL_FLAG(bool, unique_keep, false,
+          "submit --unique_key: hold the key for the whole --unique_ttl, even once the task "
+          "succeeded or was cancelled");
+ABSL_FLAG(bool, unique_refuse, false,
+          "submit --unique_key: fail with ALREADY_EXISTS naming the holder when the key is held, "
+          "instead of returning the holder");
 ABSL_FLAG(int32_t, max_concurrency, 0,
           "queue limits: most tasks of the queue dispatched or running at once (0: no limit)");
 ABSL_FLAG(double, rate, 0, "queue limits: most task starts per second (0: no limit)");

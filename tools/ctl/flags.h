@@ -45,6 +45,8 @@ ABSL_DECLARE_FLAG(bool, gang);
 ABSL_DECLARE_FLAG(absl::Duration, gang_wait);
 ABSL_DECLARE_FLAG(std::string, unique_key);
 ABSL_DECLARE_FLAG(absl::Duration, unique_ttl);
+ABSL_DECLARE_FLAG(bool, unique_keep);
+ABSL_DECLARE_FLAG(bool, unique_refuse);
 ABSL_DECLARE_FLAG(int32_t, max_concurrency);
 ABSL_DECLARE_FLAG(double, rate);
 ABSL_DECLARE_FLAG(int32_t, burst);

@@ -35,6 +35,7 @@ const std::vector<Command>& Commands() {
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
         "schedule_timeout", "labels", "agents", "slots", "resources", "merge_key", "merge_update",
         "replicas", "replica_agents", "success", "gang", "gang_wait", "unique_key", "unique_ttl",
+        "unique_keep", "unique_refuse",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -91,8 +92,13 @@ Flags of the task (one task, one step):
                         reserved for them for DUR (default 5m, at most 24h),
                         then left to other work for as long, in turns
   --unique_key=KEY --unique_ttl=DUR  unique by KEY in its queue for DUR
-                        (1s to 720h) from this submit: a later submit with
-                        the key returns this task instead of making one
+                        (1s to 720h) from --not_before (or this submit): a
+                        later submit with the key returns this task instead
+                        of making one. The key is free again sooner once
+                        the task succeeds or is cancelled (not when it
+                        fails), unless --unique_keep
+  --unique_refuse       a submit that finds KEY held fails (ALREADY_EXISTS,
+                        exit 1) naming the task that holds it
   --builtin=NAME        run a builtin of the agent instead of a program:
                         noop | sleep SECONDS | fail [CODE] | echo [WORDS...]
 
@@ -470,8 +476,8 @@ that could. Stored, and kept across restarts. `taskgridctl stats` shows
 each queue's SHARE of the capacity against its fair share; --json the
 QueueStats.)"},
       {"board claim",
-       "board claim --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",
-       "Claim ready tasks of a queue as a pull worker",
+       "board claim [ID] --owner=NAME [--queue=Q] [--max=N] [--lease=DUR] [--labels=k=v,...]",
+       "Claim ready tasks of a queue, or one named task, as a pull worker",
        "taskgridctl board claim --queue=images --owner=worker-7 --lease=5m",
        {"owner", "queue", "max", "lease", "labels"},
        R"txt(Takes up to --max (default 1, at most 1,000) ready tasks of the queue, best
@@ -480,6 +486,12 @@ first (priority, then submit order), each as a new RUNNING attempt held by
 passes. Tasks that require labels are claimed only with --labels that carry
 them; tasks pinned to agents (--agents) never are. Agents and pull workers
 may share a queue: no task goes to both.
+
+With ID, claims that task and no other (list the queue, pick one, claim
+it), or fails saying why it cannot be claimed now: it does not exist
+(NOT_FOUND), or it is not ready, claimed or running already, finished,
+pinned to agents, in another queue than --queue, requiring a label the
+worker lacks, or its queue is paused or at a limit (FAILED_PRECONDITION).
 
 Prints ID, ATTEMPT, EXPIRES and STEPS of each claim, or "no task to claim".
 The ATTEMPT is the claim's fencing token: extend, complete, abandon and trash
@@ -562,6 +574,7 @@ The trigger, exactly one of:
                 matching either fires. Or @hourly, @daily, @weekly, @monthly,
                 @yearly. Quote it: --cron='*/15 9-17 * * MON-FRI'
   --every=DUR   every DUR (whole seconds, at least 1s), counted from the creation
+                (the first fire one whole DUR after it)
 --tz=ZONE      the IANA time zone --cron reads wall times in (default UTC), e.g.
                Europe/Berlin. Daylight saving: a wall time skipped by the
                spring-forward does not fire that day; a wall time repeated by

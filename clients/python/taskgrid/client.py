@@ -353,11 +353,15 @@ class Client:
     # --- the board (pull mode) ---
 
     def claim(self, queue: str, owner: str, *, max: int = 1, lease: float = 30.0,
-              labels: Optional[Dict[str, str]] = None) -> List[board_pb2.ClaimedTask]:
-        """Claims up to `max` tasks of `queue` for `lease` seconds."""
+              labels: Optional[Dict[str, str]] = None,
+              task_id: str = "") -> List[board_pb2.ClaimedTask]:
+        """Claims up to `max` tasks of `queue` for `lease` seconds; with
+        `task_id`, that task alone (`queue` may then be ""), or raises
+        TaskgridError saying why it cannot be claimed now (NOT_FOUND,
+        FAILED_PRECONDITION)."""
         return list(self.call("BoardService", "Claim", board_pb2.ClaimRequest(
-            queue=queue, owner=owner, max=max, lease=duration(lease),
-            labels=labels or {})).claims)
+            queue=queue, owner=owner, max=0 if task_id else max, lease=duration(lease),
+            labels=labels or {}, task_id=task_id)).claims)
 
     def wait_for_work(self, queue: str, *, labels: Optional[Dict[str, str]] = None,
                       timeout: float = 5.0) -> int:

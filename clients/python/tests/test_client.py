@@ -58,6 +58,21 @@ def test_errors_name_the_code_and_the_message(client):
     assert e.value.code == grpc.StatusCode.NOT_FOUND
 
 
+def test_claim_a_named_task_or_learn_why_not(client):
+    client.submit_many([echo(f"py-c{i}", str(i), queue="cq") for i in range(3)])
+    claims = client.claim("", "w1", task_id="py-c2")
+    assert [c.assignment.task_id for c in claims] == ["py-c2"]
+    assert client.get("py-c2").agent_id == "w1"
+    with pytest.raises(TaskgridError) as e:
+        client.claim("cq", "w2", task_id="py-c2")
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "claimed by w1" in e.value.message
+    with pytest.raises(TaskgridError) as e:
+        client.claim("cq", "w2", task_id="py-nope")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert state_name(client.get("py-c0").state) == "PENDING"
+
+
 def test_wait_times_out_while_nothing_runs_it(client):
     client.submit(echo("py-idle", "x"))
     with pytest.raises(TimeoutError):

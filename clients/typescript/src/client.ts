@@ -400,14 +400,17 @@ export class Client {
 
   // --- the board (pull mode) ---
 
-  /** Claims up to `max` tasks of `queue` for `leaseSeconds`. */
-  async claim(queue: string, owner: string, opts: { max?: number; leaseSeconds?: number; labels?: Record<string, string> } = {}): Promise<Message[]> {
+  /** Claims up to `max` tasks of `queue` for `leaseSeconds`; with `taskId`,
+   * that task alone, or rejects with a TaskgridError saying why it cannot be
+   * claimed now (NOT_FOUND, FAILED_PRECONDITION). */
+  async claim(queue: string, owner: string, opts: { max?: number; leaseSeconds?: number; labels?: Record<string, string>; taskId?: string } = {}): Promise<Message[]> {
     const resp = await this.call("BoardService", "Claim", {
       queue,
       owner,
-      max: opts.max ?? 1,
+      max: opts.taskId ? 0 : (opts.max ?? 1),
       lease: duration(opts.leaseSeconds ?? 30),
       labels: opts.labels ?? {},
+      task_id: opts.taskId ?? "",
     });
     return resp.claims;
   }

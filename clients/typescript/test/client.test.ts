@@ -53,6 +53,12 @@ test("wait times out while nothing runs the task; list pages through all", () =>
     for await (const t of client.list({ queue: "lq", states: ["PENDING"], page_size: 10 })) ids.push(t.spec.id);
     assert.equal(ids.length, 25);
     assert.equal(stateName((await client.cancel("ts-l0")).state), "CANCELLED");
+    // Claim a named task; a second claim of it says why not.
+    const claims = await client.claim("", "w1", { taskId: "ts-l7" });
+    assert.deepEqual(claims.map((c) => c.assignment.task_id), ["ts-l7"]);
+    assert.equal((await client.get("ts-l7")).agent_id, "w1");
+    await assert.rejects(client.claim("lq", "w2", { taskId: "ts-l7" }), (e: unknown) => e instanceof TaskgridError && e.code === grpc.status.FAILED_PRECONDITION && /claimed by w1/.test(e.details));
+    await assert.rejects(client.claim("lq", "w2", { taskId: "ts-l0" }), (e: unknown) => e instanceof TaskgridError && e.code === grpc.status.FAILED_PRECONDITION && /CANCELLED/.test(e.details));
   }));
 
 test("watch sees every change across a kill -9 of the scheduler", () =>
