@@ -29,17 +29,23 @@ absl::Duration SinceEpoch(absl::Time t) { return t - absl::UnixEpoch(); }
 // miss a matching task further back (the queue's own order, priority then
 // submit order, decides which tasks are looked at).
 constexpr int kMaxClaimScan = 10'000;
+
+using Labels = google::protobuf::Map<std::string, std::string>;
+
+// The first label `p` requires that `labels` lack (or carry another value
+// of), or nullptr.
+const Labels::value_type* MissingLabel(const v1::Placement& p, const Labels& labels) {
+  for (const auto& required : p.required_labels()) {
+    auto it = labels.find(required.first);
+    if (it == labels.end() || it->second != required.second) return &required;
+  }
+  return nullptr;
+}
 }  // namespace
 
-bool Scheduler::Claimable(const v1::Placement& p,
-                          const google::protobuf::Map<std::string, std::string>& labels) {
+bool Scheduler::Claimable(const v1::Placement& p, const Labels& labels) {
   // A task pinned to agent ids is meant for those agents alone.
-  if (!p.agent_ids().empty()) return false;
-  for (const auto& [k, v] : p.required_labels()) {
-    auto it = labels.find(k);
-    if (it == labels.end() || it->second != v) return false;
-  }
-  return true;
+  return p.agent_ids().empty() && MissingLabel(p, labels) == nullptr;
 }
 
 absl::StatusOr<absl::Duration> Scheduler::LeaseOf(const google::protobuf::Duration& lease,
@@ -81,11 +87,9 @@ absl::StatusOr<TaskRecord*> Scheduler::ClaimableById(const v1::ClaimRequest& req
   if (!p.agent_ids().empty()) {
     return refuse("it is pinned to agents ", absl::StrJoin(p.agent_ids(), ", "));
   }
-  for (const auto& [k, v] : p.required_labels()) {
-    auto it = req.labels().find(k);
-    if (it == req.labels().end() || it->second != v) {
-      return refuse("it requires the label ", k, "=", v, ", which the worker's labels lack");
-    }
+  if (const auto* missing = MissingLabel(p, req.labels())) {
+    return refuse("it requires the label ", missing->first, "=", missing->second,
+                  ", which the worker's labels lack");
   }
   switch (queue_controls_.empty() ? QueueControls::Gate::kOpen : GateOf(t->queue())) {
     case QueueControls::Gate::kOpen:
