@@ -24,6 +24,7 @@ AgentRecord& AgentRegistry::FindOrAdd(const std::string& id) {
   if (slot == nullptr) {
     slot = std::make_unique<AgentRecord>();
     slot->id = id;
+    ++changes_;
   }
   return *slot;
 }
@@ -37,6 +38,7 @@ uint64_t AgentRegistry::Bind(AgentRecord& a, uint64_t conn) {
   a.restart_hold = absl::ZeroDuration();
   by_conn_[conn] = &a;
   UpdateHeartbeatFactor();
+  ++changes_;
   return old;
 }
 
@@ -45,6 +47,7 @@ void AgentRegistry::Unbind(AgentRecord& a, absl::Duration grace_end) {
   a.conn = 0;
   deadlines_.Set(a.id, grace_end);
   UpdateHeartbeatFactor();
+  ++changes_;
 }
 
 void AgentRegistry::Heard(AgentRecord& a) {
@@ -56,6 +59,7 @@ void AgentRegistry::Heard(AgentRecord& a) {
 void AgentRegistry::MarkLost(AgentRecord& a, absl::Duration until) {
   a.lost = true;
   deadlines_.Set(a.id, until);
+  ++changes_;
 }
 
 uint64_t AgentRegistry::Forget(const std::string& id) {
@@ -66,6 +70,7 @@ uint64_t AgentRegistry::Forget(const std::string& id) {
   deadlines_.Remove(id);
   agents_.erase(it);
   UpdateHeartbeatFactor();
+  ++changes_;
   return conn;
 }
 
@@ -97,6 +102,7 @@ AgentRegistry::Expired AgentRegistry::Expire(absl::Duration now) {
       out.grace_over.push_back(id);
     } else {
       agents_.erase(it);  // lost long enough: forgotten
+      ++changes_;
     }
   }
   return out;

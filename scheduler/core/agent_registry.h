@@ -71,6 +71,14 @@ class AgentRegistry {
   // Cross-checks of its own indexes (for Scheduler::CheckInvariants).
   bool ConnIndexAgrees(const AgentRecord& a) const;
 
+  // Counts the changes that may change which agents take work and what
+  // they offer: an agent added, bound, unbound, lost or forgotten here,
+  // and whatever the Scheduler reports with Changed() (drain flags). What
+  // the Scheduler derives from the whole fleet (its capacity, which
+  // agents could ever take a class) is good while this stays the same.
+  uint64_t changes() const { return changes_; }
+  void Changed() { ++changes_; }
+
  private:
   void UpdateHeartbeatFactor();
 
@@ -80,6 +88,7 @@ class AgentRegistry {
   // Connected: silence; disconnected: grace; lost: forgetting.
   DeadlineTable deadlines_;
   int64_t heartbeat_factor_ = 1;
+  uint64_t changes_ = 0;
 };
 
 }  // namespace taskgrid::core

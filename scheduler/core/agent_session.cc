@@ -25,6 +25,7 @@ absl::StatusOr<const AgentRecord*> Scheduler::Drain(const std::string& agent_id)
   AgentRecord& a = *found;
   if (!a.draining) {
     a.draining = true;
+    agents_.Changed();
     SendDrain(a);
   }
   return &a;
@@ -53,6 +54,8 @@ absl::StatusOr<const AgentRecord*> Scheduler::Undrain(const std::string& agent_i
         ") cannot take an undrain; restart it to give it work again"));
   }
   a.draining = false;
+  agents_.Changed();
+  Grew(a);
   v1::SchedulerMessage msg;
   msg.mutable_undrain();
   Send(a.conn, std::move(msg));
@@ -110,6 +113,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.labels = {hello.labels().begin(), hello.labels().end()};
   a.slots = hello.slots();
   a.resources = ParseResourceMap(hello.resources()).value_or(Resources{});  // validated
+  agents_.Changed();
+  Grew(a);
   a.last_seen = Mono();
   a.connect_time = Now();
   a.last_seen_time = a.connect_time;
@@ -271,6 +276,7 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
     }
     case v1::AgentMessage::kDraining:
       a.draining = true;
+      agents_.Changed();
       a.exiting = a.exiting || msg.draining().exiting();
       break;
     case v1::AgentMessage::kGoodbye:
@@ -278,11 +284,13 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
       // OnAgentMessage). Until then it is draining.
       a.draining = true;
       a.leaving = true;
+      agents_.Changed();
       break;
     case v1::AgentMessage::kRestarting: {
       // It takes no more work, and asks to keep what it holds through its
       // restart: granted up to the restart grace.
       a.draining = true;
+      agents_.Changed();
       a.restart_hold = std::clamp(FromProto(msg.restarting().hold()), absl::ZeroDuration(),
                                   opts_.RestartGrace());
       v1::SchedulerMessage grant;

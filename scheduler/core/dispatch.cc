@@ -98,10 +98,12 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
 
 void Scheduler::BackToHeads(ReadyClass& c) {
   c.where = ReadyClass::Where::kHeads;
+  c.settled = false;
   InsertHead({*c.tasks.begin(), &c});
 }
 
 void Scheduler::InsertHead(const Head& h) {
+  if (!h.second->settled) look_again_ = true;
   heads_.insert(h);
   if (heads_by_queue_on_) heads_by_queue_[h.second->queue].insert(h);
 }
@@ -132,6 +134,14 @@ Scheduler::Capacity Scheduler::CapacityNow() const {
     AddResources(a->resources, &cap.resources);
   }
   return cap;
+}
+
+const Scheduler::Capacity& Scheduler::CapacityCached() {
+  if (capacity_at_changes_ != agents_.changes()) {
+    capacity_ = CapacityNow();
+    capacity_at_changes_ = agents_.changes();
+  }
+  return capacity_;
 }
 
 double Scheduler::DominantShare(const std::string& queue, const Capacity& cap) const {
@@ -251,25 +261,47 @@ void Scheduler::Dispatch() {
   // Called on every tick: nothing ready (or only classes no agent could
   // take) must cost nothing, however many agents there are.
   if (heads_.empty()) return;
-  std::vector<AgentRecord*> agents;
-  for (const auto& [id, a] : agents_.all()) {
-    if (a->takes_work() && a->free_slots() > 0) agents.push_back(a.get());
+  // Every class in the heads found no room in the last Dispatch; unless an
+  // agent got room back, another class came or the agents changed (one
+  // may have gone, and a class no agent could take any more is parked),
+  // none would now.
+  const bool agents_changed = dispatched_at_changes_ != agents_.changes();
+  if (!agents_changed && !look_again_ && grown_.empty()) return;
+  const uint64_t changes_at_start = agents_.changes();
+  // The agents with a free slot: all of them for a class that is not
+  // settled, built when the first such class comes; for a settled class,
+  // those that got room back (room that comes back while this Dispatch
+  // runs, from a gang's reservation, is for the next one).
+  std::vector<AgentRecord*> all;
+  bool all_built = false;
+  auto all_agents = [&]() -> const std::vector<AgentRecord*>& {
+    if (!all_built) {
+      all_built = true;
+      for (const auto& [id, a] : agents_.all()) {
+        if (a->takes_work() && a->free_slots() > 0) all.push_back(a.get());
+      }
+    }
+    return all;
+  };
+  std::vector<AgentRecord*> grown;
+  for (const std::string& id : std::exchange(grown_, {})) {
+    AgentRecord* a = agents_.Find(id);
+    if (a != nullptr && a->takes_work() && a->free_slots() > 0) grown.push_back(a);
   }
-  if (agents.empty()) return;
   Assigns assigns;
   std::vector<std::string> aside;  // classes no agent has room for now
   const absl::Duration mono = Mono();
   const absl::Time now = Now();
   // Queues share by weight once any has one; else the best head of all.
   const bool fair = heads_by_queue_on_;
-  const Capacity cap = fair ? CapacityNow() : Capacity();
+  const Capacity cap = fair ? CapacityCached() : Capacity();
   while (!heads_.empty()) {
     const Head next = fair ? *FairHead(cap) : *heads_.begin();
     auto [key, cls] = next;
     TaskRecord& t = *std::get<2>(key);
     if (IsGangMember(t)) {
       ++placement_attempts_;
-      DispatchGang(*t.replica_of, agents, mono, now, &assigns, &aside);
+      DispatchGang(*t.replica_of, all_agents(), mono, now, &assigns, &aside);
       continue;
     }
     // Its queue may not start a task now: the class waits for it to open.
@@ -290,10 +322,14 @@ void Scheduler::Dispatch() {
     absl::flat_hash_set<std::string> taken;
     if (!cls->replica_of.empty()) taken = ReplicaAgents(*t.replica_of);
     const absl::flat_hash_set<std::string>* exclude = cls->replica_of.empty() ? nullptr : &taken;
-    AgentRecord* a = Pick(cls->placement, cls->need, agents, exclude);
+    const std::vector<AgentRecord*>& candidates = cls->settled ? grown : all_agents();
+    agents_examined_ += static_cast<int64_t>(candidates.size());
+    AgentRecord* a = Pick(cls->placement, cls->need, candidates, exclude);
     if (a == nullptr) {
       EraseHead(next);
-      if (AnyAgentCouldTake(cls->placement, exclude)) {
+      // A settled class could be taken before; it still can unless the
+      // agents changed.
+      if ((cls->settled && !agents_changed) || AnyAgentCouldTake(cls->placement, exclude)) {
         cls->where = ReadyClass::Where::kAside;
         aside.push_back(cls->key);
       } else {
@@ -304,10 +340,19 @@ void Scheduler::Dispatch() {
     }
     StartOn(t, cls->need, *a, mono, now, &assigns);
   }
+  // Every class still ready found no room: from now on only agents that
+  // get room back need looking at for it.
+  look_again_ = false;
+  dispatched_at_changes_ = changes_at_start;
   for (const std::string& k : aside) {
     auto it = ready_.find(k);  // emptied meanwhile: gone
     if (it == ready_.end() || it->second->where != ReadyClass::Where::kAside) continue;
-    BackToHeads(*it->second);
+    ReadyClass& c = *it->second;
+    c.where = ReadyClass::Where::kHeads;
+    // Gangs and replicas are looked at whole every time (InsertHead sets
+    // look_again_ again for them).
+    c.settled = c.replica_of.empty();
+    InsertHead({*c.tasks.begin(), &c});
   }
   for (auto& [a, msgs] : assigns) {
     for (auto& [assign, bytes] : msgs) {

@@ -85,6 +85,7 @@ void Scheduler::Unreserve(GangState& g) {
     a->reserved_for.clear();
     a->reserved_slots = 0;
     a->reserved.clear();
+    Grew(*a);
   }
   g.reserved.clear();
 }

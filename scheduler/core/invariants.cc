@@ -171,6 +171,18 @@ absl::Status Scheduler::CheckInvariants() const {
         if (!heads_.contains({*c->tasks.begin(), c.get()})) {
           return fail("ready class ", key, " is not in the heads by its first task");
         }
+        if (!c->settled) break;
+        if (!c->replica_of.empty()) return fail("replica class ", key, " is settled");
+        // Dispatch looks for a settled class only on the agents that got
+        // room back: no other may have room for it.
+        for (const auto& [aid, a] : agents_.all()) {
+          if (!a->takes_work() || grown_.contains(aid)) continue;
+          if (a->HasRoom(SlotsOf(c->placement), c->need, "") &&
+              Matches(c->placement, c->need, *a)) {
+            return fail("ready class ", key, " is settled, but agent ", aid,
+                        " has room for it and did not get room back since");
+          }
+        }
         break;
       case ReadyClass::Where::kAside:
         return fail("ready class ", key, " was left aside after a dispatch");
@@ -252,6 +264,14 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("heads by queue hold ", by_queue, " classes, not ", heads_.size());
   }
   if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
+  if (capacity_at_changes_ == agents_.changes()) {
+    const Capacity now = CapacityNow();
+    if (now.slots != capacity_.slots || now.resources != capacity_.resources) {
+      return fail("the capacity kept (", capacity_.slots, " slots, ",
+                  FormatResources(capacity_.resources), ") is not the agents' (", now.slots,
+                  " slots, ", FormatResources(now.resources), ")");
+    }
+  }
   size_t listed_held = 0;
   for (const auto& [queue, classes] : held_) {
     if (classes.empty()) return fail("queue ", queue, " holds no class but is listed");

@@ -91,6 +91,7 @@ void Scheduler::TakeResources(AgentRecord& a, const std::string& queue, int32_t 
 void Scheduler::GiveBackResources(AgentRecord& a, const std::string& queue, int32_t slots,
                                   const Resources& need) {
   a.used -= slots;
+  Grew(a);
   if (auto it = slots_by_queue_.find(queue); it != slots_by_queue_.end()) {
     it->second -= slots;
     if (it->second == 0) slots_by_queue_.erase(it);
@@ -134,6 +135,7 @@ v1::QueueStats Scheduler::ApplyQueueSettings(const std::string& queue, const v1:
   // Looser or tighter, Dispatch judges the held classes again.
   ReleaseHeld(queue);
   ReleaseOverQuota(queue);
+  look_again_ = true;  // a class in the heads may be closed now
   Dispatch();
   return Stats(queue).front();
 }

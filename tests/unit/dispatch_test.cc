@@ -135,5 +135,48 @@ TEST_F(DispatchTest, PriorityOrderHoldsAcrossClasses) {
   EXPECT_THAT(Assigned(Take(), conn), ElementsAre("high"));
 }
 
+TEST_F(DispatchTest, AFullFleetLooksOnlyWhereRoomCameBack) {
+  // 500 agents of 2 cpus, three queues by weight, tasks of two sizes:
+  // more work than room.
+  for (const std::string q : {"a", "b", "c"}) {
+    v1::SetQueueWeightRequest req;
+    req.set_queue(q);
+    req.set_weight(1);
+    ASSERT_TRUE(sched_.SetQueueWeight(req).ok());
+  }
+  std::vector<v1::TaskSpec> specs;
+  for (int i = 0; i < 1'500; ++i) {
+    v1::TaskSpec s = Needs("t" + std::to_string(i), i % 2 == 0 ? "cpu=1" : "cpu=2");
+    s.set_queue(i % 3 == 0 ? "a" : i % 3 == 1 ? "b" : "c");
+    specs.push_back(std::move(s));
+  }
+  ASSERT_TRUE(Submit(std::move(specs)).ok());
+  constexpr int kAgents = 500;
+  for (int i = 0; i < kAgents; ++i) {
+    v1::Hello h;
+    h.set_agent_id("a" + std::to_string(i));
+    h.set_slots(4);
+    (*h.mutable_resources())["cpu"] = "2";
+    ASSERT_TRUE(sched_.Connect(static_cast<uint64_t>(1000 + i), h).ok());
+  }
+  Take();
+  EXPECT_GT(sched_.Stats("a").front().counts().at("PENDING"), 0);
+  // Ticks with nothing new look at nothing.
+  Advance(absl::Milliseconds(10));
+  const int64_t before = sched_.agents_examined();
+  for (int i = 0; i < 20; ++i) Advance(absl::Milliseconds(10));
+  EXPECT_EQ(sched_.agents_examined(), before);
+  // An attempt that ends gives its room to the next task, and the
+  // placement looks at that agent alone: once for each of the six classes
+  // and once more per task it starts, not at the 500.
+  const AgentRecord& first = Agent("a0");
+  ASSERT_FALSE(first.tasks.empty());
+  const std::string done = *first.tasks.begin();
+  Result(1000, done, 1, v1::OUTCOME_SUCCEEDED);
+  const size_t placed = Assigned(Take(), 1000).size();
+  EXPECT_GE(placed, 1u);
+  EXPECT_LE(sched_.agents_examined() - before, 6 + static_cast<int64_t>(placed));
+}
+
 }  // namespace
 }  // namespace taskgrid::core
