@@ -40,6 +40,11 @@ EXPECTED = {
     "W7": {"claim_complete_rate": POSITIVE, "claim_p50": POSITIVE, "claim_p99": POSITIVE,
            "double_claims": ZERO},
     "W8": {"merge_submit_rate": POSITIVE},
+    "W10": {"placement_rate_resources": POSITIVE, "connect_and_fill_resources": POSITIVE,
+            "fair_share_error_mean_resources": FINITE, "fair_share_error_max_resources": FINITE,
+            "placement_rate_slots_only": POSITIVE, "connect_and_fill_slots_only": POSITIVE,
+            "fair_share_error_mean_slots_only": FINITE,
+            "fair_share_error_max_slots_only": FINITE},
 }
 
 
@@ -107,9 +112,13 @@ class BenchTest(unittest.TestCase):
             self.assertGreater(f["n"], 0, f)
             self.assertTrue(f["unit"], f)
             self.assertIsInstance(f["settings"], dict, f)
-            self.assertEqual(f["settings"].get("durability"), "full", f)
-            for key in ("heartbeat_interval", "heartbeat_timeout", "reconnect_grace"):
-                self.assertIn(key, f["settings"], f)
+            if f["workload"] == "W10":
+                # The scheduler's core in the bench's process: no store.
+                self.assertEqual(f["settings"].get("store"), "none (in process)", f)
+            else:
+                self.assertEqual(f["settings"].get("durability"), "full", f)
+                for key in ("heartbeat_interval", "heartbeat_timeout", "reconnect_grace"):
+                    self.assertIn(key, f["settings"], f)
             self.assertIsInstance(f["value"], (int, float), f)
             self.assertTrue(math.isfinite(f["value"]), f)
             by_workload.setdefault(f["workload"], {})[f["metric"]] = f
@@ -134,6 +143,10 @@ class BenchTest(unittest.TestCase):
         self.assertLessEqual(w3["latency_p50"]["value"], w3["latency_p99"]["value"])
         self.assertLessEqual(w3["latency_p99"]["value"], w3["latency_max"]["value"])
         self.assertEqual(by_workload["W7"]["claim_complete_rate"]["settings"]["claimers"], 16)
+        w10 = by_workload["W10"]["placement_rate_resources"]["settings"]
+        self.assertEqual((w10["agents"], w10["tasks"], w10["queues"]), (200, 20000, 10))
+        # Every sample of fair share was taken while all ten queues waited.
+        self.assertGreater(by_workload["W10"]["fair_share_error_mean_resources"]["n"], 20)
         held = by_workload["W6"]["agents_held"]
         self.assertEqual(held["value"], held["n"], "not every simulated agent stayed connected")
         # The table goes to stderr with --json.

@@ -1,4 +1,4 @@
-// taskgrid-bench: the load generator. Runs the workloads W1-W9
+// taskgrid-bench: the load generator. Runs the workloads W1-W10
 // against a scheduler it starts (or --addr) with real taskgrid-agent
 // processes, and prints one figure per line: a table, and with --json one
 // JSON object per figure on stdout (the table then goes to stderr).
@@ -36,7 +36,7 @@
 ABSL_FLAG(std::string, workloads, "all",
           "Comma-separated workloads to run: w1 (submit), w2 (drain), w3 (latency), w4 "
           "(recovery), w5 (restart), w6 (many agents), w7 (claims), w8 (merge keys), w9 (failover, "
-          "PostgreSQL only), or all");
+          "PostgreSQL only), w10 (placement at fleet scale, in process), or all");
 ABSL_FLAG(bool, smoke, false, "Run every workload tiny (a few seconds each), for tests");
 ABSL_FLAG(bool, json, false,
           "Print one JSON object per figure on stdout (the table goes to stderr)");
@@ -82,6 +82,8 @@ ABSL_FLAG(int64_t, w3_samples, 0, "W3: latency samples after the warm-up (defaul
 ABSL_FLAG(int64_t, w4_tasks, 0, "W4: tasks on the killed agent (default 50)");
 ABSL_FLAG(int64_t, w5_table, 0, "W5: tasks in the large table (default 1000000)");
 ABSL_FLAG(int64_t, w9_table, 0, "W9: tasks in the table a standby takes over (default 1000000)");
+ABSL_FLAG(int64_t, w10_agents, 0, "W10: simulated agents of four shapes (default 10000)");
+ABSL_FLAG(int64_t, w10_tasks, 0, "W10: PENDING tasks across 10 weighted queues (default 1000000)");
 ABSL_FLAG(int64_t, w5_drain, 0, "W5: tasks drained after the restart (default 10000)");
 ABSL_FLAG(double, w5_succeeded, -1,
           "W5: the share of the large table run to SUCCEEDED before the restart, 0-1 (default "
@@ -103,12 +105,13 @@ namespace tb = taskgrid::bench;
 
 namespace {
 
-const std::vector<std::string> kAll = {"w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"};
+const std::vector<std::string> kAll = {"w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10"};
 
 absl::Status ParseWorkloads(const std::string& spec, std::vector<std::string>* out) {
   static const std::vector<std::pair<std::string, std::string>> kAliases = {
-      {"submit", "w1"}, {"drain", "w2"},  {"latency", "w3"}, {"recovery", "w4"}, {"restart", "w5"},
-      {"agents", "w6"}, {"claims", "w7"}, {"merge", "w8"},   {"failover", "w9"}};
+      {"submit", "w1"},   {"drain", "w2"},     {"latency", "w3"}, {"recovery", "w4"},
+      {"restart", "w5"},  {"agents", "w6"},    {"claims", "w7"},  {"merge", "w8"},
+      {"failover", "w9"}, {"placement", "w10"}};
   std::set<std::string> chosen;
   for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::string w = absl::AsciiStrToLower(absl::StripAsciiWhitespace(part));
@@ -121,7 +124,7 @@ absl::Status ParseWorkloads(const std::string& spec, std::vector<std::string>* o
       chosen.insert(w);
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--workloads: unknown workload '", w, "' (w1..w9, their names, or all)"));
+          absl::StrCat("--workloads: unknown workload '", w, "' (w1..w10, their names, or all)"));
     }
   }
   if (chosen.empty()) return absl::InvalidArgumentError("--workloads is empty");
@@ -270,6 +273,8 @@ int main(int argc, char** argv) {
   override_size(absl::GetFlag(FLAGS_w4_tasks), &z.w4_tasks);
   override_size(absl::GetFlag(FLAGS_w5_table), &z.w5_table);
   override_size(absl::GetFlag(FLAGS_w9_table), &z.w9_table);
+  override_size(absl::GetFlag(FLAGS_w10_agents), &z.w10_agents);
+  override_size(absl::GetFlag(FLAGS_w10_tasks), &z.w10_tasks);
   override_size(absl::GetFlag(FLAGS_w5_drain), &z.w5_drain);
   if (const double f = absl::GetFlag(FLAGS_w5_succeeded); f >= 0) {
     if (f > 1 - z.w5_cancelled_fraction) {
@@ -305,9 +310,10 @@ int main(int argc, char** argv) {
 
   using RunFn = absl::Status (*)(const tb::RunContext&, std::vector<tb::Figure>*);
   const std::vector<std::pair<std::string, RunFn>> runs = {
-      {"w1", tb::RunW1Submit},   {"w2", tb::RunW2Drain},     {"w3", tb::RunW3Latency},
-      {"w4", tb::RunW4Recovery}, {"w5", tb::RunW5Restart},   {"w6", tb::RunW6ManyAgents},
-      {"w7", tb::RunW7Claims},   {"w8", tb::RunW8MergeKeys}, {"w9", tb::RunW9Failover}};
+      {"w1", tb::RunW1Submit},     {"w2", tb::RunW2Drain},     {"w3", tb::RunW3Latency},
+      {"w4", tb::RunW4Recovery},   {"w5", tb::RunW5Restart},   {"w6", tb::RunW6ManyAgents},
+      {"w7", tb::RunW7Claims},     {"w8", tb::RunW8MergeKeys}, {"w9", tb::RunW9Failover},
+      {"w10", tb::RunW10Placement}};
   std::vector<tb::Figure> all;
   std::vector<std::string> failed;
   for (const auto& [name, run] : runs) {

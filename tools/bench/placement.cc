@@ -9,8 +9,9 @@
 // connect (and are filled), and the oldest running attempts finish a few
 // hundred at a time, each agent's results in one batch (as a real agent
 // sends them), until every task ran. Measured: placements per second over
-// the whole run after the fill, and how far each queue's dominant share
-// stays from its weight's share while every queue still waits.
+// the whole run after the fill, and how far the queues' dominant shares
+// stay from their weights' proportions while every queue still waits
+// with every kind of request.
 //
 // The same run with tasks and agents that name no resources (slots only)
 // is the reference for what resources cost.
@@ -18,13 +19,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/resources.h"
 #include "scheduler/core/scheduler.h"
@@ -55,14 +59,22 @@ constexpr int kSlotsPerAgent = 64;
 // Finishes handled per round (grouped into one batch per agent).
 constexpr int kFinishesPerRound = 256;
 
-const char* ShapeOf(const Shape (&shapes)[4], int64_t i) {
+// Which of the four shapes the i-th agent or task has.
+int ShapeIndex(const Shape (&shapes)[4], int64_t i) {
   int k = static_cast<int>(i % 10);
-  for (const Shape& s : shapes) {
-    if (k < s.per_10) return s.resources;
-    k -= s.per_10;
+  for (int j = 0; j < 4; ++j) {
+    if (k < shapes[j].per_10) return j;
+    k -= shapes[j].per_10;
   }
-  return shapes[0].resources;
+  return 0;
 }
+
+const char* ShapeOf(const Shape (&shapes)[4], int64_t i) {
+  return shapes[ShapeIndex(shapes, i)].resources;
+}
+
+// Tasks not yet placed, by queue and request shape.
+using Waiting = std::vector<std::array<int64_t, 4>>;
 
 void SetResources(const std::string& spec, google::protobuf::Map<std::string, std::string>* out) {
   ToResourceMap(ParseResourceList(spec).value(), out);
@@ -87,31 +99,59 @@ struct Outcome {
   int64_t samples = 0;
 };
 
-// Appends the attempts the effects assign.
-void TakeAssigned(core::Scheduler& s, std::deque<Running>* running, int64_t* placed) {
+// Appends the attempts the effects assign, and counts them off `waiting`
+// (the ids are "w10-q<queue>-<index>").
+void TakeAssigned(core::Scheduler& s, std::deque<Running>* running, int64_t* placed,
+                  Waiting* waiting) {
   core::Effects fx = s.TakeEffects();
   for (const core::Outgoing& o : fx.messages) {
     if (!o.msg.has_assign()) continue;
     for (const v1::Assignment& a : o.msg.assign().tasks()) {
       running->push_back({o.conn, a.task_id(), a.attempt()});
       ++*placed;
+      const std::vector<absl::string_view> parts = absl::StrSplit(a.task_id(), '-');
+      int q = 0;
+      int64_t i = 0;
+      if (parts.size() == 3 && absl::SimpleAtoi(parts[1].substr(1), &q) &&
+          absl::SimpleAtoi(parts[2], &i) && q >= 0 && q < static_cast<int>(waiting->size())) {
+        --(*waiting)[q][ShapeIndex(kTaskShapes, i)];
+      }
     }
   }
 }
 
-// The largest |share - fair| / fair over the queues, or -1 when a queue
-// has nothing left waiting (its fair share is then not owed).
-double ShareError(const core::Scheduler& s, int queues) {
-  double worst = 0;
-  int seen = 0;
-  for (const v1::QueueStats& q : s.Stats("")) {
-    if (q.settings().has_weight() == false) continue;
-    auto pending = q.counts().find("PENDING");
-    if (pending == q.counts().end() || pending->second == 0 || q.fair_share() <= 0) return -1;
-    ++seen;
-    worst = std::max(worst, std::abs(q.share() - q.fair_share()) / q.fair_share());
+// Whether every queue still has tasks of every shape waiting: only then
+// is each queue's share owed to it in full (a queue whose small tasks all
+// ran waits only for GPUs, and cannot take the cores that free up).
+bool AllWait(const Waiting& waiting) {
+  for (const auto& shapes : waiting) {
+    for (int64_t n : shapes) {
+      if (n <= 0) return false;
+    }
   }
-  return seen == queues ? worst : -1;
+  return true;
+}
+
+// How far the queues are from sharing by weight: the largest, over the
+// queues, of |part - fair| / fair, where a queue's part is its dominant
+// share over the sum of all queues' dominant shares (with several
+// resources they sum past 1: a queue bound by GPUs and one bound by cores
+// each hold a large share of a different resource) and fair is its weight
+// over the sum of weights.
+double ShareError(const core::Scheduler& s, int queues) {
+  std::vector<std::pair<double, double>> shares;  // dominant share, fair share
+  double sum = 0;
+  for (const v1::QueueStats& q : s.Stats("")) {
+    if (!q.settings().has_weight() || q.fair_share() <= 0) continue;
+    shares.emplace_back(q.share(), q.fair_share());
+    sum += q.share();
+  }
+  if (static_cast<int>(shares.size()) != queues || sum <= 0) return -1;
+  double worst = 0;
+  for (const auto& [share, fair] : shares) {
+    worst = std::max(worst, std::abs(share / sum - fair) / fair);
+  }
+  return worst;
 }
 
 absl::StatusOr<Outcome> RunOnce(const RunContext& ctx, bool resources) {
@@ -134,6 +174,7 @@ absl::StatusOr<Outcome> RunOnce(const RunContext& ctx, bool resources) {
   // at about the same time; submitted round-robin in batches.
   absl::Duration t0 = MonoNow();
   std::vector<int64_t> left(z.w10_queues), next(z.w10_queues, 0);
+  Waiting waiting(z.w10_queues, {0, 0, 0, 0});
   int64_t total = 0;
   for (int q = 0; q < z.w10_queues; ++q) {
     left[q] = z.w10_tasks * (q + 1) / weights;
@@ -144,6 +185,7 @@ absl::StatusOr<Outcome> RunOnce(const RunContext& ctx, bool resources) {
     for (int q = 0; q < z.w10_queues; ++q) {
       std::vector<v1::TaskSpec> batch;
       for (; left[q] > 0 && batch.size() < 1000; --left[q], ++next[q]) {
+        ++waiting[q][ShapeIndex(kTaskShapes, next[q])];
         v1::TaskSpec t = NoopTask(absl::StrCat("w10-q", q, "-", next[q]), absl::StrCat("w10-q", q),
                                   z.payload_bytes);
         if (resources) {
@@ -174,12 +216,13 @@ absl::StatusOr<Outcome> RunOnce(const RunContext& ctx, bool resources) {
       h.set_slots(static_cast<int32_t>(AmountOf(r, "cpu") / 1000));
     }
     if (absl::Status st = s.Connect(static_cast<uint64_t>(i + 1), h); !st.ok()) return st;
-    TakeAssigned(s, &running, &out.filled);
+    TakeAssigned(s, &running, &out.filled, &waiting);
   }
   out.connect_seconds = Seconds(MonoNow() - t0);
 
-  // Fair share is sampled about 200 times, after a warm-up of a tenth of
-  // the tasks past the fill.
+  // Fair share is sampled every 200th of the tasks, after a warm-up of a
+  // tenth of them past the fill, while every queue has tasks of every
+  // shape waiting.
   const int64_t sample_every = std::max<int64_t>(1, total / 200);
   const int64_t warmup = total / 10;
   int64_t next_sample = warmup;
@@ -198,9 +241,9 @@ absl::StatusOr<Outcome> RunOnce(const RunContext& ctx, bool resources) {
     }
     for (auto& [conn, msg] : batches) {
       s.OnAgentMessage(conn, msg);
-      TakeAssigned(s, &running, &out.placements);
+      TakeAssigned(s, &running, &out.placements, &waiting);
     }
-    if (out.placements >= next_sample) {
+    if (out.placements >= next_sample && AllWait(waiting)) {
       next_sample += sample_every;
       const absl::Duration st0 = MonoNow();
       if (const double e = ShareError(s, z.w10_queues); e >= 0) {
@@ -232,7 +275,8 @@ absl::Status RunW10Placement(const RunContext& ctx, std::vector<Figure>* out) {
     if (!r.ok()) return r.status();
     const std::string kind = resources ? "resources" : "slots_only";
     const std::vector<Setting> settings = {
-        I("agents", z.w10_agents), I("tasks", z.w10_tasks), I("queues", z.w10_queues),
+        S("store", "none (in process)"), I("agents", z.w10_agents), I("tasks", z.w10_tasks),
+        I("queues", z.w10_queues),
         S("requests", resources ? "mixed cpu/memory/gpu" : "slots only")};
     const double rate = static_cast<double>(r->placements) / r->run_seconds;
     out->push_back(

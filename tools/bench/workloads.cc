@@ -38,6 +38,8 @@ Sizes Sizes::Smoke() {
   s.w7_tasks = 1000;
   s.w8_submits = 2000;
   s.w9_table = 2000;
+  s.w10_agents = 200;
+  s.w10_tasks = 20000;
   return s;
 }
 

@@ -49,6 +49,9 @@ struct Sizes {
   int64_t w8_submits = 20000;
   int w8_keys = 100;
   int64_t w9_table = 1000000;
+  int64_t w10_agents = 10000;
+  int64_t w10_tasks = 1000000;
+  int w10_queues = 10;
 
   static Sizes Full() { return Sizes(); }
   static Sizes Smoke();
@@ -72,5 +75,7 @@ absl::Status RunW7Claims(const RunContext& ctx, std::vector<Figure>* out);
 absl::Status RunW8MergeKeys(const RunContext& ctx, std::vector<Figure>* out);
 // failover.cc: a takeover on PostgreSQL with a large table.
 absl::Status RunW9Failover(const RunContext& ctx, std::vector<Figure>* out);
+// placement.cc: placement at fleet scale, in the scheduler's core.
+absl::Status RunW10Placement(const RunContext& ctx, std::vector<Figure>* out);
 
 }  // namespace taskgrid::bench
