@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "common/histogram.h"
 #include "scheduler/core/model.h"
@@ -16,6 +17,13 @@
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
+
+// One queue's part of TaskCounters.
+struct QueueCounters {
+  int64_t submitted = 0;
+  int64_t dispatched = 0;
+  std::array<int64_t, kNumTaskStates> ended{};
+};
 
 // Since the process started (a restore counts nothing).
 struct TaskCounters {
@@ -33,6 +41,16 @@ struct TaskCounters {
   // Fires of schedules that did not run (their misfire policy after an
   // outage, or a stall that left only the latest to fire).
   int64_t schedule_fires_skipped = 0;
+  // submitted, dispatched and ended by queue: the first kMaxQueues queues
+  // to count something have their own; any later one counts in `other`
+  // (shown as kOtherQueues, which no queue can be named: names have no
+  // parentheses), so the series /metrics shows stay bounded however many
+  // queues come and go.
+  static constexpr size_t kMaxQueues = 200;
+  static constexpr char kOtherQueues[] = "(other)";
+  absl::flat_hash_map<std::string, QueueCounters> by_queue;
+  QueueCounters other;
+  QueueCounters& ForQueue(const std::string& queue);
 
   // 1 ms to ~4.4 min, doubling: a dispatch on a loaded machine up to a
   // backlog of minutes.

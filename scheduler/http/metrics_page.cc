@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/flags_help.h"
 #include "common/prometheus.h"
@@ -94,24 +96,42 @@ void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
 }
 
 void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
-  w.Single("taskgrid_tasks_submitted_total", Type::kCounter,
-           "Tasks made by submits since the scheduler started (replicas included).",
-           static_cast<double>(c.submitted));
+  // By queue, sorted; the queues past the cap together, last.
+  std::map<std::string, const core::QueueCounters*> sorted;
+  for (const auto& [name, q] : c.by_queue) sorted.emplace(name, &q);
+  std::vector<std::pair<std::string, const core::QueueCounters*>> queues(sorted.begin(),
+                                                                         sorted.end());
+  if (c.by_queue.size() >= core::TaskCounters::kMaxQueues) {
+    queues.emplace_back(core::TaskCounters::kOtherQueues, &c.other);
+  }
+  w.Family("taskgrid_tasks_submitted_total", Type::kCounter,
+           "Tasks made by submits since the scheduler started (replicas included), by queue.");
+  for (const auto& [name, q] : queues) {
+    w.Sample("taskgrid_tasks_submitted_total", {{"queue", name}},
+             static_cast<double>(q->submitted));
+  }
   w.Single("taskgrid_schedule_fires_skipped_total", Type::kCounter,
            "Fires of schedules that did not run since the scheduler started: by their misfire "
            "policy after the scheduler was down, or all but the latest after a stall.",
            static_cast<double>(c.schedule_fires_skipped));
-  w.Single("taskgrid_tasks_dispatched_total", Type::kCounter,
+  w.Family("taskgrid_tasks_dispatched_total", Type::kCounter,
            "Attempts handed out since the scheduler started: dispatched to agents or claimed "
-           "by pull workers.",
-           static_cast<double>(c.dispatched));
+           "by pull workers, by queue.");
+  for (const auto& [name, q] : queues) {
+    w.Sample("taskgrid_tasks_dispatched_total", {{"queue", name}},
+             static_cast<double>(q->dispatched));
+  }
   w.Family("taskgrid_tasks_completed_total", Type::kCounter,
-           "Tasks that reached a terminal state since the scheduler started, by that state.");
-  for (int st = 1; st < core::kNumTaskStates; ++st) {
-    const auto state = static_cast<v1::TaskState>(st);
-    if (!core::IsTerminal(state)) continue;
-    w.Sample("taskgrid_tasks_completed_total", {{"outcome", core::StateName(state)}},
-             static_cast<double>(c.ended[st]));
+           "Tasks that reached a terminal state since the scheduler started, by queue and that "
+           "state.");
+  for (const auto& [name, q] : queues) {
+    for (int st = 1; st < core::kNumTaskStates; ++st) {
+      const auto state = static_cast<v1::TaskState>(st);
+      if (!core::IsTerminal(state)) continue;
+      w.Sample("taskgrid_tasks_completed_total",
+               {{"queue", name}, {"outcome", core::StateName(state)}},
+               static_cast<double>(q->ended[st]));
+    }
   }
   w.Family("taskgrid_task_start_latency_seconds", Type::kHistogram,
            "Seconds from a task's submit to the start of its first attempt.");

@@ -93,6 +93,38 @@ class MetricsTest : public ::testing::Test {
   uint64_t conn_ = 0;
 };
 
+TEST(TaskCountersTest, QueuesPastTheCapCountTogether) {
+  core::TaskCounters c;
+  core::TaskRecord t;
+  constexpr size_t kMax = core::TaskCounters::kMaxQueues;
+  for (size_t i = 0; i < kMax + 5; ++i) {
+    t.spec.set_queue("q" + std::to_string(i));
+    c.CountTransition(t, v1::TASK_STATE_UNSPECIFIED, v1::TASK_STATE_PENDING, absl::UnixEpoch());
+  }
+  // A queue counted before the cap keeps its own series; a new one joins
+  // the others.
+  t.spec.set_queue("q0");
+  c.CountTransition(t, v1::TASK_STATE_PENDING, v1::TASK_STATE_CANCELLED, absl::UnixEpoch());
+  t.spec.set_queue("late");
+  c.CountTransition(t, v1::TASK_STATE_PENDING, v1::TASK_STATE_CANCELLED, absl::UnixEpoch());
+  EXPECT_EQ(c.by_queue.size(), kMax);
+  EXPECT_EQ(c.submitted, static_cast<int64_t>(kMax + 5));
+  EXPECT_EQ(c.other.submitted, 5);
+  EXPECT_EQ(c.by_queue.at("q0").ended[v1::TASK_STATE_CANCELLED], 1);
+  EXPECT_EQ(c.other.ended[v1::TASK_STATE_CANCELLED], 1);
+  EXPECT_FALSE(c.by_queue.contains("late"));
+
+  EngineMetrics m;
+  m.scheduler.counters = c;
+  const std::string page = http::MetricsPage(m, http::ProcessInfo());
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_submitted_total{queue=\"q0\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_submitted_total{queue=\"(other)\"} 5\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_tasks_completed_total{queue=\"(other)\",outcome=\"CANCELLED\"} 1\n"));
+  EXPECT_THAT(page, Not(HasSubstr("queue=\"late\"")));
+}
+
 TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   Submit("emails", {"e1", "e2", "e3"});
   Submit("reports", {"r1"});
@@ -130,6 +162,10 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_EQ(c.ended[v1::TASK_STATE_FAILED], 1);
   EXPECT_EQ(c.ended[v1::TASK_STATE_CANCELLED], 0);
   EXPECT_EQ(c.dispatched, 4);  // the freed slots took e3 and r1
+  EXPECT_EQ(c.by_queue.at("emails").dispatched, 3);
+  EXPECT_EQ(c.by_queue.at("emails").ended[v1::TASK_STATE_FAILED], 1);
+  EXPECT_EQ(c.by_queue.at("reports").dispatched, 1);
+  EXPECT_EQ(c.by_queue.at("reports").ended[v1::TASK_STATE_SUCCEEDED], 0);
   EXPECT_EQ(Tasks(m.scheduler, "emails", "PENDING"), 0);
   EXPECT_EQ(OldestAge(m.scheduler, "emails"), 0);
   EXPECT_EQ(Tasks(m.scheduler, "emails", "SUCCEEDED"), 1);
@@ -154,13 +190,23 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_THAT(
       page,
       HasSubstr("taskgrid_refused_requests_total{port=\"http\",code=\"PERMISSION_DENIED\"} 0\n"));
+  // The task counters by queue.
   EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_tasks_submitted_total counter\n"
-                              "taskgrid_tasks_submitted_total 4\n"));
-  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_dispatched_total 4\n"));
+                              "taskgrid_tasks_submitted_total{queue=\"emails\"} 3\n"
+                              "taskgrid_tasks_submitted_total{queue=\"reports\"} 1\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_dispatched_total{queue=\"emails\"} 3\n"
+                              "taskgrid_tasks_dispatched_total{queue=\"reports\"} 1\n"));
   EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_schedule_fires_skipped_total counter\n"
                               "taskgrid_schedule_fires_skipped_total 0\n"));
-  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"SUCCEEDED\"} 1\n"));
-  EXPECT_THAT(page, HasSubstr("taskgrid_tasks_completed_total{outcome=\"FAILED\"} 1\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_tasks_completed_total{queue=\"emails\",outcome=\"SUCCEEDED\"} 1\n"));
+  EXPECT_THAT(page,
+              HasSubstr("taskgrid_tasks_completed_total{queue=\"emails\",outcome=\"FAILED\"} 1\n"));
+  EXPECT_THAT(
+      page,
+      HasSubstr("taskgrid_tasks_completed_total{queue=\"reports\",outcome=\"SUCCEEDED\"} 0\n"));
+  EXPECT_THAT(page, Not(HasSubstr("(other)")));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks{queue=\"emails\",state=\"DISPATCHED\"} 1\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_tasks{queue=\"reports\",state=\"PENDING\"} 0\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_queue_backlog_tasks{queue=\"emails\"} 0\n"));
