@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/histogram.h"
 
 namespace taskgrid::prometheus {
@@ -49,5 +51,32 @@ class ExpositionWriter {
   void AppendLabels(const Labels& labels, const std::pair<std::string, std::string>* extra);
   std::string out_;
 };
+
+// What the standard process_* families say about this process (the names
+// every Prometheus client library exports, so stock dashboards and alerts
+// work on them).
+struct ProcessStats {
+  double cpu_seconds = 0;     // user + system
+  double resident_bytes = 0;  // resident set
+  double virtual_bytes = 0;
+  double open_fds = 0;
+  double max_fds = 0;  // the soft RLIMIT_NOFILE
+};
+
+// The fields of a /proc/<pid>/stat line: utime and stime (in clock ticks
+// of `ticks_per_second`), vsize (bytes) and rss (pages of `page_bytes`).
+// The command name may hold spaces and parentheses: the fields are the
+// ones after its last ')'. INVALID_ARGUMENT when the line is not one.
+absl::StatusOr<ProcessStats> ParseProcStat(absl::string_view line, double ticks_per_second,
+                                           double page_bytes);
+
+// This process's, from /proc/self (Linux). An error when /proc cannot be
+// read: the page then leaves the process families out.
+absl::StatusOr<ProcessStats> ReadProcessStats();
+
+// The families process_cpu_seconds_total, process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds, process_max_fds and
+// process_start_time_seconds (`start`).
+void ProcessSamples(ExpositionWriter& w, const ProcessStats& p, absl::Time start);
 
 }  // namespace taskgrid::prometheus

@@ -34,6 +34,7 @@
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/metrics_page.h"
 #include "scheduler/leadership.h"
+#include "scheduler/service/request_counts.h"
 #include "scheduler/service/server.h"
 #include "scheduler/service/standby_server.h"
 #include "scheduler/store/postgres_lease.h"
@@ -660,7 +661,9 @@ int main(int argc, char** argv) {
       }
       taskgrid::http::ProcessInfo now = process;
       now.refused["grpc"] = taskgrid::service::GrpcRefusals().Counts();
+      now.grpc_requests = taskgrid::service::GrpcRequests().Counts();
       now.refused["http"] = api.refusals().Counts();
+      if (auto stats = taskgrid::prometheus::ReadProcessStats(); stats.ok()) now.stats = *stats;
       return taskgrid::http::Response{200,
                                       taskgrid::prometheus::kContentType,
                                       taskgrid::http::MetricsPage(engine.Metrics(), now),

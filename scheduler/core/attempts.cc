@@ -56,6 +56,7 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
     TakeResources(*holder, next->queue(), SlotsOf(next->spec.placement()),
                   NeedOf(next->spec.placement()));
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
+    next->ready_time = Now();
     if (next->link_started) ImpliedAccept(*holder, *next);
     return;
   }

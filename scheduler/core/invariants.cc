@@ -86,6 +86,10 @@ absl::Status Scheduler::CheckInvariants() const {
     } else if (t.claimed()) {
       return fail("task ", id, " is ", StateName(t.state), " but claimed");
     }
+    if (t.state == v1::TASK_STATE_PENDING &&
+        (t.ready_time == absl::InfinitePast() || t.ready_time > Now())) {
+      return fail("PENDING task ", id, " has no ready time (or one ahead of now)");
+    }
     if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
         !task_deadlines_.Contains(t.id())) {
       return fail("DISPATCHED task ", id, " has no ack deadline");

@@ -35,9 +35,14 @@ void TaskCounters::CountTransition(const TaskRecord& t, v1::TaskState from, v1::
       ++q.ended[to];
     }
   }
-  // Attempt numbers are never reused, so attempt 1 is the task's first.
-  if (to == v1::TASK_STATE_RUNNING && from != v1::TASK_STATE_RUNNING && t.attempt == 1) {
-    start_latency.Observe(std::max(0.0, absl::ToDoubleSeconds(now - t.create_time)));
+  if (to == v1::TASK_STATE_RUNNING && from != v1::TASK_STATE_RUNNING) {
+    if (t.ready_time != absl::InfinitePast()) {
+      start_latency.Observe(std::max(0.0, absl::ToDoubleSeconds(now - t.ready_time)));
+    }
+    // Attempt numbers are never reused, so attempt 1 is the task's first.
+    if (t.attempt == 1) {
+      submit_to_start.Observe(std::max(0.0, absl::ToDoubleSeconds(now - t.create_time)));
+    }
   }
 }
 

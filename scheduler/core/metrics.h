@@ -34,13 +34,26 @@ struct TaskCounters {
   int64_t dispatched = 0;
   // Tasks that reached each terminal state (by state number).
   std::array<int64_t, kNumTaskStates> ended{};
-  // Seconds from submit to the start of the task's first attempt.
+  // Seconds from when a task became ready to run (PENDING: past its
+  // not_before, its dependencies and any retry backoff) to the start of
+  // the attempt it got then, for every attempt: the scheduler's and the
+  // fleet's part of the wait, not the one the task asked for.
   Histogram start_latency{LatencyBounds()};
+  // Seconds from submit to the start of the task's first attempt, delays
+  // asked for included.
+  Histogram submit_to_start{LatencyBounds()};
   // Seconds from the start of an attempt to its end (attempts that started).
   Histogram run_time{RunTimeBounds()};
   // Fires of schedules that did not run (their misfire policy after an
   // outage, or a stall that left only the latest to fire).
   int64_t schedule_fires_skipped = 0;
+  // Fires of schedules that made their task, and fires whose submit was
+  // refused (a full queue, a spec the scheduler no longer accepts).
+  int64_t schedule_fires = 0;
+  int64_t schedule_fires_refused = 0;
+  // Seconds from a fire's time to when its task was made: the timer's and
+  // the tick's delay (a fire made up after an outage counts its wait).
+  Histogram schedule_fire_lag{LatencyBounds()};
   // submitted, dispatched and ended by queue: the first kMaxQueues queues
   // to count something have their own; any later one counts in `other`
   // (shown as kOtherQueues, which no queue can be named: names have no

@@ -92,6 +92,11 @@ struct TaskRecord {
   absl::Time next_run_time = absl::InfinitePast();  // SCHEDULED: when it turns PENDING
   absl::Time dispatch_time = absl::InfinitePast();  // of the live attempt
   absl::Time start_time = absl::InfinitePast();     // of the live attempt
+  // When it last became ready to run (PENDING, or a chain link whose
+  // predecessor succeeded), until its next attempt starts: what the start
+  // latency counts from. Not stored: restore takes a PENDING task's
+  // update_time; InfinitePast when unknown (nothing is counted).
+  absl::Time ready_time = absl::InfinitePast();
   std::string reason;
   // A pause is waiting for the agent to stop the live attempt.
   bool pause_requested = false;

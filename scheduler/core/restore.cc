@@ -68,7 +68,10 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       j.update_time = std::max(j.update_time, t.update_time);
     }
     table_.Enter(t);  // as Transition does
-    if (t.state == v1::TASK_STATE_PENDING) AddReady(t);
+    if (t.state == v1::TASK_STATE_PENDING) {
+      t.ready_time = t.update_time;  // its last change made it PENDING, or came after
+      AddReady(t);
+    }
     IndexMerge(t);
   }
   tasks->clear();

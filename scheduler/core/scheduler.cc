@@ -34,7 +34,9 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   const absl::Time now = Now();
   const v1::TaskState from =
       table_.Apply(t, to, std::move(reason), now, event_agent, &effects_.batch);
+  if (to == v1::TASK_STATE_PENDING && from != v1::TASK_STATE_PENDING) t.ready_time = now;
   counters_.CountTransition(t, from, to, now);
+  if (to == v1::TASK_STATE_RUNNING) t.ready_time = absl::InfinitePast();
   // Finished: to disk once the change is committed and old enough (Evict).
   if (IsTerminal(to)) evict_queue_.push_back({t.revision, t.seq});
   if (to == v1::TASK_STATE_PENDING) AddReady(t);

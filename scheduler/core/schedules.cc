@@ -327,6 +327,7 @@ bool Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
   if (!made.ok()) {
     // Recorded, and the schedule goes on to its next fire: a refusal (a
     // full queue) is never retried in a loop.
+    ++counters_.schedule_fires_refused;
     s.last_error =
         absl::StrCat("fire at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", fire, absl::UTCTimeZone()),
                      " refused: ", absl::StatusCodeToString(made.status().code()), ": ",
@@ -336,6 +337,8 @@ bool Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
   s.last_fire = fire;
   s.last_task_id = made->front()->id();
   ++s.fire_count;
+  ++counters_.schedule_fires;
+  counters_.schedule_fire_lag.Observe(std::max(0.0, absl::ToDoubleSeconds(Now() - fire)));
   s.last_error.clear();
   return true;
 }

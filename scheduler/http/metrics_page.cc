@@ -72,20 +72,22 @@ void Queues(const core::SchedulerMetrics& s, ExpositionWriter& w) {
   for (const v1::QueueStats& q : s.queues) {
     ResourceSamples(w, "taskgrid_queue_resources_held", {{"queue", q.queue()}}, q.resources_held());
   }
-  // While queues share by weight (some queue has a fair share).
-  if (std::any_of(s.queues.begin(), s.queues.end(),
-                  [](const v1::QueueStats& q) { return q.fair_share() > 0; })) {
-    w.Family("taskgrid_queue_share", Type::kGauge,
-             "The dominant share of the connected agents' capacity the queue's tasks hold (0-1), "
-             "while queues share by weight.");
-    for (const v1::QueueStats& q : s.queues) {
-      w.Sample("taskgrid_queue_share", {{"queue", q.queue()}}, q.share());
-    }
-    w.Family("taskgrid_queue_fair_share", Type::kGauge,
-             "What the queue's weight gives it among the queues with work (0-1).");
-    for (const v1::QueueStats& q : s.queues) {
-      w.Sample("taskgrid_queue_fair_share", {{"queue", q.queue()}}, q.fair_share());
-    }
+  // Samples only while queues share by weight (some queue has a fair
+  // share); the families always, so a dashboard finds them.
+  const bool sharing = std::any_of(s.queues.begin(), s.queues.end(),
+                                   [](const v1::QueueStats& q) { return q.fair_share() > 0; });
+  w.Family("taskgrid_queue_share", Type::kGauge,
+           "The dominant share of the connected agents' capacity the queue's tasks hold (0-1), "
+           "while queues share by weight.");
+  for (size_t i = 0; sharing && i < s.queues.size(); ++i) {
+    w.Sample("taskgrid_queue_share", {{"queue", s.queues[i].queue()}}, s.queues[i].share());
+  }
+  w.Family("taskgrid_queue_fair_share", Type::kGauge,
+           "What the queue's weight gives it among the queues with work (0-1), while queues "
+           "share by weight.");
+  for (size_t i = 0; sharing && i < s.queues.size(); ++i) {
+    w.Sample("taskgrid_queue_fair_share", {{"queue", s.queues[i].queue()}},
+             s.queues[i].fair_share());
   }
   w.Family("taskgrid_queue_resource_quota", Type::kGauge,
            "The queue's quota, by resource (queue limits --quota).");
@@ -114,6 +116,16 @@ void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
            "Fires of schedules that did not run since the scheduler started: by their misfire "
            "policy after the scheduler was down, or all but the latest after a stall.",
            static_cast<double>(c.schedule_fires_skipped));
+  w.Single("taskgrid_schedule_fires_total", Type::kCounter,
+           "Fires of schedules that made their task since the scheduler started.",
+           static_cast<double>(c.schedule_fires));
+  w.Single("taskgrid_schedule_fires_refused_total", Type::kCounter,
+           "Fires of schedules whose task was refused (a full queue, an invalid template) since "
+           "the scheduler started; the schedule's last_error says why.",
+           static_cast<double>(c.schedule_fires_refused));
+  w.Family("taskgrid_schedule_fire_lag_seconds", Type::kHistogram,
+           "Seconds from a schedule's fire time to when its task was made.");
+  w.HistogramSamples("taskgrid_schedule_fire_lag_seconds", {}, c.schedule_fire_lag);
   w.Family("taskgrid_tasks_dispatched_total", Type::kCounter,
            "Attempts handed out since the scheduler started: dispatched to agents or claimed "
            "by pull workers, by queue.");
@@ -134,8 +146,14 @@ void Counters(const core::TaskCounters& c, ExpositionWriter& w) {
     }
   }
   w.Family("taskgrid_task_start_latency_seconds", Type::kHistogram,
-           "Seconds from a task's submit to the start of its first attempt.");
+           "Seconds from when a task became ready to run (PENDING: past its not_before, its "
+           "dependencies and any retry backoff) to the start of the attempt it got, every "
+           "attempt.");
   w.HistogramSamples("taskgrid_task_start_latency_seconds", {}, c.start_latency);
+  w.Family("taskgrid_task_submit_to_start_seconds", Type::kHistogram,
+           "Seconds from a task's submit to the start of its first attempt, delays it asked for "
+           "(not_before, dependencies) included.");
+  w.HistogramSamples("taskgrid_task_submit_to_start_seconds", {}, c.submit_to_start);
   w.Family("taskgrid_attempt_run_seconds", Type::kHistogram,
            "Seconds from the start of an attempt to its end.");
   w.HistogramSamples("taskgrid_attempt_run_seconds", {}, c.run_time);
@@ -229,9 +247,29 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
                static_cast<double>(n));
     }
   }
-  w.Single("taskgrid_process_start_time_seconds", Type::kGauge,
-           "When the scheduler started, in seconds since the Unix epoch.",
-           absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));
+  w.Family("taskgrid_grpc_requests_total", Type::kCounter,
+           "gRPC calls answered since start-up, by service, method and status code (calls "
+           "refused before a method, for want of a token or a certificate, are in "
+           "taskgrid_refused_requests_total).");
+  for (const auto& [path, codes] : process.grpc_requests) {
+    // "/package.Service/Method"; anything else (the "(unknown)" of calls
+    // to methods that do not exist) as it is, in both labels.
+    const size_t slash = path.rfind('/');
+    const bool split = path.size() > 1 && path[0] == '/' && slash > 0;
+    const std::string service = split ? path.substr(1, slash - 1) : path;
+    const std::string method = split ? path.substr(slash + 1) : path;
+    for (const auto& [code, n] : codes) {
+      w.Sample("taskgrid_grpc_requests_total",
+               {{"service", service}, {"method", method}, {"code", code}}, static_cast<double>(n));
+    }
+  }
+  if (process.stats) {
+    prometheus::ProcessSamples(w, *process.stats, process.start_time);
+  } else {
+    w.Single("process_start_time_seconds", Type::kGauge,
+             "When the process started, in seconds since the Unix epoch.",
+             absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));
+  }
   w.Family("taskgrid_build_info", Type::kGauge, "Always 1; the labels say which build runs.");
   w.Sample("taskgrid_build_info", {{"version", kVersion}, {"build_type", BuildType()}}, 1);
   return w.text();

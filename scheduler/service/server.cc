@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/service/parse_errors.h"
+#include "scheduler/service/request_counts.h"
 
 namespace taskgrid::service {
 
@@ -38,6 +39,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(engine::
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+    // After it: counts the status it rewrote.
+    creators.push_back(std::make_unique<RequestCountInterceptorFactory>(&GrpcRequests()));
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   builder.AddListeningPort(opts.listen, *creds, &s->port_);

@@ -14,6 +14,7 @@
 #include "common/proto_time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "scheduler/service/request_counts.h"
 #include "scheduler/service/standby_server.h"
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
@@ -285,6 +286,19 @@ TEST(Scheduler, ARequestThatDoesNotParseIsInvalidArgument) {
   };
   // Field 1 (tasks), length-delimited, claiming 100 bytes it does not have.
   const std::string garbage("\x0a\x64\xff\xff", 4);
+  // The calls each method answered, by code (this process's port, shared
+  // by every test in it: differences only).
+  auto answered = [](const std::string& method, const std::string& code) -> int64_t {
+    const auto all = service::GrpcRequests().Counts();
+    auto m = all.find(method);
+    if (m == all.end()) return 0;
+    auto n = m->second.find(code);
+    return n == m->second.end() ? 0 : n->second;
+  };
+  const int64_t submits_refused =
+      answered("/taskgrid.v1.TaskService/SubmitTasks", "INVALID_ARGUMENT");
+  const int64_t lists_ok = answered("/taskgrid.v1.TaskService/ListTasks", "OK");
+  const int64_t unknown = answered("(unknown)", "UNIMPLEMENTED");
   for (const char* method :
        {"/taskgrid.v1.TaskService/SubmitTasks", "/taskgrid.v1.TaskService/GetTask",
         "/taskgrid.v1.TaskService/WatchTasks", "/taskgrid.v1.JobService/SubmitJob"}) {
@@ -299,6 +313,15 @@ TEST(Scheduler, ARequestThatDoesNotParseIsInvalidArgument) {
   v1::ListTasksResponse listed;
   ASSERT_TRUE(c.tasks().ListTasks(InProcessCluster::Ctx().get(), list, &listed).ok());
   EXPECT_EQ(listed.tasks_size(), 0) << "nothing was submitted";
+  // /metrics counts each answer under its method and the code sent (the
+  // rewritten one); a method that does not exist counts as "(unknown)",
+  // never as a series of its own.
+  EXPECT_EQ(answered("/taskgrid.v1.TaskService/SubmitTasks", "INVALID_ARGUMENT"),
+            submits_refused + 1);
+  EXPECT_EQ(answered("/taskgrid.v1.TaskService/SubmitTasks", "UNIMPLEMENTED"), 0);
+  EXPECT_EQ(answered("/taskgrid.v1.TaskService/ListTasks", "OK"), lists_ok + 1);
+  EXPECT_EQ(service::GrpcRequests().Counts().count("/taskgrid.v1.TaskService/NoSuchMethod"), 0u);
+  EXPECT_EQ(answered("(unknown)", "UNIMPLEMENTED"), unknown + 1);
 }
 
 // Bytes on AgentService.Connect that do not parse as an AgentMessage end

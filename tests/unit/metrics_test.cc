@@ -125,6 +125,28 @@ TEST(TaskCountersTest, QueuesPastTheCapCountTogether) {
   EXPECT_THAT(page, Not(HasSubstr("queue=\"late\"")));
 }
 
+// The share families are always on the page (a dashboard finds them);
+// their samples only while queues share by weight.
+TEST(MetricsPageTest, QueueSharesShowWhileQueuesShareByWeight) {
+  EngineMetrics m;
+  for (const char* name : {"a", "b"}) {
+    m.scheduler.queues.emplace_back().set_queue(name);
+    m.scheduler.oldest_pending_seconds.push_back(0);
+  }
+  std::string page = http::MetricsPage(m, http::ProcessInfo());
+  EXPECT_THAT(page,
+              HasSubstr("# TYPE taskgrid_queue_share gauge\n# HELP taskgrid_queue_fair_share"));
+  EXPECT_THAT(page, Not(HasSubstr("taskgrid_queue_share{")));
+  m.scheduler.queues[0].set_share(0.5);
+  m.scheduler.queues[0].set_fair_share(0.25);
+  m.scheduler.queues[1].set_fair_share(0.75);
+  page = http::MetricsPage(m, http::ProcessInfo());
+  EXPECT_THAT(page, HasSubstr("taskgrid_queue_share{queue=\"a\"} 0.5\n"
+                              "taskgrid_queue_share{queue=\"b\"} 0\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_queue_fair_share{queue=\"a\"} 0.25\n"
+                              "taskgrid_queue_fair_share{queue=\"b\"} 0.75\n"));
+}
+
 TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   Submit("emails", {"e1", "e2", "e3"});
   Submit("reports", {"r1"});
@@ -170,7 +192,8 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   EXPECT_EQ(OldestAge(m.scheduler, "emails"), 0);
   EXPECT_EQ(Tasks(m.scheduler, "emails", "SUCCEEDED"), 1);
   EXPECT_EQ(c.start_latency.count(), 2);
-  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 4);  // e1 and e2 waited 2 s each
+  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 4);    // e1 and e2 waited 2 s each
+  EXPECT_DOUBLE_EQ(c.submit_to_start.sum(), 4);  // ready when submitted
   EXPECT_EQ(c.run_time.count(), 2);
   EXPECT_DOUBLE_EQ(c.run_time.sum(), 6);  // 3 s each
   EXPECT_EQ(m.scheduler.cluster.stale_messages(), 1);
@@ -179,6 +202,9 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
   http::ProcessInfo process;
   process.start_time = absl::FromUnixSeconds(1'700'000'000);
   process.refused["grpc"] = {{"UNAUTHENTICATED", 7}, {"ALREADY_EXISTS", 1}};
+  process.grpc_requests["/taskgrid.v1.TaskService/GetTask"] = {{"OK", 5}, {"NOT_FOUND", 2}};
+  // cpu seconds, resident and virtual bytes, open and most fds.
+  process.stats = prometheus::ProcessStats{1.5, 4096, 8192, 12, 1024};
   const std::string page = http::MetricsPage(m, process);
   EXPECT_THAT(page, HasSubstr("# TYPE taskgrid_refused_requests_total counter\n"));
   EXPECT_THAT(
@@ -218,7 +244,17 @@ TEST_F(MetricsTest, CountersAndGaugesFollowTasksThroughTheEngine) {
                               "taskgrid_task_start_latency_seconds_sum 4\n"
                               "taskgrid_task_start_latency_seconds_count 2\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_attempt_run_seconds_sum 6\n"));
-  EXPECT_THAT(page, HasSubstr("taskgrid_process_start_time_seconds 1700000000\n"));
+  EXPECT_THAT(page, HasSubstr("\nprocess_start_time_seconds 1700000000\n"));
+  EXPECT_THAT(page, HasSubstr("\nprocess_cpu_seconds_total 1.5\n"));
+  EXPECT_THAT(page, HasSubstr("\nprocess_resident_memory_bytes 4096\n"));
+  EXPECT_THAT(page, HasSubstr("\nprocess_open_fds 12\n"));
+  EXPECT_THAT(page, HasSubstr("\nprocess_max_fds 1024\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_grpc_requests_total{service=\"taskgrid.v1.TaskService\","
+                              "method=\"GetTask\",code=\"NOT_FOUND\"} 2\n"
+                              "taskgrid_grpc_requests_total{service=\"taskgrid.v1.TaskService\","
+                              "method=\"GetTask\",code=\"OK\"} 5\n"));
+  EXPECT_THAT(page, HasSubstr("taskgrid_task_submit_to_start_seconds_count 2\n"));
+  EXPECT_THAT(page, HasSubstr("\ntaskgrid_schedule_fires_total 0\n"));
   EXPECT_THAT(page, HasSubstr("taskgrid_waiters{call=\"WaitTask\"} 0\n"));
   EXPECT_THAT(page, Not(HasSubstr("\n\n")));
 }

@@ -368,6 +368,11 @@ TEST_F(ScheduleTest, MisfireRunOnceMakesOneTaskForTheLatestMissedFire) {
   EXPECT_EQ(r.next_fire, kT0 + absl::Seconds(50));
   EXPECT_EQ(r.skipped_fires, 2);  // 20 and 30
   EXPECT_EQ(r.last_skipped, kT0 + absl::Seconds(30));
+  // Made at T0+45 for T0+40: 5 s late (this process counted no other).
+  const TaskCounters c = s->Metrics().counters;
+  EXPECT_EQ(c.schedule_fires, 1);
+  EXPECT_EQ(c.schedule_fire_lag.count(), 1);
+  EXPECT_DOUBLE_EQ(c.schedule_fire_lag.sum(), 5);
   s->Tick();
   EXPECT_EQ(s->task_count(), 2u);
   // A cron schedule down for days: one task, for its latest time.
@@ -479,6 +484,8 @@ TEST_F(ScheduleTest, ARefusedFireIsRecordedAndNotRetried) {
   EXPECT_THAT(r.last_error, HasSubstr("queue \"small\" is full"));
   EXPECT_EQ(r.fire_count, 0);
   EXPECT_EQ(r.next_fire, kT0 + absl::Seconds(20));
+  EXPECT_EQ(sched_.Metrics().counters.schedule_fires_refused, 1);
+  EXPECT_EQ(sched_.Metrics().counters.schedule_fires, 0);
   Effects fx = Take();
   EXPECT_TRUE(fx.batch.tasks.empty());
   ASSERT_EQ(fx.batch.schedules.size(), 1u);
@@ -492,6 +499,9 @@ TEST_F(ScheduleTest, ARefusedFireIsRecordedAndNotRetried) {
   EXPECT_EQ(r.fire_count, 1);
   EXPECT_EQ(r.last_error, "");
   EXPECT_NE(sched_.Find("beat:20231114T221340Z"), nullptr);
+  EXPECT_EQ(sched_.Metrics().counters.schedule_fires, 1);
+  EXPECT_EQ(sched_.Metrics().counters.schedule_fires_refused, 1);
+  EXPECT_DOUBLE_EQ(sched_.Metrics().counters.schedule_fire_lag.sum(), 0);  // on its tick
 }
 
 TEST_F(ScheduleTest, FiresPerTickAreBounded) {

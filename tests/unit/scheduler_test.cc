@@ -1114,3 +1114,66 @@ TEST(PlacementClass, IsTheSameForTheSameRequirementsInAnyOrder) {
 
 }  // namespace
 }  // namespace taskgrid::core
+
+namespace taskgrid::core {
+namespace {
+
+// Start latency counts the wait the scheduler and the fleet are
+// answerable for: from when the task became ready (past its not_before,
+// or back from a retry's backoff) to its attempt's start, for every
+// attempt. Submit to first start, delays asked for included, is its own.
+TEST_F(SchedulerTest, StartLatencyCountsFromWhenTheTaskBecameReady) {
+  v1::TaskSpec s = Spec("t");
+  s.set_max_attempts(2);
+  s.mutable_retry()->mutable_initial_backoff()->set_seconds(4);
+  SetTimestamp(clock_.Now() + absl::Seconds(30), s.mutable_not_before());
+  SubmitOk(s);
+  Advance(absl::Seconds(30));
+  ASSERT_EQ(State("t"), v1::TASK_STATE_PENDING);
+  Advance(absl::Seconds(2));
+  const uint64_t conn = Connect("a1", 1);
+  Advance(absl::Seconds(1));
+  Accept(conn, "t", 1);  // 3 s after it became ready, 33 s after its submit
+  TaskCounters c = sched_.Metrics().counters;
+  EXPECT_EQ(c.start_latency.count(), 1);
+  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 3);
+  EXPECT_EQ(c.submit_to_start.count(), 1);
+  EXPECT_DOUBLE_EQ(c.submit_to_start.sum(), 33);
+
+  Result(conn, "t", 1, v1::OUTCOME_FAILED, 1);
+  ASSERT_EQ(State("t"), v1::TASK_STATE_SCHEDULED);  // its backoff
+  Advance(absl::Seconds(4));
+  ASSERT_EQ(State("t"), v1::TASK_STATE_DISPATCHED);
+  Heartbeat(conn);  // within the heartbeat timeout (5 s)
+  Advance(absl::Seconds(2));
+  Accept(conn, "t", 2);  // 2 s after its backoff ended
+  ASSERT_EQ(State("t"), v1::TASK_STATE_RUNNING);
+  c = sched_.Metrics().counters;
+  EXPECT_EQ(c.start_latency.count(), 2);
+  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 5);
+  EXPECT_EQ(c.submit_to_start.count(), 1);  // first attempts only
+}
+
+// After a restart a PENDING task's wait counts from its last change (the
+// stored update time), not from the restart.
+TEST_F(SchedulerTest, StartLatencyOfATaskWaitingAcrossARestartCountsItsWholeWait) {
+  SubmitOk(Spec("t"));
+  Advance(absl::Seconds(5));
+  std::unique_ptr<Scheduler> restarted = Restarted();
+  clock_.Advance(absl::Seconds(2));
+  v1::Hello h;
+  h.set_agent_id("a1");
+  h.set_slots(1);
+  ASSERT_TRUE(restarted->Connect(1, h).ok());
+  v1::AgentMessage m;
+  m.mutable_accept()->set_task_id("t");
+  m.mutable_accept()->set_attempt(1);
+  restarted->OnAgentMessage(1, m);
+  ASSERT_TRUE(restarted->CheckInvariants().ok()) << restarted->CheckInvariants();
+  const TaskCounters c = restarted->Metrics().counters;
+  EXPECT_EQ(c.start_latency.count(), 1);
+  EXPECT_DOUBLE_EQ(c.start_latency.sum(), 7);
+}
+
+}  // namespace
+}  // namespace taskgrid::core
