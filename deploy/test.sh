@@ -24,12 +24,15 @@ jobs=$(nproc)
 # (the dashboard's browser test, which must then run rather than skip),
 # PostgreSQL's server (the PostgreSQL store's tests start one of their own
 # per ctest run, tests/testing/postgres.sh, and must then run rather than
-# skip), and mold (a linker several times faster than GNU ld on these
-# binaries).
+# skip), mold (a linker several times faster than GNU ld on these
+# binaries), and promtool (the metrics test checks the shipped alert rules
+# and Grafana dashboard with it, and must then run rather than skip).
 "$root/deploy/install-deps.sh" --python --fuzz --web --mold --postgres
 "$root/deploy/install-buf.sh"
 "$root/deploy/install-web.sh"
+"$root/deploy/install-promtool.sh"
 export TASKGRID_REQUIRE_BROWSER=1
+export TASKGRID_REQUIRE_PROMTOOL=1
 export TASKGRID_REQUIRE_POSTGRES=1
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1

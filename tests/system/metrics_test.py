@@ -7,12 +7,15 @@ other machines could reach is refused at start-up without --insecure.
 Run through ctest (system.metrics), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set.
 """
+import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import unittest
 import urllib.error
 import urllib.request
@@ -91,6 +94,41 @@ def value(families, name, **labels):
     found = [v for n, l, v in families[family]["samples"] if n == name and l == labels]
     assert len(found) == 1, f"{name}{labels}: {len(found)} samples"
     return found[0]
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shipped_queries():
+    """(where, PromQL) of every query of deploy/grafana's dashboard (panels and
+    variables) and of deploy/prometheus's alert rules."""
+    with open(os.path.join(ROOT, "deploy/grafana/taskgrid-dashboard.json")) as f:
+        dash = json.load(f)
+    queries = []
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            queries.append((f"dashboard panel {p['title']!r}", t["expr"]))
+    for v in dash["templating"]["list"]:
+        if isinstance(v.get("query"), dict):
+            queries.append((f"dashboard variable {v['name']}", v["query"]["query"]))
+    rules = os.path.join(ROOT, "deploy/prometheus/taskgrid-alerts.yml")
+    with open(rules) as f:
+        for n, line in enumerate(f, 1):
+            if m := re.match(r"^\s*expr: (.+)$", line):
+                queries.append((f"{rules}:{n}", m.group(1)))
+    assert len(queries) > 40, f"only {len(queries)} queries found"
+    return queries
+
+
+def selectors(expr):
+    """The Taskgrid and process metrics `expr` names (up, Prometheus's own, is
+    left out), each with the label names its selector matches on."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # no names inside strings
+    found = []
+    for m in re.finditer(r"\b((?:taskgrid|process)_[a-zA-Z0-9_]+)(\{[^}]*\})?", expr):
+        labels = set(re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", m.group(2) or ""))
+        found.append((m.group(1), labels))
+    return found
 
 
 def http(method, url):
@@ -172,12 +210,67 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value(f, "taskgrid_watchers"), 0)
         self.assertEqual(value(f, "taskgrid_output_follows"), 0)
         self.assertEqual(value(f, "taskgrid_waiters", call="WaitTask"), 0)
-        self.assertGreater(value(f, "taskgrid_process_start_time_seconds"), 1.6e9)
+        self.assertEqual(value(f, "taskgrid_task_submit_to_start_seconds_count"), 4)
+        self.assertGreater(value(f, "process_start_time_seconds"), 1.6e9)
+        self.assertGreater(value(f, "process_resident_memory_bytes"), 1 << 20)
+        self.assertGreater(value(f, "process_cpu_seconds_total"), 0)
+        self.assertGreater(value(f, "process_open_fds"), 3)
+        # The calls this test made over gRPC, by method and code.
+        self.assertGreaterEqual(
+            value(f, "taskgrid_grpc_requests_total", service="taskgrid.v1.TaskService",
+                  method="SubmitTasks", code="OK"), 1)
 
         # The page agrees with the gRPC stats it is built from.
         stats = cluster.cluster_stats()
         self.assertEqual(stats["tasks"].get("SUCCEEDED"),
                          value(f, "taskgrid_tasks", queue="mq", state="SUCCEEDED"))
+
+        # The Grafana dashboard and the alert rules in deploy/ ask only for
+        # series this page has, with labels it gives them.
+        for where, expr in shipped_queries():
+            for name, labels in selectors(expr):
+                family = name if name in f else re.sub(r"_(bucket|sum|count)$", "", name)
+                self.assertIn(family, f, f"{where}: {name} is not on the page: {expr}")
+                if name != family:
+                    self.assertEqual(f[family]["type"], "histogram", f"{where}: {name}")
+                seen = {k for n, l, _ in f[family]["samples"] for k in l} | {"instance", "job"}
+                if f[family]["samples"]:
+                    self.assertLessEqual(labels, seen, f"{where}: labels of {name}: {expr}")
+
+    def test_shipped_rules_and_dashboard_are_valid_promql(self):
+        """promtool checks the alert rules, runs their unit tests, and parses
+        every dashboard query (Grafana's variables stood in for)."""
+        promtool = os.environ.get("TASKGRID_PROMTOOL", "")
+        if not os.access(promtool, os.X_OK):
+            if os.environ.get("TASKGRID_REQUIRE_PROMTOOL") == "1":
+                self.fail(f"TASKGRID_PROMTOOL={promtool!r} is not an executable "
+                          "(deploy/install-promtool.sh)")
+            self.skipTest("no promtool: run deploy/install-promtool.sh")
+        rules = os.path.join(ROOT, "deploy/prometheus")
+
+        def run(*args):
+            r = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120,
+                               cwd=rules)
+            self.assertEqual(r.returncode, 0, f"promtool {args}: {r.stdout}{r.stderr}")
+            return r.stdout
+
+        self.assertIn("SUCCESS: 9 rules found", run("check", "rules", "taskgrid-alerts.yml"))
+        self.assertIn("SUCCESS", run("test", "rules", "taskgrid-alerts.test.yml"))
+        # The dashboard's queries as recording rules: promtool parses each.
+        standins = {"$__rate_interval": "1m", "$instance": ".*", "$queue": ".*", "$job": ".*"}
+        lines = ["groups:", "  - name: dashboard", "    rules:"]
+        for n, (where, expr) in enumerate(shipped_queries()):
+            if not where.startswith("dashboard panel"):
+                continue
+            for var, value in standins.items():
+                expr = expr.replace(var, value)
+            self.assertNotIn("$", expr, f"{where}: a variable without a stand-in")
+            lines += [f"      - record: dashboard_query_{n}", f"        expr: {json.dumps(expr)}"]
+        path = os.path.join(tempfile.mkdtemp(prefix="taskgrid-promql-"), "dashboard.yml")
+        self.addCleanup(shutil.rmtree, os.path.dirname(path), ignore_errors=True)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.assertRegex(run("check", "rules", path), r"SUCCESS: \d+ rules found")
 
     def test_unknown_paths_and_other_methods(self):
         self.start()
