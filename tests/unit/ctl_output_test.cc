@@ -172,6 +172,34 @@ TEST(CtlOutput, DetailOfAReplicaNamesItsTask) {
   EXPECT_THAT(FormatTaskDetail(RunningTask()), Not(HasSubstr("Replica")));
 }
 
+// A task gathering a merge key says when it fires and which submit's mode
+// decided that: the first's, or a later one of merge_update always that
+// moved it.
+TEST(CtlOutput, DetailOfAMergedTaskSaysWhichSubmitDecidedItsFireTime) {
+  v1::Task t;
+  t.mutable_spec()->set_id("m1");
+  t.mutable_spec()->set_merge_key("user-7");
+  t.mutable_spec()->set_merge_update(v1::MERGE_UPDATE_ONCE);
+  t.set_state(v1::TASK_STATE_SCHEDULED);
+  const absl::Time created = absl::FromUnixSeconds(1'800'000'000);
+  SetTimestamp(created, t.mutable_create_time());
+  *t.mutable_merged()->add_payloads() = "ab";
+  *t.mutable_merged()->add_payloads() = "c";
+  SetTimestamp(created, t.mutable_merged()->mutable_fire_time());
+  EXPECT_THAT(FormatTaskDetail(t),
+              HasSubstr(absl::StrCat("user-7: 2 payloads (3 bytes), fires at ",
+                                     FormatTime(ToProto(created)),
+                                     " (set by the first submit, merge_update once)")));
+  SetTimestamp(created + absl::Seconds(30), t.mutable_spec()->mutable_not_before());
+  SetTimestamp(created + absl::Seconds(30), t.mutable_merged()->mutable_fire_time());
+  t.mutable_spec()->set_merge_update(v1::MERGE_UPDATE_ALWAYS);
+  EXPECT_THAT(FormatTaskDetail(t), HasSubstr("(set by the first submit, merge_update always)"));
+  SetTimestamp(created + absl::Seconds(45), t.mutable_merged()->mutable_fire_time());
+  EXPECT_THAT(FormatTaskDetail(t),
+              HasSubstr(absl::StrCat("fires at ", FormatTime(ToProto(created + absl::Seconds(45))),
+                                     " (moved by a later submit, merge_update always)")));
+}
+
 TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
   v1::Task t = RunningTask();
   t.set_pause_requested(true);

@@ -202,6 +202,18 @@ TEST_F(MergeTest, DeleteByMergeKeyCancelsTheWaitingTask) {
   EXPECT_NE(SubmitKeyed(Keyed("k", "3", absl::Seconds(30))), id) << "a new task for the key";
 }
 
+// A first submit without not_before fires at its submit time, to the
+// microsecond: what `taskgridctl get` compares to tell whether a later
+// submit moved the fire time.
+TEST_F(MergeTest, WithoutNotBeforeTheFireTimeIsTheSubmitTime) {
+  clock_.Advance(absl::Microseconds(7));
+  const std::string id = SubmitKeyed(Keyed("k", "1", absl::ZeroDuration(), v1::MERGE_UPDATE_ONCE));
+  v1::Task t;
+  sched_.Describe(*sched_.Find(id), &t);
+  ASSERT_TRUE(t.has_merged());
+  EXPECT_EQ(FromProto(t.merged().fire_time()), FromProto(t.create_time()));
+}
+
 TEST_F(MergeTest, AGatheringTaskSurvivesARestartAndKeepsGathering) {
   const absl::Time t0 = clock_.Now();
   const std::string id = SubmitKeyed(Keyed("k", "1", absl::Seconds(10)));

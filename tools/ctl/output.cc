@@ -406,10 +406,19 @@ std::string FormatTaskDetail(const v1::Task& t) {
   if (t.has_merged()) {
     int64_t bytes = 0;
     for (const std::string& p : t.merged().payloads()) bytes += static_cast<int64_t>(p.size());
-    Field(&out, "Merge key",
-          absl::StrCat(spec.merge_key(), ": ", t.merged().payloads_size(), " payloads (", bytes,
-                       " bytes), fires at ", FormatTime(t.merged().fire_time()), " (",
-                       spec.merge_update() == v1::MERGE_UPDATE_ONCE ? "once" : "always", ")"));
+    // The first submit sets the fire time (its not_before, else its submit
+    // time); a later submit of merge_update always may move it, one of
+    // once never does. Which of them decided shows in where it stands.
+    const absl::Time first = FromProto(spec.has_not_before() ? spec.not_before() : t.create_time());
+    const std::string decided =
+        FromProto(t.merged().fire_time()) != first
+            ? "moved by a later submit, merge_update always"
+            : absl::StrCat("set by the first submit, merge_update ",
+                           spec.merge_update() == v1::MERGE_UPDATE_ONCE ? "once" : "always");
+    Field(
+        &out, "Merge key",
+        absl::StrCat(spec.merge_key(), ": ", t.merged().payloads_size(), " payloads (", bytes,
+                     " bytes), fires at ", FormatTime(t.merged().fire_time()), " (", decided, ")"));
   }
   if (spec.has_replicas()) {
     // The task runs nothing itself: where it stands is its replicas' states.
