@@ -87,7 +87,8 @@ def run_node(cluster, mode, url, env_extra=()):
 
 FLAKY = {"id": "flaky", "max_attempts": 3, "retry": {"non_retryable_exit_codes": [3]},
          "steps": [{"exec": {"argv": ["/bin/sh", "-c",
-                                      "echo trying flaky; echo no input yet >&2; exit 3"]}}]}
+                                      "echo trying flaky attempt $TASKGRID_ATTEMPT; "
+                                      "echo no input yet >&2; exit 3"]}}]}
 
 JOB = {"job_id": "build-1", "tasks": [
     {"id": "b1-fetch", "steps": [{"exec": {"argv": ["/bin/sh", "-c", "echo v1.2"]}}]},

@@ -167,8 +167,8 @@ async function plain(page) {
     assert.equal(state(t.state), "FAILED");
     assert.ok((await page.locator("#facts").textContent()).includes(t.reason));
     assert.equal((await page.locator('[data-field="exit_code"]').textContent()).trim(), "3");
-    assert.ok((await page.locator('pre[data-tail="stderr"]').textContent()).includes("no input yet"));
-    assert.ok((await page.locator('pre[data-tail="stdout"]').textContent()).includes("trying flaky"));
+    assert.ok((await page.locator('.panel pre[data-tail="stderr"]').textContent()).includes("no input yet"));
+    assert.ok((await page.locator('.panel pre[data-tail="stdout"]').textContent()).includes("trying flaky attempt 1"));
     assert.equal(await page.locator("#attempts tbody tr").count(), t.attempts.length);
     assert.ok((await page.locator("pre.json").textContent()).includes('"non_retryable_exit_codes"'));
   });
@@ -183,6 +183,16 @@ async function plain(page) {
     });
     await until("two attempts on the page", async () => (await page.locator("#attempts tbody tr").count()) === after.attempts.length);
     assert.equal(after.attempts.length, 2);
+    // Every attempt's output, not only the last: unfolded, it stays so
+    // through the page's refreshes.
+    for (const n of [1, 2]) {
+      const out = page.locator(`#attempts details[data-output="${n}"]`);
+      await out.locator("summary").click();
+      await out.locator('pre[data-tail="stdout"]').filter({ hasText: `trying flaky attempt ${n}` }).waitFor();
+    }
+    const refreshed = await page.locator("#updated").textContent();
+    await until("a refresh", async () => (await page.locator("#updated").textContent()) !== refreshed, 10000);
+    assert.equal(await page.locator("#attempts details[data-output]:not([open])").count(), 0);
     await shot(page, "task");
   });
 
@@ -246,12 +256,51 @@ async function plain(page) {
     await until("b1-lint's second attempt", () => ctlJson("get", "b1-lint").attempt >= 2);
   });
 
+  await step("schedules page shows each schedule as the API does; pause and resume by buttons", async () => {
+    ctl("schedule", "create", "web-beat", "--every=1h", "--queue=emails", "--", "/bin/true");
+    ctl("schedule", "create", "web-nightly", "--cron=0 3 * * *", "--tz=Europe/Berlin", "--paused",
+      "--", "/bin/true");
+    await page.goto(`${BASE}#/schedules`);
+    await page.locator("table#schedules").waitFor();
+    const listed = await until("both schedules in the API", async () => {
+      const res = await fetch(new URL("api/v1/ScheduleService/ListSchedules", BASE), {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+        signal: AbortSignal.timeout(WAIT_MS) });
+      const body = await res.json();
+      return (body.schedules || []).length >= 2 && body.schedules;
+    });
+    for (const x of listed) {
+      const row = page.locator(`tr[data-schedule="${x.id}"]`);
+      await row.waitFor();
+      assert.equal(await row.getAttribute("data-state"), x.paused ? "PAUSED" : "ACTIVE", x.id);
+      assert.equal((await row.locator('td[data-col="fires"]').textContent()).trim(), String(Number(x.fire_count || 0)), x.id);
+      assert.equal((await row.locator('td[data-col="skipped"]').textContent()).trim(), String(Number(x.skipped_fires || 0)), x.id);
+      const next = (await row.locator('td[data-col="next"]').textContent()).trim();
+      // An active schedule's next fire is ahead; a paused one has none.
+      assert.ok(x.paused ? next === "—" : /\(in \d+ (s|min|h|d)/.test(next), `${x.id} next: ${next}`);
+    }
+    const beat = page.locator('tr[data-schedule="web-beat"]');
+    assert.match(await beat.locator("td").nth(1).textContent(), /every 3600s/);
+    await beat.getByRole("button", { name: "Pause" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "schedule web-beat: paused" }).waitFor();
+    await beat.locator(".badge.s-PAUSED").waitFor();
+    assert.equal(ctlJson("schedule", "get", "web-beat").paused, true);
+    const nightly = page.locator('tr[data-schedule="web-nightly"]');
+    assert.match(await nightly.locator("td").nth(1).textContent(), /0 3 \* \* \* \(Europe\/Berlin\)/);
+    await nightly.getByRole("button", { name: "Resume" }).click();
+    await page.locator("#flash.ok").filter({ hasText: "schedule web-nightly: active" }).waitFor();
+    await until("web-nightly active on the page", async () =>
+      (await nightly.getAttribute("data-state")) === "ACTIVE");
+    assert.ok(!ctlJson("schedule", "get", "web-nightly").paused);
+    await shot(page, "schedules");
+  });
+
   await step("every page is reachable by a link", async () => {
     await page.goto(`${BASE}#/queues`);
     await page.locator('tr[data-queue="emails"] a').first().click();
     await until("the queue's tasks", () => page.url().includes("#/tasks?queue=emails"));
     await page.locator('tr[data-task] a').first().waitFor();
-    for (const [name, hash] of [["Queues", "#/queues"], ["Jobs", "#/jobs"], ["Agents", "#/agents"], ["Tasks", "#/tasks"]]) {
+    for (const [name, hash] of [["Queues", "#/queues"], ["Jobs", "#/jobs"], ["Schedules", "#/schedules"], ["Agents", "#/agents"], ["Tasks", "#/tasks"]]) {
       await page.getByRole("link", { name, exact: true }).click();
       await until(`${name} in the URL`, () => page.url().endsWith(hash));
       await page.locator("main h1").filter({ hasText: name }).waitFor();

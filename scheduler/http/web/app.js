@@ -87,8 +87,9 @@
     }
   }
 
-  async function api(path, { method = "GET", query } = {}) {
+  async function api(path, { method = "GET", query, body } = {}) {
     const headers = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = `Bearer ${token}`;
     // An action carries the header a form of another site cannot send.
@@ -101,24 +102,25 @@
     }
     let res;
     try {
-      res = await fetch(url, { method, headers, cache: "no-store" });
+      res = await fetch(url, { method, headers, cache: "no-store",
+        body: body === undefined ? undefined : JSON.stringify(body) });
     } catch (e) {
       // The scheduler is down or restarting; the timer tries again.
       throw new ApiError(0, "UNAVAILABLE", `the scheduler did not answer (${e.message})`);
     }
-    let body = null;
+    let answer = null;
     try {
-      body = await res.json();
+      answer = await res.json();
     } catch (e) {
-      body = null;
+      answer = null;
     }
     if (!res.ok) {
-      const err = new ApiError(res.status, body && body.code ? body.code : `HTTP ${res.status}`,
-        body && body.message ? body.message : res.statusText);
+      const err = new ApiError(res.status, answer && answer.code ? answer.code : `HTTP ${res.status}`,
+        answer && answer.message ? answer.message : res.statusText);
       if (res.status === 401) showSignIn(err.message);
       throw err;
     }
-    return body;
+    return answer;
   }
 
   // ---- session: the token, kept in this tab only ----
@@ -156,9 +158,9 @@
   // Runs an action (a POST), says how it went, and refreshes the page.
   // `then`, if given, runs after a success instead of the refresh (a
   // delete leaves nothing to refresh).
-  async function act(what, path, describe, then) {
+  async function act(what, path, describe, then, body) {
     try {
-      const result = await api(path, { method: "POST" });
+      const result = await api(path, { method: "POST", body });
       flash(`${what}: ${describe(result)}`, true);
       if (then) return then(result);
     } catch (e) {
@@ -167,11 +169,11 @@
     await refresh();
   }
 
-  function actionButton(label, enabled, what, path, describe, danger, then) {
+  function actionButton(label, enabled, what, path, describe, danger, then, body) {
     return h("button", { type: "button", class: danger ? "danger" : undefined, disabled: !enabled,
       "data-action": label.toLowerCase(), onclick: (ev) => {
         ev.target.disabled = true;
-        act(what, path, describe, then);
+        act(what, path, describe, then, body);
       } }, label);
   }
 
@@ -305,6 +307,8 @@
       text ? h("pre", { class: "out", "data-tail": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(empty)")];
   }
 
+  const openOutputs = new Set();  // "TASK#ATTEMPT" whose output is unfolded
+
   async function taskPage(id) {
     const t = await api(`tasks/${encodeURIComponent(id)}`);
     const st = taskState(t.state);
@@ -351,14 +355,26 @@
       tail("Stderr", r.stderr_tail, r.stderr_cut_bytes),
     ] : h("div", { class: "muted" }, "No attempt has finished yet.");
     const attempts = (t.attempts || []).slice().reverse();
+    // Each finished attempt's output, folded; what is unfolded stays so
+    // through the refreshes.
+    const output = (a) => {
+      const r = a.result || {};
+      if (!r.stdout_tail && !r.stderr_tail) return h("span", { class: "muted" }, "none");
+      const key = `${id}#${a.attempt}`;
+      return h("details", { open: openOutputs.has(key), "data-output": a.attempt,
+        ontoggle: (ev) => (ev.target.open ? openOutputs.add(key) : openOutputs.delete(key)) },
+      h("summary", {}, "show"), tail("Stdout", r.stdout_tail, r.stdout_cut_bytes),
+      tail("Stderr", r.stderr_tail, r.stderr_cut_bytes));
+    };
     const history = attempts.length ? h("table", { class: "list", id: "attempts" },
-      h("thead", {}, h("tr", {}, ["#", "Agent", "Dispatched", "Started", "Finished", "Outcome", "Exit", "Error"].map((x) => h("th", {}, x)))),
+      h("thead", {}, h("tr", {}, ["#", "Agent", "Dispatched", "Started", "Finished", "Outcome", "Exit", "Error", "Output"].map((x) => h("th", {}, x)))),
       h("tbody", {}, attempts.map((a) => h("tr", { "data-attempt": a.attempt },
         h("td", {}, a.attempt, a.interrupted ? h("span", { class: "muted" }, " (interrupted)") : null),
         h("td", {}, a.agent_id || "—"), h("td", {}, when(a.dispatch_time)), h("td", {}, when(a.start_time)),
         h("td", {}, when(a.finish_time)), h("td", {}, outcome(a.result && a.result.outcome)),
         h("td", { class: "num" }, a.result ? a.result.exit_code : ""),
-        h("td", { class: "reason", title: a.result && a.result.error }, (a.result && a.result.error) || "")))))
+        h("td", { class: "reason", title: a.result && a.result.error }, (a.result && a.result.error) || ""),
+        h("td", {}, output(a))))))
       : h("div", { class: "muted" }, "No finished attempt.");
     return [
       h("h1", {}, "Task ", h("span", { class: "id" }, id), badge(st)),
@@ -489,6 +505,64 @@
     return [h("h1", {}, "Agents"), cards, table, byState];
   }
 
+  // "in 4 min 10 s" / "3 s ago": a time against now.
+  function relative(ts) {
+    if (!ts) return "";
+    const s = (new Date(ts).getTime() - Date.now()) / 1000;
+    return s >= 0 ? `in ${age(s)}` : `${age(-s)} ago`;
+  }
+
+  async function schedulesPage(params) {
+    const token = params.get("page_token") || "";
+    const page = await api("ScheduleService/ListSchedules",
+      { method: "POST", body: { page_size: 100, page_token: token } });
+    const list = page.schedules || [];
+    const paused = list.filter((x) => x.paused).length;
+    const cards = h("div", { class: "cards" },
+      card("Schedules", list.length, token ? "on this page" : undefined),
+      card("Paused", paused),
+      card("Skipped fires", list.reduce((n, x) => n + num(x.skipped_fires), 0), "by misfire policy or a stall"),
+      card("Failing", list.filter((x) => x.last_error).length, "last fire refused"));
+    if (!list.length) {
+      return [h("h1", {}, "Schedules"), cards,
+        h("div", { class: "empty" }, "No schedule yet (taskgridctl schedule create)." )];
+    }
+    const rows = list.map((x) => {
+      const tpl = x.task_template || {};
+      const trigger = x.cron
+        ? [h("code", {}, x.cron), x.time_zone && x.time_zone !== "UTC" ? ` (${x.time_zone})` : ""]
+        : ["every ", h("code", {}, x.interval || "?")];
+      const verb = x.paused ? "resume" : "pause";
+      return h("tr", { "data-schedule": x.id, "data-state": x.paused ? "PAUSED" : "ACTIVE" },
+        h("td", { class: "mono" }, x.id),
+        h("td", {}, trigger),
+        h("td", {}, h("a", { href: link("tasks", { queue: tpl.queue }) }, tpl.queue || "default")),
+        h("td", {}, x.paused ? badge("PAUSED") : h("span", { class: "muted" }, "active")),
+        h("td", { "data-col": "next" }, x.paused || !x.next_fire_time ? "—"
+          : [when(x.next_fire_time), h("span", { class: "muted" }, ` (${relative(x.next_fire_time)})`)]),
+        h("td", { "data-col": "last" }, x.last_fire_time
+          ? [when(x.last_fire_time), " ", x.last_task_id ? h("a", { href: taskLink(x.last_task_id) }, "task") : null]
+          : "—"),
+        h("td", { class: "num", "data-col": "fires" }, num(x.fire_count)),
+        h("td", { class: "num", "data-col": "skipped",
+          title: x.last_skipped_time ? `the last at ${when(x.last_skipped_time)}` : undefined }, num(x.skipped_fires)),
+        h("td", { class: x.last_error ? "reason error" : "reason", title: x.last_error }, x.last_error || ""),
+        h("td", {}, h("div", { class: "actions" },
+          actionButton(x.paused ? "Resume" : "Pause", true, `schedule ${x.id}`,
+            `ScheduleService/${x.paused ? "Resume" : "Pause"}Schedule`,
+            (r) => (r.paused ? "paused" : "active"), false, undefined, { id: x.id }))));
+    });
+    const pager = h("div", { class: "pager" },
+      token ? h("a", { href: link("schedules", {}) }, "First page") : null,
+      page.next_page_token ? h("a", { href: link("schedules", { page_token: page.next_page_token }) }, "Next page →") : null);
+    return [h("h1", {}, "Schedules"), cards,
+      h("table", { class: "list", id: "schedules" },
+        h("thead", {}, h("tr", {}, ["ID", "Trigger", "Queue", "State", "Next fire", "Last fire", "Fires", "Skipped", "Last error", ""]
+          .map((t, i) => h("th", { class: [6, 7].includes(i) ? "num" : undefined }, t)))),
+        h("tbody", {}, rows)),
+      pager];
+  }
+
   // ---- rendering and refresh ----
   let rendering = 0;
   let lastGood = "";
@@ -509,6 +583,7 @@
         case "jobs": content = await jobsPage(r.params); break;
         case "job": content = await jobPage(r.arg); break;
         case "agents": content = await agentsPage(); break;
+        case "schedules": content = await schedulesPage(r.params); break;
         default: content = [h("h1", {}, "Not found"), h("p", {}, "No page ", h("code", {}, location.hash), ". ",
           h("a", { href: "#/queues" }, "Queues"), ".")];
       }
