@@ -77,6 +77,22 @@ async function step(name, f) {
   console.log(`ok - ${name}`);
 }
 
+// Every confirmation the page asks: accepted, unless a step asks the next
+// one to be dismissed; the questions are kept for the steps to check.
+const dialogs = { asked: [], dismissNext: false };
+function answerDialogs(page) {
+  page.on("dialog", async (d) => {
+    dialogs.asked.push(d.message());
+    if (dialogs.dismissNext) {
+      dialogs.dismissNext = false;
+      await d.dismiss();
+    } else {
+      await d.accept();
+    }
+  });
+}
+const lastAsked = () => dialogs.asked[dialogs.asked.length - 1] || "";
+
 const badgeOf = (page, scope) => page.locator(`${scope} .badge`).first().getAttribute("data-state");
 
 async function plain(page) {
@@ -94,6 +110,20 @@ async function plain(page) {
       const oldest = (await row.locator('td[data-col="oldest"]').textContent()).trim();
       assert.ok(pending ? /\d+ (s|min|h|d)/.test(oldest) : oldest === "—", `${q.queue} oldest: ${oldest}`);
     }
+  });
+
+  await step("a destructive action asks first, saying what it does; dismissed, nothing changes", async () => {
+    const row = page.locator('tr[data-queue="emails"]');
+    const asked = dialogs.asked.length;
+    dialogs.dismissNext = true;
+    await row.getByRole("button", { name: "Pause" }).click();
+    await until("the question", () => dialogs.asked.length === asked + 1);
+    assert.match(lastAsked(), /^Pause queue emails\? No task of it starts until it is resumed \(\d+ ready now\)/);
+    // Nothing was sent: the button is still there, enabled, and the queue runs.
+    assert.ok(await row.getByRole("button", { name: "Pause" }).isEnabled());
+    assert.equal(await page.locator("#flash").isVisible(), false);
+    const emails = ctlJson("stats").queues.find((q) => q.queue === "emails");
+    assert.ok(!(emails.settings || {}).paused);
   });
 
   await step("pause a queue by its button: PAUSED on the page and in taskgridctl", async () => {
@@ -129,6 +159,7 @@ async function plain(page) {
     const row = page.locator('tr[data-agent="web-b"]');
     await row.getByRole("button", { name: "Drain" }).click();
     await page.locator("#flash.ok").filter({ hasText: "drain web-b: now DRAINING" }).waitFor();
+    assert.match(lastAsked(), /^Drain agent web-b\? It takes no new task; the \d+ it runs finish there\.$/);
     await until("DRAINING on the page", async () => (await row.getAttribute("data-state")) === "DRAINING");
     assert.equal(state(ctlJson("agents").agents.find((a) => a.id === "web-b").state), "DRAINING");
     await shot(page, "agents");
@@ -201,6 +232,7 @@ async function plain(page) {
     await until("long to run", async () => (await badgeOf(page, "h1")) === "RUNNING");
     await page.getByRole("button", { name: "Cancel" }).click();
     await page.locator("#flash.ok").filter({ hasText: "cancel long" }).waitFor();
+    assert.equal(lastAsked(), "Cancel task long? Its running attempt is stopped. It ends CANCELLED.");
     await until("CANCELLED on the page", async () => (await badgeOf(page, "h1")) === "CANCELLED");
     assert.equal(state(ctlJson("get", "long").state), "CANCELLED");
   });
@@ -210,6 +242,7 @@ async function plain(page) {
     await until("long CANCELLED", async () => (await badgeOf(page, "h1")) === "CANCELLED");
     await page.getByRole("button", { name: "Delete" }).click();
     await page.locator("#flash.ok").filter({ hasText: "deleted long" }).waitFor();
+    assert.equal(lastAsked(), "Delete task long for good? Its record, attempts and output are removed.");
     await until("back on its queue's task list", async () => page.url().includes("#/tasks"));
     let refused;
     try {
@@ -361,6 +394,7 @@ async function main() {
     const page = context.pages()[0] || (await context.newPage());
     page.setDefaultTimeout(WAIT_MS);
     page.on("pageerror", (e) => { console.log(`page error: ${e.message}`); failed = true; });
+    answerDialogs(page);
     if (MODE === "plain") await plain(page);
     else if (MODE === "roles") await roles(page);
     else throw new Error(`unknown mode ${MODE}: plain or roles`);

@@ -169,11 +169,15 @@
     await refresh();
   }
 
-  function actionButton(label, enabled, what, path, describe, danger, then, body) {
-    return h("button", { type: "button", class: danger ? "danger" : undefined, disabled: !enabled,
+  // A button that POSTs `path`. opts: danger (styled as such), confirm (a
+  // question the user must accept first: every destructive action has
+  // one, saying what it changes), then (see act), body (JSON to send).
+  function actionButton(label, enabled, what, path, describe, opts = {}) {
+    return h("button", { type: "button", class: opts.danger ? "danger" : undefined, disabled: !enabled,
       "data-action": label.toLowerCase(), onclick: (ev) => {
+        if (opts.confirm && !window.confirm(opts.confirm)) return;  // nothing sent
         ev.target.disabled = true;
-        act(what, path, describe, then, body);
+        act(what, path, describe, opts.then, opts.body);
       } }, label);
   }
 
@@ -234,7 +238,8 @@
             ? actionButton("Resume", true, `queue ${q.queue}`, `queues/${encodeURIComponent(q.queue)}/resume`,
               (r) => (r.settings && r.settings.paused ? "paused" : "resumed"))
             : actionButton("Pause", true, `queue ${q.queue}`, `queues/${encodeURIComponent(q.queue)}/pause`,
-              (r) => (r.settings && r.settings.paused ? "paused" : "running")))));
+              (r) => (r.settings && r.settings.paused ? "paused" : "running"),
+              { confirm: `Pause queue ${q.queue}? No task of it starts until it is resumed (${num(q.counts && q.counts.PENDING)} ready now); running ones go on.` }))));
     });
     return [h("h1", {}, "Queues"), cards,
       h("table", { class: "list", id: "queues" },
@@ -316,17 +321,22 @@
     const path = `tasks/${encodeURIComponent(id)}`;
     const describe = (r) => `now ${taskState(r.state)}`;
     const actions = h("div", { class: "actions" },
-      actionButton("Cancel", !TERMINAL.has(st) && st !== "CANCELLING", `cancel ${id}`, `${path}/cancel`, describe, true),
+      actionButton("Cancel", !TERMINAL.has(st) && st !== "CANCELLING", `cancel ${id}`, `${path}/cancel`, describe,
+        { danger: true, confirm: `Cancel task ${id}?${["DISPATCHED", "RUNNING"].includes(st) ? " Its running attempt is stopped." : ""} It ends CANCELLED.` }),
       actionButton("Retry", st === "FAILED" || st === "CANCELLED", `retry ${id}`, `${path}/retry`, describe),
-      actionButton("Reset", TERMINAL.has(st), `reset ${id}`, `${path}/reset`, describe),
+      actionButton("Reset", TERMINAL.has(st), `reset ${id}`, `${path}/reset`, describe,
+        { confirm: `Reset task ${id}? It runs again with a fresh attempt budget; its last result is replaced when the new attempt ends.` }),
       actionButton("Pause", ["PENDING", "SCHEDULED", "BLOCKED", "DISPATCHED", "RUNNING"].includes(st) && !t.pause_requested,
         `pause ${id}`, `${path}/pause`, describe),
       actionButton("Resume", st === "PAUSED", `resume ${id}`, `${path}/resume`, describe),
       actionButton("Delete", TERMINAL.has(st) && !spec.job_id && !spec.replica_of, `delete ${id}`,
-        `${path}/delete`, (r) => `deleted ${(r.ids || []).join(", ")}`, true,
-        () => {
-          keepFlash = true;  // "deleted ..." stays on the list it goes back to
-          location.hash = link("tasks", { queue: spec.queue });
+        `${path}/delete`, (r) => `deleted ${(r.ids || []).join(", ")}`, {
+          danger: true,
+          confirm: `Delete task ${id} for good? Its record, attempts and output are removed.`,
+          then: () => {
+            keepFlash = true;  // "deleted ..." stays on the list it goes back to
+            location.hash = link("tasks", { queue: spec.queue });
+          },
         }));
     const facts = [
       ["State", badge(st)],
@@ -440,7 +450,8 @@
     return [
       h("h1", {}, "Job ", h("span", { class: "id" }, id), badge(st)),
       h("div", { class: "actions" },
-        actionButton("Cancel", st === "RUNNING", `cancel job ${id}`, `${path}/cancel`, describe, true),
+        actionButton("Cancel", st === "RUNNING", `cancel job ${id}`, `${path}/cancel`, describe,
+          { danger: true, confirm: `Cancel job ${id}? Its ${num(job.task_count) - [...TERMINAL].reduce((n, s) => n + num(job.counts && job.counts[s]), 0)} unfinished tasks end CANCELLED, running ones stopped.` }),
         actionButton("Retry", anyFailed, `retry job ${id}`, `${path}/retry`, describe)),
       h("h2", {}, `${job.task_count} tasks`),
       stateChips(job.counts, TASK_STATES, (s) => link("tasks", { job: id, state: s })),
@@ -500,7 +511,8 @@
           h("td", {}, a.version || "—"),
           h("td", {}, h("div", { class: "actions" }, st === "DRAINING"
             ? actionButton("Undrain", true, `undrain ${a.id}`, `agents/${encodeURIComponent(a.id)}/undrain`, (r) => `now ${agentState(r.state)}`)
-            : actionButton("Drain", st === "ACTIVE", `drain ${a.id}`, `agents/${encodeURIComponent(a.id)}/drain`, (r) => `now ${agentState(r.state)}`, true))));
+            : actionButton("Drain", st === "ACTIVE", `drain ${a.id}`, `agents/${encodeURIComponent(a.id)}/drain`, (r) => `now ${agentState(r.state)}`,
+              { danger: true, confirm: `Drain agent ${a.id}? It takes no new task; the ${(a.running || []).length} it runs finish there.` }))));
       }))) : h("div", { class: "empty" }, "No agent is connected.");
     return [h("h1", {}, "Agents"), cards, table, byState];
   }
@@ -550,7 +562,7 @@
         h("td", {}, h("div", { class: "actions" },
           actionButton(x.paused ? "Resume" : "Pause", true, `schedule ${x.id}`,
             `ScheduleService/${x.paused ? "Resume" : "Pause"}Schedule`,
-            (r) => (r.paused ? "paused" : "active"), false, undefined, { id: x.id }))));
+            (r) => (r.paused ? "paused" : "active"), { body: { id: x.id } }))));
     });
     const pager = h("div", { class: "pager" },
       token ? h("a", { href: link("schedules", {}) }, "First page") : null,
