@@ -328,6 +328,23 @@ async function plain(page) {
     await shot(page, "schedules");
   });
 
+  await step("times name their zone; the header switches them between local and UTC", async () => {
+    // The browser runs in Europe/Berlin (main): web-nightly fires at 03:00
+    // there, which is 02:00 UTC in winter (GMT+1), 01:00 in summer (GMT+2).
+    await page.goto(`${BASE}#/schedules`);
+    const next = page.locator('tr[data-schedule="web-nightly"] td[data-col="next"]');
+    const local = await until("the local time", async () =>
+      (await next.textContent()).match(/ 03:00:00 GMT\+([12]) \(in /));
+    assert.match((await page.locator("#zone").textContent()).trim(), /^Times: local \(GMT\+[12]\)$/);
+    await page.locator("#zone").click();
+    const utc = new RegExp(` 0${3 - Number(local[1])}:00:00 UTC \\(in `);
+    await until("the UTC time", async () => utc.test(await next.textContent()));
+    assert.equal((await page.locator("#zone").textContent()).trim(), "Times: UTC");
+    assert.match(await page.locator("#updated").textContent(), / UTC/);
+    await page.locator("#zone").click();
+    await until("local again", async () => / 03:00:00 GMT\+[12] /.test(await next.textContent()));
+  });
+
   await step("every page is reachable by a link", async () => {
     await page.goto(`${BASE}#/queues`);
     await page.locator('tr[data-queue="emails"] a').first().click();
@@ -387,6 +404,7 @@ async function main() {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
     viewport: { width: 1280, height: 820 },
+    timezoneId: "Europe/Berlin",  // not UTC, so local and UTC times differ
     ignoreHTTPSErrors: true,
   });
   let failed = false;

@@ -42,12 +42,27 @@
     return href ? h("a", { ...attrs, href }, state) : h("span", attrs, state);
   }
 
+  // Times in this browser's zone (the default) or in UTC, as the header's
+  // switch says (kept in local storage); every time names its zone.
+  const ZONE_KEY = "taskgrid.zone";
+  const inUtc = () => localStorage.getItem(ZONE_KEY) === "utc";
+  function zoneName(d) {
+    const part = new Intl.DateTimeFormat("en-US", { timeZoneName: "short" })
+      .formatToParts(d).find((p) => p.type === "timeZoneName");
+    return part ? part.value : "local";
+  }
   function when(ts) {
     if (!ts) return "—";
     const d = new Date(ts);
     const pad = (n) => String(n).padStart(2, "0");
-    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
-      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    const u = inUtc();
+    const [y, mo, da, ho, mi, se] = u
+      ? [d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()]
+      : [d.getFullYear(), d.getMonth(), d.getDate(), d.getHours(), d.getMinutes(), d.getSeconds()];
+    return `${y}-${pad(mo + 1)}-${pad(da)} ${pad(ho)}:${pad(mi)}:${pad(se)} ${u ? "UTC" : zoneName(d)}`;
+  }
+  function renderZone() {
+    $("#zone").textContent = inUtc() ? "Times: UTC" : `Times: local (${zoneName(new Date())})`;
   }
 
   function age(seconds) {
@@ -600,7 +615,7 @@
           h("a", { href: "#/queues" }, "Queues"), ".")];
       }
       $("#signin").hidden = true;
-      lastGood = new Date().toLocaleTimeString();
+      lastGood = when(new Date().toISOString());
       $("#updated").textContent = `Updated ${lastGood} · refreshing every ${REFRESH_MS / 1000} s while visible`;
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
@@ -644,6 +659,12 @@
     $("#token").value = "";
     refresh();
   });
+  $("#zone").addEventListener("click", () => {
+    localStorage.setItem(ZONE_KEY, inUtc() ? "local" : "utc");
+    renderZone();
+    refresh();
+  });
+  renderZone();
   if (!location.hash) history.replaceState(null, "", "#/queues");
   refresh();
 })();
