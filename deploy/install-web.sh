@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the dashboard's browser test drives Chromium with:
-# playwright-core, pinned by tests/web/package-lock.json, into
+# playwright-core, and axe-core (the accessibility checks it runs on each
+# page), pinned by tests/web/package-lock.json, into
 # .taskgrid/web/node_modules with `npm ci`. The browser is Debian's
 # chromium (deploy/install-deps.sh --web); nothing downloads another one.
 # Idempotent: when the installed lock matches, it only says so. Needs node
@@ -13,7 +14,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 prefix="$root/.taskgrid/web"
 module="$prefix/node_modules/playwright-core"
 
-if [[ -f "$module/package.json" ]] && cmp -s "$root/tests/web/package-lock.json" "$prefix/package-lock.json"; then
+if [[ -f "$module/package.json" && -f "$prefix/node_modules/axe-core/axe.min.js" ]] && cmp -s "$root/tests/web/package-lock.json" "$prefix/package-lock.json"; then
   echo "install-web: playwright-core present in $prefix"
   exit 0
 fi

@@ -66,6 +66,22 @@ async function until(what, f, ms = WAIT_MS) {
   }
 }
 
+// axe-core's checks on the page as it stands: none of serious or critical
+// impact may fail (WCAG 2 A and AA rules, best practices included).
+const AXE = fs.readFileSync(path.join(process.env.TASKGRID_WEB_MODULES, "axe-core", "axe.min.js"), "utf8");
+async function accessible(page, name) {
+  // Evaluated through the debugging protocol, which the page's
+  // Content-Security-Policy does not govern (it allows only its own files).
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(AXE);
+  const found = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help,
+      targets: v.nodes.slice(0, 3).map((n) => `${n.target.join(" ")}: ${(n.any[0] || n.all[0] || {}).message || ""}`) }));
+  });
+  return found.filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${name}: ${v.id} (${v.impact}): ${v.help}: ${v.targets.join(" | ")}`);
+}
+
 async function shot(page, name) {
   if (!SHOTS) return;
   fs.mkdirSync(SHOTS, { recursive: true });
@@ -345,6 +361,20 @@ async function plain(page) {
     await until("local again", async () => / 03:00:00 GMT\+[12] /.test(await next.textContent()));
   });
 
+  await step("every page passes axe-core's serious and critical checks", async () => {
+    const failures = [];
+    for (const [name, hash, ready] of [
+      ["queues", "#/queues", "table#queues"], ["tasks", "#/tasks", "table#tasks"],
+      ["a task", "#/task/flaky", "#facts"], ["jobs", "#/jobs", "table#jobs"],
+      ["a job", "#/job/build-1", "#dag"], ["schedules", "#/schedules", "table#schedules"],
+      ["agents", "#/agents", "table#agents"]]) {
+      await page.goto(`${BASE}${hash}`);
+      await page.locator(ready).waitFor();
+      failures.push(...(await accessible(page, name)));
+    }
+    assert.deepEqual(failures, []);
+  });
+
   await step("every page is reachable by a link", async () => {
     await page.goto(`${BASE}#/queues`);
     await page.locator('tr[data-queue="emails"] a').first().click();
@@ -362,6 +392,7 @@ async function roles(page) {
   await step("the page asks for a token", async () => {
     await page.goto(`${BASE}#/task/guarded`);
     await page.locator("#signin").waitFor({ state: "visible" });
+    assert.deepEqual(await accessible(page, "the token form"), []);
     await shot(page, "signin");
     await page.locator("#token").fill(process.env.TASKGRID_READER_TOKEN);
     await page.getByRole("button", { name: "Sign in" }).click();

@@ -324,7 +324,8 @@
   function tail(label, b64, cut) {
     const text = text64(b64);
     return [h("h2", {}, label, cut && num(cut) ? h("span", { class: "muted" }, ` (${num(cut)} earlier bytes cut)`) : null),
-      text ? h("pre", { class: "out", "data-tail": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(empty)")];
+      // tabindex: a scrolled box must take the keyboard focus to scroll.
+      text ? h("pre", { class: "out", tabindex: 0, "data-tail": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(empty)")];
   }
 
   const openOutputs = new Set();  // "TASK#ATTEMPT" whose output is unfolded
@@ -410,7 +411,7 @@
         h("div", {}, h("h2", {}, "Last result"), h("div", { class: "panel" }, result))),
       h("h2", {}, "Attempts"), history,
       h("h2", {}, "Steps"), h("div", { class: "panel" }, steps(spec)),
-      h("h2", {}, "Spec"), h("pre", { class: "json" }, JSON.stringify(spec, null, 2)),
+      h("h2", {}, "Spec"), h("pre", { class: "json", tabindex: 0 }, JSON.stringify(spec, null, 2)),
     ];
   }
 

@@ -71,7 +71,8 @@ const TaskgridDag = (() => {
     const { columns, pos, tallest } = layout(tasks);
     const width = PAD * 2 + columns.length * W + (columns.length - 1) * GAP_X;
     const height = PAD * 2 + tallest * H + (tallest - 1) * GAP_Y;
-    const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    // A group, not an image: each node inside is a link.
+    const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "group",
       "aria-label": "the job's tasks and their dependencies" });
     svg.append(el("defs", {}, el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
       markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
