@@ -240,6 +240,18 @@ async function plain(page) {
     const refreshed = await page.locator("#updated").textContent();
     await until("a refresh", async () => (await page.locator("#updated").textContent()) !== refreshed, 10000);
     assert.equal(await page.locator("#attempts details[data-output]:not([open])").count(), 0);
+    // The keyboard focus and the scroll position survive a refresh too.
+    // (Once the retry's message is gone: its going would move the page.)
+    await page.locator("#flash").waitFor({ state: "hidden" });
+    await page.locator('#attempts details[data-output="1"] summary').focus();
+    await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+    const scrolled = await page.evaluate(() => window.scrollY);
+    assert.ok(scrolled > 0, "the page is taller than the window");
+    const shown = await page.locator("#updated").textContent();
+    await until("another refresh", async () => (await page.locator("#updated").textContent()) !== shown, 10000);
+    assert.equal(await page.evaluate(() => window.scrollY), scrolled);
+    assert.ok(await page.evaluate(() => document.activeElement.tagName === "SUMMARY" &&
+      document.activeElement.closest("details").dataset.output === "1"), "focus kept");
     await shot(page, "task");
   });
 

@@ -629,8 +629,29 @@
       $("#updated").textContent = lastGood ? `Last updated ${lastGood}` : "";
     }
     if (seq !== rendering) return;  // a newer render started meanwhile
+    // The new page replaces the old one: the keyboard focus goes to the
+    // same control in it, and the scroll position stays.
+    const focus = focusKey(document.activeElement);
+    const [x, y] = [window.scrollX, window.scrollY];
     $("#main").replaceChildren(...[content].flat());
+    window.scrollTo(x, y);
+    if (focus) {
+      const again = [...$("#main").querySelectorAll(focus.tag)].find((n) => focusKey(n)?.key === focus.key);
+      if (again) again.focus({ preventScroll: true });
+    }
     renderSession();
+  }
+
+  // What names a focused control of the page across renders: its tag, its
+  // data-* attributes and text, and those of the rows and boxes it is in.
+  function focusKey(n) {
+    if (!n || n === document.body || !$("#main").contains(n)) return null;
+    const parts = [];
+    for (let e = n; e && e.id !== "main"; e = e.parentElement) {
+      const data = Object.entries(e.dataset).map(([k, v]) => `${k}=${v}`).join(",");
+      if (e === n || data) parts.push(`${e.tagName}[${data}]${e === n ? e.textContent.trim() : ""}`);
+    }
+    return { tag: n.tagName.toLowerCase(), key: parts.join("<") };
   }
 
   // Not while the user types in a filter or selects text to copy.
