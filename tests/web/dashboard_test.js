@@ -307,6 +307,22 @@ async function plain(page) {
     assert.equal(await page.locator("#dag path.edge").count(), deps);
     assert.equal(await page.locator('#dag path.edge[data-from="b1-fetch"][data-to="b1-compile"]').count(), 1);
     await shot(page, "job");
+    // Zoom: in by a quarter, fitted to the box's width, back to 100 %; a
+    // refresh keeps the setting.
+    const svg = page.locator("#dag svg");
+    const width = async () => Number(await svg.getAttribute("width"));
+    const natural = await width();
+    await page.locator('#dag-zoom [data-action="zoom-in"]').click();
+    await until("125 %", async () => (await width()) === Math.round(natural * 1.25));
+    assert.equal((await page.locator("#dag-zoom-level").textContent()).trim(), "125 %");
+    await page.locator('#dag-zoom [data-action="fit"]').click();
+    const box = await page.locator("#dag").evaluate((e) => e.clientWidth - 16);
+    await until("fitted to the width", async () => Math.abs((await width()) - box) <= 1);
+    const shown = await page.locator("#updated").textContent();
+    await until("a refresh", async () => (await page.locator("#updated").textContent()) !== shown, 10000);
+    await until("still fitted", async () => Math.abs((await width()) - box) <= 1);
+    await page.locator('#dag-zoom [data-action="actual"]').click();
+    await until("100 %", async () => (await width()) === natural);
   });
 
   await step("retry a failed job by its button", async () => {

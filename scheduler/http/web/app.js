@@ -443,6 +443,48 @@
 
   const MAX_DRAWN = 400;
 
+  // The DAG's zoom: a factor of its natural size, or "fit" (the width of
+  // its box). Kept across refreshes and jobs, as a viewer's setting.
+  let dagZoom = 1;
+  function zoomed(svg) {
+    const w = Number(svg.getAttribute("width")), hgt = Number(svg.getAttribute("height"));
+    svg.dataset.width = w;
+    const apply = () => {
+      const box = svg.parentElement;
+      // The box's inner width (less its padding) when fitting.
+      const f = dagZoom === "fit" ? Math.max(0.1, (box ? box.clientWidth - 16 : w) / w) : dagZoom;
+      svg.setAttribute("width", Math.round(w * f));
+      svg.setAttribute("height", Math.round(hgt * f));
+    };
+    // Once in the page, where the box has a width to fit.
+    requestAnimationFrame(apply);
+    apply();
+    return svg;
+  }
+  function dagZoomBar() {
+    const set = (z) => () => {
+      dagZoom = z;
+      const svg = $("#dag svg");
+      if (svg) {
+        svg.setAttribute("width", svg.dataset.width);  // zoomed() measures from here
+        zoomed(svg);
+      }
+      $("#dag-zoom-level").textContent = zoomText();
+    };
+    const step = (k) => () => {
+      const svg = $("#dag svg");
+      const now = svg ? Number(svg.getAttribute("width")) / Number(svg.dataset.width) : 1;
+      set(Math.min(4, Math.max(0.25, Math.round(now * k * 100) / 100)))();
+    };
+    return h("div", { class: "actions", id: "dag-zoom" },
+      h("button", { type: "button", "data-action": "fit", onclick: set("fit") }, "Fit to width"),
+      h("button", { type: "button", "data-action": "zoom-out", "aria-label": "Zoom out", onclick: step(1 / 1.25) }, "−"),
+      h("button", { type: "button", "data-action": "zoom-in", "aria-label": "Zoom in", onclick: step(1.25) }, "+"),
+      h("button", { type: "button", "data-action": "actual", onclick: set(1) }, "100 %"),
+      h("span", { class: "muted", id: "dag-zoom-level" }, zoomText()));
+  }
+  const zoomText = () => (dagZoom === "fit" ? "fitted to the width" : `${Math.round(dagZoom * 100)} %`);
+
   async function jobPage(id) {
     const job = await api(`jobs/${encodeURIComponent(id)}`);
     const tasks = [];
@@ -460,7 +502,7 @@
     const anyFailed = num(job.counts && job.counts.FAILED) + num(job.counts && job.counts.CANCELLED) > 0;
     const nodes = tasks.map((t) => ({ id: t.spec.id, state: taskState(t.state), deps: t.spec.depends_on || [] }));
     const drawn = tasks.length <= MAX_DRAWN
-      ? h("div", { class: "dag", id: "dag" }, TaskgridDag.render(nodes, taskLink))
+      ? h("div", {}, dagZoomBar(), h("div", { class: "dag", id: "dag" }, zoomed(TaskgridDag.render(nodes, taskLink))))
       : h("div", { class: "empty" }, `${job.task_count} tasks: too many to draw; the table lists them.`);
     const present = new Set(nodes.map((n) => n.state));
     return [
