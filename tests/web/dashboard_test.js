@@ -188,21 +188,56 @@ async function plain(page) {
     const list = await api("tasks?page_size=50");
     const ids = await page.locator("table#tasks tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.task));
     assert.deepEqual(ids, list.tasks.map((t) => t.spec.id));
-    await page.locator('select[name="state"]').selectOption("FAILED");
+    // Several states at once.
+    await page.locator('select[name="state"]').selectOption(["FAILED", "CANCELLED"]);
     await page.getByRole("button", { name: "Filter" }).click();
-    await until("the filter in the URL", () => page.url().includes("state=FAILED"));
-    const failed = ctlJson("list", "--state=failed").tasks.map((t) => t.spec.id);
-    await until("only FAILED rows", async () => {
+    await until("the filter in the URL", () => page.url().includes("state=FAILED%2CCANCELLED"));
+    const ended = [...ctlJson("list", "--state=failed").tasks, ...(ctlJson("list", "--state=cancelled").tasks || [])]
+      .map((t) => t.spec.id);
+    await until("only FAILED and CANCELLED rows", async () => {
       const rows = await page.locator("table#tasks tbody tr").evaluateAll((rs) => rs.map((r) => [r.dataset.task, r.dataset.state]));
-      return rows.length === failed.length && rows.every(([id, s]) => s === "FAILED" && failed.includes(id));
+      return rows.length === ended.length && rows.every(([id, s]) => ["FAILED", "CANCELLED"].includes(s) && ended.includes(id));
     });
     // The state of the page is in its URL: a reload (a shared link) shows the same.
     await page.reload();
     await page.locator("table#tasks").waitFor();
-    assert.equal(await page.locator('select[name="state"]').inputValue(), "FAILED");
+    assert.deepEqual(await page.locator('select[name="state"]').evaluate((e) => [...e.selectedOptions].map((o) => o.value)),
+      ["FAILED", "CANCELLED"]);
     await page.goto(`${BASE}#/tasks`);
     await page.locator("table#tasks").waitFor();
     await shot(page, "tasks");
+  });
+
+  await step("bulk cancel, retry and delete what a filter selects, each after saying how many", async () => {
+    const later = new Date(Date.now() + 3600e3).toISOString().replace(/\.\d+Z$/, "Z");
+    for (const i of [1, 2, 3]) ctl("submit", `--id=bulk-${i}`, "--queue=bulk", `--not_before=${later}`, "--", "/bin/true");
+    const states = () => [1, 2, 3].map((i) => state(ctlJson("get", `bulk-${i}`).state));
+    const bulkButton = (what) => page.locator(`#bulk [data-action="bulk-${what}"]`);
+    await page.goto(`${BASE}#/tasks?queue=bulk`);
+    await until("Cancel 3", async () => (await bulkButton("cancel").textContent()) === "Cancel 3");
+    assert.ok(await bulkButton("retry").isDisabled(), "nothing to retry yet");
+    await bulkButton("cancel").click();
+    await page.locator("#flash.ok").filter({ hasText: "cancelled 3 tasks" }).waitFor();
+    assert.match(lastAsked(), /^Cancel the 3 tasks of queue bulk in state SCHEDULED, .*\? Running ones are stopped/);
+    assert.deepEqual(states(), ["CANCELLED", "CANCELLED", "CANCELLED"]);
+    // With a state filter, only those: retried, they wait for their not_before again.
+    await page.goto(`${BASE}#/tasks?queue=bulk&state=CANCELLED`);
+    await until("Retry 3", async () => (await bulkButton("retry").textContent()) === "Retry 3");
+    assert.ok(await bulkButton("cancel").isDisabled(), "a CANCELLED task cannot be cancelled");
+    await bulkButton("retry").click();
+    await page.locator("#flash.ok").filter({ hasText: "retried 3 tasks" }).waitFor();
+    assert.deepEqual(states(), ["SCHEDULED", "SCHEDULED", "SCHEDULED"]);
+    await page.goto(`${BASE}#/tasks?queue=bulk`);
+    await until("Cancel 3 again", async () => (await bulkButton("cancel").textContent()) === "Cancel 3");
+    await bulkButton("cancel").click();
+    await page.locator("#flash.ok").filter({ hasText: "cancelled 3 tasks" }).waitFor();
+    await until("Delete 3", async () => (await bulkButton("delete").textContent()) === "Delete 3");
+    await bulkButton("delete").click();
+    await page.locator("#flash.ok").filter({ hasText: "deleted 3 tasks" }).waitFor();
+    assert.match(lastAsked(), /^Delete the 3 tasks of queue bulk in state .*\? Their records, attempts and output are removed/);
+    assert.equal((ctlJson("list", "--queue=bulk").tasks || []).length, 0);
+    await page.goto(`${BASE}#/tasks`);
+    await page.locator("table#tasks").waitFor();
   });
 
   await step("a task page shows its spec, state, reason, attempts and result", async () => {

@@ -272,19 +272,22 @@
   async function tasksPage(params) {
     const filter = { queue: params.get("queue") || "", state: params.get("state") || "",
       job: params.get("job") || "", page_token: params.get("page_token") || "" };
-    const [page, stats] = await Promise.all([
+    const chosen = filter.state ? filter.state.split(",") : [];
+    const [page, stats, job] = await Promise.all([
       api("tasks", { query: { ...filter, page_size: 50 } }),
       api("queues").catch(() => ({ queues: [] })),
+      filter.job ? api(`jobs/${encodeURIComponent(filter.job)}`).catch(() => null) : null,
     ]);
     const form = h("form", { class: "filters", id: "task-filters", onsubmit: (ev) => {
       ev.preventDefault();
       const f = new FormData(ev.target);
-      location.hash = link("tasks", { queue: f.get("queue").trim(), state: f.get("state"), job: f.get("job").trim() });
+      location.hash = link("tasks", { queue: f.get("queue").trim(), state: f.getAll("state").join(","), job: f.get("job").trim() });
     } },
     h("label", {}, "Queue", h("input", { name: "queue", value: filter.queue, list: "queue-names", placeholder: "any" }),
       h("datalist", { id: "queue-names" }, (stats.queues || []).map((q) => h("option", { value: q.queue })))),
-    h("label", {}, "State", h("select", { name: "state" }, h("option", { value: "" }, "any"),
-      TASK_STATES.map((s) => h("option", { value: s, selected: s === filter.state }, s)))),
+    h("label", {}, "States", h("select", { name: "state", multiple: true, size: 4,
+      title: "Ctrl-click or Shift-click for several; none: any" },
+    TASK_STATES.map((s) => h("option", { value: s, selected: chosen.includes(s) }, s)))),
     h("label", {}, "Job", h("input", { name: "job", value: filter.job, placeholder: "any" })),
     h("button", { type: "submit", class: "primary" }, "Filter"),
     h("a", { href: "#/tasks" }, "Clear"));
@@ -307,7 +310,58 @@
       `${tasks.length} task${tasks.length === 1 ? "" : "s"} on this page`,
       filter.page_token ? h("a", { href: link("tasks", { ...filter, page_token: "" }) }, "First page") : null,
       page.next_page_token ? h("a", { id: "next-page", href: link("tasks", { ...filter, page_token: page.next_page_token }) }, "Next page →") : null);
-    return [h("h1", {}, "Tasks"), form, body, pager];
+    return [h("h1", {}, "Tasks"), form, bulkActions(filter, chosen, stats, job), body, pager];
+  }
+
+  // Cancel, retry or delete every task the filter selects (a queue or a
+  // job is needed, as the API wants), after a confirmation saying how many.
+  const CANCELLABLE = ["SCHEDULED", "BLOCKED", "PENDING", "DISPATCHED", "RUNNING", "PAUSED"];
+  const BULK = [
+    { label: "Cancel", rpc: "CancelTasks", states: CANCELLABLE, verb: "cancelled",
+      warn: " Running ones are stopped; each ends CANCELLED." },
+    { label: "Retry", rpc: "RetryTasks", states: ["FAILED", "CANCELLED"], verb: "retried",
+      warn: " Each runs again (those out of attempts are skipped)." },
+    { label: "Delete", rpc: "DeleteTasks", states: [...TERMINAL], verb: "deleted",
+      warn: " Their records, attempts and output are removed for good." },
+  ];
+  function bulkActions(filter, chosen, stats, job) {
+    if (!filter.queue && !filter.job) return null;
+    // The counts by state of what the filter names: the job's, else the queue's.
+    const queue = (stats.queues || []).find((q) => q.queue === filter.queue);
+    const counts = (job ? job.counts : queue && queue.counts) || {};
+    const where = [filter.queue ? `queue ${filter.queue}` : "", filter.job ? `job ${filter.job}` : ""]
+      .filter(Boolean).join(", ");
+    return h("div", { class: "actions", id: "bulk" }, h("span", { class: "muted" }, `All matching (${where}):`),
+      BULK.map((b) => {
+        const states = chosen.length ? b.states.filter((st) => chosen.includes(st)) : b.states;
+        const n = states.reduce((sum, st) => sum + num(counts[st]), 0);
+        const body = { queue: filter.queue, job_id: filter.job, states: states.map((st) => `TASK_STATE_${st}`), limit: 1000 };
+        return h("button", { type: "button", class: b.label === "Retry" ? undefined : "danger",
+          "data-action": `bulk-${b.label.toLowerCase()}`, disabled: !states.length || !n,
+          onclick: async (ev) => {
+            if (!window.confirm(`${b.label} the ${n} task${n === 1 ? "" : "s"} of ${where} in state ${states.join(", ")}?${b.warn}`)) return;
+            ev.target.disabled = true;
+            await bulk(b, body);
+          } }, `${b.label} ${n}`);
+      }));
+  }
+  async function bulk(b, body) {
+    let changed = 0, skipped = 0, why = "";
+    try {
+      // A page of at most `limit` a call; bounded, as every loop here.
+      for (let pages = 0, token = ""; pages < 100; pages++) {
+        const r = await api(`TaskService/${b.rpc}`, { method: "POST", body: { ...body, page_token: token } });
+        changed += (r.ids || []).length;
+        skipped += num(r.skipped);
+        why = why || r.skipped_reason || "";
+        token = r.next_page_token;
+        if (!token) break;
+      }
+      flash(`${b.verb} ${changed} task${changed === 1 ? "" : "s"}${skipped ? `; ${skipped} skipped (${why})` : ""}`, true);
+    } catch (e) {
+      flash(`${b.label.toLowerCase()} refused after ${changed}: ${e.code}: ${e.message}`, false);
+    }
+    await refresh();
   }
 
   function steps(spec) {
