@@ -292,6 +292,8 @@ int ParseStates(google::protobuf::RepeatedField<int>* out) {
 int BuildList(v1::ListTasksRequest* req) {
   req->set_queue(absl::GetFlag(FLAGS_queue));
   req->set_job_id(absl::GetFlag(FLAGS_job));
+  req->set_id_prefix(absl::GetFlag(FLAGS_id_prefix));
+  req->set_newest_first(absl::GetFlag(FLAGS_newest_first));
   if (int rc = ParseStates(req->mutable_states()); rc != kExitOk) return rc;
   if (absl::GetFlag(FLAGS_page_size) < 0) return UsageError("--page_size is negative");
   req->set_page_size(absl::GetFlag(FLAGS_page_size));

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,31 @@ struct TaskCounters {
   void CountTransition(const TaskRecord& t, v1::TaskState from, v1::TaskState to, absl::Time now);
   // An attempt of `t` ends at `now` (before its start time is cleared).
   void CountAttemptEnd(const TaskRecord& t, absl::Time now);
+};
+
+// What each queue did minute by minute over the last hour, for charts:
+// snapshots of TaskCounters' per-queue counters taken at the first Sample
+// of each minute, kMinutes + 1 of them at most, so it stays bounded like
+// the counters (kMaxQueues queues and `other`). Starts empty with the
+// process, as the counters do.
+class QueueHistory {
+ public:
+  static constexpr int kMinutes = 60;
+
+  // Cheap unless a new minute began since the last call.
+  void Sample(const TaskCounters& c, absl::Time now);
+  // `queue`'s minutes within the last hour, oldest first; the newest is
+  // counted up to `c` (the counters now). Nothing for a queue without its
+  // own counters (none yet, or one of those past the cap).
+  void Describe(const std::string& queue, const TaskCounters& c, absl::Time now,
+                google::protobuf::RepeatedPtrField<v1::QueueMinute>* out) const;
+
+ private:
+  struct Snapshot {
+    absl::Time minute;  // when it was taken, truncated to the minute
+    absl::flat_hash_map<std::string, QueueCounters> by_queue;
+  };
+  std::deque<Snapshot> snapshots_;  // oldest first
 };
 
 struct SchedulerMetrics {

@@ -658,6 +658,7 @@ absl::Duration Scheduler::AckTimeout(const TaskRecord& t) const {
 
 void Scheduler::Tick() {
   const absl::Time now = Now();
+  history_.Sample(counters_, now);
   // Event retention: prune through the newest mark older than the window.
   if (const int64_t prune = table_.PruneBefore(now - opts_.event_retention); prune > 0) {
     effects_.batch.prune_events_through = prune;

@@ -73,16 +73,21 @@ struct ListFilter {
   std::string queue;                  // empty: all
   std::string job_id;                 // empty: all
   std::vector<v1::TaskState> states;  // empty: all
+  std::string id_prefix;              // empty: all
   int page_size = 100;
-  int64_t after_seq = 0;  // from the page token
+  // From the page token: the seq of the previous page's last task (0: the
+  // first page). The page starts after it, or before it newest first.
+  int64_t after_seq = 0;
+  bool newest_first = false;
 };
 
 struct ListPage {
-  // In submit order. A task kept on disk only is a nullptr in `tasks`: the
+  // In submit order (or its reverse). A task kept on disk only is a nullptr in `tasks`: the
   // caller reads it back by its seq (seqs[i] is the seq of entry i).
   std::vector<const TaskRecord*> tasks;
   std::vector<int64_t> seqs;
   int64_t next_after_seq = 0;  // 0: no more
+  int64_t total = 0;           // matches on every page together
 };
 
 // What a bulk change (CancelTasks, RetryTasks) did.
@@ -334,6 +339,9 @@ class Scheduler {
   // queue's oldest PENDING task and the counters since start-up.
   // O(queues + agents).
   SchedulerMetrics Metrics() const;
+  // Fills qs->history: what qs->queue() did minute by minute over the last
+  // hour (QueueHistory, sampled by Tick).
+  void AddHistory(v1::QueueStats* qs) const;
 
   // Time-driven work: scheduled tasks whose time came, expired deadlines,
   // agents silent or lost past their grace, schedules due to fire. Call it often (the Engine does
@@ -862,6 +870,7 @@ class Scheduler {
   std::mt19937_64 rng_{std::random_device{}()};
   int64_t stale_messages_ = 0;
   TaskCounters counters_;
+  QueueHistory history_;  // of counters_, sampled by Tick
   int64_t placement_attempts_ = 0;
   int64_t agents_examined_ = 0;
 

@@ -1,9 +1,11 @@
 // Views: lookups, the API views of tasks, jobs and agents, lists and stats.
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "common/proto_time.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/core/state_machine.h"
@@ -188,6 +190,10 @@ SchedulerMetrics Scheduler::Metrics() const {
   return m;
 }
 
+void Scheduler::AddHistory(v1::QueueStats* qs) const {
+  history_.Describe(qs->queue(), counters_, Now(), qs->mutable_history());
+}
+
 ListPage Scheduler::List(const ListFilter& filter) const {
   ListPage page;
   const absl::flat_hash_set<int> states(filter.states.begin(), filter.states.end());
@@ -195,52 +201,110 @@ ListPage Scheduler::List(const ListFilter& filter) const {
   const bool with_cold = states.empty() || std::any_of(states.begin(), states.end(), [](int s) {
                            return IsTerminal(static_cast<v1::TaskState>(s));
                          });
-  // Each returns false when the page is full.
-  auto full = [&] {
-    if (static_cast<int>(page.tasks.size()) < filter.page_size) return false;
-    page.next_after_seq = page.seqs.back();
-    return true;
+  auto matches = [&](const std::string& id, const std::string& queue, v1::TaskState state) {
+    return (filter.queue.empty() || queue == filter.queue) &&
+           (states.empty() || states.contains(state)) && absl::StartsWith(id, filter.id_prefix);
   };
-  auto take = [&](const TaskRecord* t) {
-    if (!filter.queue.empty() && t->queue() != filter.queue) return true;
-    if (!states.empty() && !states.contains(t->state)) return true;
-    if (full()) return false;
+  // Returns false when the page is full: there is one more.
+  auto offer = [&](const std::string& id, const std::string& queue, v1::TaskState state,
+                   const TaskRecord* t, int64_t seq) {
+    if (!matches(id, queue, state)) return true;
+    if (static_cast<int>(page.tasks.size()) >= filter.page_size) {
+      page.next_after_seq = page.seqs.back();
+      return false;
+    }
     page.tasks.push_back(t);
-    page.seqs.push_back(t->seq);
+    page.seqs.push_back(seq);
     return true;
   };
+  auto take = [&](const TaskRecord* t) { return offer(t->id(), t->queue(), t->state, t, t->seq); };
   auto take_cold = [&](const ColdTask& c) {
-    if (!filter.queue.empty() && *c.queue != filter.queue) return true;
-    if (!states.empty() && !states.contains(c.state)) return true;
-    if (full()) return false;
-    page.tasks.push_back(nullptr);
-    page.seqs.push_back(c.seq);
-    return true;
+    return offer(c.id, *c.queue, c.state, nullptr, c.seq);
   };
+  // Newest first: the page starts before the token's seq (none: the end).
+  const int64_t before =
+      filter.after_seq == 0 ? std::numeric_limits<int64_t>::max() : filter.after_seq;
   if (!filter.job_id.empty()) {
     const JobRecord* j = FindJob(filter.job_id);
     if (j == nullptr) return page;
     // A job's tasks are all in memory, or all on disk.
-    auto it = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq,
-                               [](int64_t seq, const TaskRecord* t) { return seq < t->seq; });
-    for (; it != j->tasks.end(); ++it) {
-      if (!take(*it)) return page;
+    auto by_seq = [](int64_t seq, const TaskRecord* t) { return seq < t->seq; };
+    auto cold = [&](int64_t seq) { return take_cold(*table_.FindColdBySeq(seq)); };
+    if (filter.newest_first) {
+      auto h = std::make_reverse_iterator(
+          std::lower_bound(j->tasks.begin(), j->tasks.end(), before,
+                           [](const TaskRecord* t, int64_t seq) { return t->seq < seq; }));
+      for (; h != j->tasks.rend(); ++h) {
+        if (!take(*h)) break;
+      }
+      if (with_cold) {
+        auto c =
+            std::make_reverse_iterator(std::lower_bound(j->cold.begin(), j->cold.end(), before));
+        for (; c != j->cold.rend(); ++c) {
+          if (!cold(*c)) break;
+        }
+      }
+    } else {
+      auto h = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq, by_seq);
+      for (; h != j->tasks.end(); ++h) {
+        if (!take(*h)) break;
+      }
+      if (with_cold) {
+        auto c = std::upper_bound(j->cold.begin(), j->cold.end(), filter.after_seq);
+        for (; c != j->cold.end(); ++c) {
+          if (!cold(*c)) break;
+        }
+      }
     }
-    if (!with_cold) return page;
-    for (auto c = std::upper_bound(j->cold.begin(), j->cold.end(), filter.after_seq);
-         c != j->cold.end(); ++c) {
-      if (!take_cold(*table_.FindColdBySeq(*c))) break;
+  } else if (filter.newest_first) {
+    // Reverse submit order across both: whichever of the two comes next.
+    const auto& hot = table_.by_seq();
+    const auto& cold = table_.cold_by_seq();
+    auto h = std::make_reverse_iterator(hot.lower_bound(before));
+    auto c = with_cold ? std::make_reverse_iterator(cold.lower_bound(before)) : cold.rend();
+    while (h != hot.rend() || c != cold.rend()) {
+      const bool from_hot = c == cold.rend() || (h != hot.rend() && h->first > c->first);
+      if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
     }
-    return page;
+  } else {
+    // Submit order across both: whichever of the two comes next.
+    const auto& hot = table_.by_seq();
+    const auto& cold = table_.cold_by_seq();
+    auto h = hot.upper_bound(filter.after_seq);
+    auto c = with_cold ? cold.upper_bound(filter.after_seq) : cold.end();
+    while (h != hot.end() || c != cold.end()) {
+      const bool from_hot = c == cold.end() || (h != hot.end() && h->first < c->first);
+      if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
+    }
   }
-  // Submit order across both: whichever of the two comes next.
-  const auto& hot = table_.by_seq();
-  const auto& cold = table_.cold_by_seq();
-  auto h = hot.upper_bound(filter.after_seq);
-  auto c = with_cold ? cold.upper_bound(filter.after_seq) : cold.end();
-  while (h != hot.end() || c != cold.end()) {
-    const bool from_hot = c == cold.end() || (h != hot.end() && h->first < c->first);
-    if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
+  // The total: from the counts by queue and state, unless the filter asks
+  // what they do not know (a job, an id prefix); then by counting.
+  auto count_hot = [&](const TaskRecord* t) {
+    page.total += matches(t->id(), t->queue(), t->state);
+  };
+  auto count_cold = [&](const ColdTask& c) { page.total += matches(c.id, *c.queue, c.state); };
+  if (!filter.job_id.empty()) {
+    const JobRecord* j = FindJob(filter.job_id);
+    for (const TaskRecord* t : j->tasks) count_hot(t);
+    if (with_cold) {
+      for (int64_t seq : j->cold) count_cold(*table_.FindColdBySeq(seq));
+    }
+  } else if (!filter.id_prefix.empty()) {
+    for (const auto& [seq, t] : table_.by_seq()) count_hot(t);
+    if (with_cold) {
+      for (const auto& [seq, c] : table_.cold_by_seq()) count_cold(*c);
+    }
+  } else {
+    auto add = [&](const TaskTable::Counts& counts) {
+      for (int s = 1; s < kNumStates; ++s) {
+        if (states.empty() || states.contains(s)) page.total += counts[s];
+      }
+    };
+    if (!filter.queue.empty()) {
+      add(table_.CountsOf(filter.queue));
+    } else {
+      for (const auto& [queue, counts] : table_.counts()) add(counts);
+    }
   }
   return page;
 }

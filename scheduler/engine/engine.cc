@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/ids.h"
 #include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/engine/bounded_queue.h"
@@ -308,8 +309,14 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
   core::ListFilter filter;
   filter.queue = req.queue();
   filter.job_id = req.job_id();
+  filter.id_prefix = req.id_prefix();
+  filter.newest_first = req.newest_first();
   absl::Status bad =
       ParsePage(req.page_size(), req.page_token(), &filter.page_size, &filter.after_seq);
+  if (filter.id_prefix.size() > kMaxIdLength) {
+    bad = absl::InvalidArgumentError(absl::StrCat("id_prefix is ", filter.id_prefix.size(),
+                                                  " bytes; ids have at most ", kMaxIdLength));
+  }
   for (int s : req.states()) {
     if (s <= v1::TASK_STATE_UNSPECIFIED || !v1::TaskState_IsValid(s)) {
       bad = absl::InvalidArgumentError(absl::StrCat("states has an unknown state ", s));
@@ -357,6 +364,7 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
     *resp.add_tasks() = std::move(*described[i]);
   }
   if (page.next_after_seq > 0) resp.set_next_page_token(absl::StrCat(page.next_after_seq));
+  resp.set_total_size(page.total);
   Answer(absl::StatusOr<v1::ListTasksResponse>(std::move(resp)), std::move(done));
 }
 
@@ -503,7 +511,10 @@ void Engine::GetQueueStats(const v1::GetQueueStatsRequest& req,
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return done(Stopped());
   v1::GetQueueStatsResponse resp;
-  for (v1::QueueStats& qs : sched_.Stats(req.queue())) *resp.add_queues() = std::move(qs);
+  for (v1::QueueStats& qs : sched_.Stats(req.queue())) {
+    if (req.with_history()) sched_.AddHistory(&qs);
+    *resp.add_queues() = std::move(qs);
+  }
   Answer(absl::StatusOr<v1::GetQueueStatsResponse>(std::move(resp)), std::move(done));
 }
 

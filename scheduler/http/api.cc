@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <initializer_list>
@@ -70,6 +71,57 @@ absl::StatusOr<T> Await(absl::Duration timeout, const std::function<void(Engine:
   return std::move(*state->result);
 }
 
+// StreamTaskOutput without follow, gathered into one answer: what a
+// finished task's result keeps, or what the agent of a running attempt
+// still holds (asked of the agent, so this waits for its answer, at most
+// `timeout`: an agent that does not answer is UNAVAILABLE).
+absl::StatusOr<v1::TaskOutputSnapshot> GatherOutput(Engine* e,
+                                                    const v1::StreamTaskOutputRequest& req,
+                                                    absl::Duration timeout) {
+  struct Wakes {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;
+  };
+  auto wakes = std::make_shared<Wakes>();
+  auto follower = e->StartOutput(req, [wakes] {
+    std::lock_guard<std::mutex> lock(wakes->mu);
+    wakes->woken = true;
+    wakes->cv.notify_all();
+  });
+  if (!follower.ok()) return follower.status();
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  v1::TaskOutputSnapshot out;
+  absl::Status status;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(wakes->mu);
+      wakes->woken = false;  // a wake from now on is seen below
+    }
+    auto next = e->NextOutput(*follower, 256 << 10);
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    const bool empty = next->msgs.empty();
+    for (v1::StreamTaskOutputResponse& m : next->msgs) *out.add_messages() = std::move(m);
+    if (next->done) break;
+    // The relay wakes a follower only after it found nothing: until then,
+    // more may be there at once.
+    if (!empty) continue;
+    std::unique_lock<std::mutex> lock(wakes->mu);
+    if (!wakes->cv.wait_until(lock, deadline, [&] { return wakes->woken; })) {
+      status = absl::UnavailableError(absl::StrCat("the agent running task ", req.id(),
+                                                   " did not send its output within ",
+                                                   absl::FormatDuration(timeout), "; try again"));
+      break;
+    }
+  }
+  e->StopOutput(*follower);
+  if (!status.ok()) return status;
+  return out;
+}
+
 template <typename T>
 absl::StatusOr<std::string> Print(absl::StatusOr<T> r) {
   if (!r.ok()) return r.status();
@@ -127,6 +179,20 @@ absl::Status ParsePageSize(const Query& q, int32_t* out) {
   if (!absl::SimpleAtoi(text, out) || *out < 1 || *out > 1000) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be a number from 1 to 1000, not \"", text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+// A flag: absent, "false" or "0" is false; "true" or "1" is true.
+absl::Status ParseFlag(const Query& q, const std::string& name, bool* out) {
+  const std::string text = q.Get(name);
+  if (text.empty() || text == "false" || text == "0") {
+    *out = false;
+  } else if (text == "true" || text == "1") {
+    *out = true;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must be true or false, not \"", text, "\""));
   }
   return absl::OkStatus();
 }
@@ -487,16 +553,20 @@ void Api::Register(HttpServer* server) const {
 
   // Queues.
   route(false, "/api/v1/queues", Method("TaskService", "GetQueueStats"),
-        v1::GetQueueStatsResponse::descriptor(), {{"queue", "only this queue"}},
+        v1::GetQueueStatsResponse::descriptor(),
+        {{"queue", "only this queue"},
+         {"history", "true: also each queue's last hour, minute by minute"}},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
-          auto q = Query::Of(req, {"queue"});
+          auto q = Query::Of(req, {"queue", "history"});
           if (!q.ok()) return q.status();
           v1::GetQueueStatsRequest r;
           r.set_queue(q->Get("queue"));
-          if (absl::Status s = CheckOptionalName("queue", r.queue(), kMaxQueueNameLength);
-              !s.ok()) {
-            return s;
+          bool history = false;
+          for (absl::Status s : {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
+                                 ParseFlag(*q, "history", &history)}) {
+            if (!s.ok()) return s;
           }
+          r.set_with_history(history);
           return Print(Await<v1::GetQueueStatsResponse>(
               timeout, [&](auto reply) { e->GetQueueStats(r, std::move(reply)); }));
         });
@@ -512,31 +582,37 @@ void Api::Register(HttpServer* server) const {
   }
 
   // Tasks.
-  route(
-      false, "/api/v1/tasks", Method("TaskService", "ListTasks"),
-      v1::ListTasksResponse::descriptor(),
-      {{"queue", "only this queue"},
-       {"state", "only these states (PENDING, RUNNING, ...; several, or comma-separated)"},
-       {"job", "only the tasks of this job"},
-       {"page_size", "at most this many (1-1000)"},
-       {"page_token", "the next_page_token of the previous page"}},
-      [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
-        auto q = Query::Of(req, {"queue", "state", "job", "page_size", "page_token"});
-        if (!q.ok()) return q.status();
-        v1::ListTasksRequest r;
-        r.set_queue(q->Get("queue"));
-        r.set_job_id(q->Get("job"));
-        r.set_page_token(q->Get("page_token"));
-        int32_t size = 0;
-        for (absl::Status s : {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
-                               CheckOptionalName("job", r.job_id(), kMaxIdLength),
-                               ParsePageSize(*q, &size), ParseTaskStates(*q, r.mutable_states())}) {
-          if (!s.ok()) return s;
-        }
-        r.set_page_size(size);
-        return Print(Await<v1::ListTasksResponse>(
-            timeout, [&](auto reply) { e->ListTasks(r, std::move(reply)); }));
-      });
+  route(false, "/api/v1/tasks", Method("TaskService", "ListTasks"),
+        v1::ListTasksResponse::descriptor(),
+        {{"queue", "only this queue"},
+         {"state", "only these states (PENDING, RUNNING, ...; several, or comma-separated)"},
+         {"job", "only the tasks of this job"},
+         {"id_prefix", "only the tasks whose id starts with this"},
+         {"newest_first", "true: newest first (pass it with page_token too)"},
+         {"page_size", "at most this many (1-1000)"},
+         {"page_token", "the next_page_token of the previous page"}},
+        [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
+          auto q = Query::Of(req, {"queue", "state", "job", "id_prefix", "newest_first",
+                                   "page_size", "page_token"});
+          if (!q.ok()) return q.status();
+          v1::ListTasksRequest r;
+          r.set_queue(q->Get("queue"));
+          r.set_job_id(q->Get("job"));
+          r.set_id_prefix(q->Get("id_prefix"));
+          r.set_page_token(q->Get("page_token"));
+          int32_t size = 0;
+          bool newest_first = false;
+          for (absl::Status s : {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
+                                 CheckOptionalName("job", r.job_id(), kMaxIdLength),
+                                 ParsePageSize(*q, &size), ParseTaskStates(*q, r.mutable_states()),
+                                 ParseFlag(*q, "newest_first", &newest_first)}) {
+            if (!s.ok()) return s;
+          }
+          r.set_page_size(size);
+          r.set_newest_first(newest_first);
+          return Print(Await<v1::ListTasksResponse>(
+              timeout, [&](auto reply) { e->ListTasks(r, std::move(reply)); }));
+        });
   route(false, "/api/v1/tasks/{id}", Method("TaskService", "GetTask"), v1::Task::descriptor(), {},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
           if (auto q = Query::Of(req, {}); !q.ok()) return q.status();
@@ -544,6 +620,23 @@ void Api::Register(HttpServer* server) const {
           r.set_id(req.params.at("id"));
           return Print(
               Await<v1::Task>(timeout, [&](auto reply) { e->GetTask(r, std::move(reply)); }));
+        });
+  route(false, "/api/v1/tasks/{id}/output", Method("TaskService", "StreamTaskOutput"),
+        v1::TaskOutputSnapshot::descriptor(), {{"stream", "stdout or stderr; absent: both"}},
+        [e, wait = opts_.output_wait](const Request& req) -> absl::StatusOr<std::string> {
+          auto q = Query::Of(req, {"stream"});
+          if (!q.ok()) return q.status();
+          v1::StreamTaskOutputRequest r;
+          r.set_id(req.params.at("id"));
+          if (const std::string stream = q->Get("stream"); stream == "stdout") {
+            r.set_stream(v1::OUTPUT_STREAM_STDOUT);
+          } else if (stream == "stderr") {
+            r.set_stream(v1::OUTPUT_STREAM_STDERR);
+          } else if (!stream.empty()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("stream must be stdout or stderr, not \"", stream, "\""));
+          }
+          return Print(GatherOutput(e, r, wait));
         });
   using TaskOp = void (Engine::*)(const std::string&, Engine::Reply<v1::Task>);
   const std::vector<std::tuple<const char*, const char*, TaskOp>> task_ops = {

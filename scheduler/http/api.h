@@ -92,6 +92,10 @@ class Api {
     // waits when the request names no timeout: a client that went away is
     // not seen before it ends.
     absl::Duration max_wait = absl::Minutes(5);
+    // How long GET /api/v1/tasks/ID/output waits for the agent of a
+    // running attempt to send what it holds: a quick answer or none, so
+    // that an agent that froze holds no server thread long.
+    absl::Duration output_wait = absl::Seconds(2);
     // The gRPC port binds board owners to client certificates (mTLS),
     // which this API does not see: board calls naming an owner are refused.
     bool bind_owners = false;

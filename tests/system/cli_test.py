@@ -434,6 +434,20 @@ class NoAgentTest(CliTestCase):
         self.assertEqual([r[0] for r in table_rows(res.stdout)[1:]], ["l5"])
         self.assertNotIn("more:", res.stderr)
 
+        # Newest first, by id prefix, with the count of every match.
+        res = self.ctl("list", f"--queue={q}", "--page_size=2", "--newest_first")
+        self.assertEqual([r[0] for r in table_rows(res.stdout)[1:]], ["l5", "l4"])
+        self.assertIn("5 tasks match in all", res.stderr)
+        m = re.search(r"^more: --page_token=(\S+)$", res.stderr, re.M)
+        self.assertTrue(m, res.stderr)
+        res = self.ctl("list", f"--queue={q}", "--page_size=2", "--newest_first",
+                       f"--page_token={m.group(1)}")
+        self.assertEqual([r[0] for r in table_rows(res.stdout)[1:]], ["l3", "l2"])
+        page = json.loads(self.ok("list", "--id_prefix=l", f"--queue={q}", "--newest_first",
+                                  "--state=pending", "--json"))
+        self.assertEqual([t["spec"]["id"] for t in page["tasks"]], ["l5", "l3", "l1"])
+        self.assertEqual(int(page["total_size"]), 3)
+
         # --all follows every page.
         res = self.ctl("list", f"--queue={q}", "--page_size=2", "--all")
         self.assertEqual(res.returncode, 0, res.stderr)

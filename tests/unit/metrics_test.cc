@@ -127,6 +127,93 @@ TEST(TaskCountersTest, QueuesPastTheCapCountTogether) {
 
 // The share families are always on the page (a dashboard finds them);
 // their samples only while queues share by weight.
+TEST(QueueHistoryTest, MinuteByMinuteForTheLastHourOnly) {
+  core::TaskCounters c;
+  core::QueueHistory h;
+  core::TaskRecord t;
+  t.spec.set_queue("q");
+  auto count = [&](v1::TaskState from, v1::TaskState to, int n) {
+    for (int i = 0; i < n; ++i) c.CountTransition(t, from, to, absl::UnixEpoch());
+  };
+  const absl::Time start = absl::FromUnixSeconds(1'700'000'000);  // 22:13:20
+  const absl::Time minute0 = absl::FromUnixSeconds(1'700'000'000 / 60 * 60);
+  h.Sample(c, start);
+  count(v1::TASK_STATE_UNSPECIFIED, v1::TASK_STATE_PENDING, 3);
+  count(v1::TASK_STATE_PENDING, v1::TASK_STATE_DISPATCHED, 2);
+  h.Sample(c, start + absl::Seconds(30));  // the same minute: no snapshot
+  count(v1::TASK_STATE_RUNNING, v1::TASK_STATE_SUCCEEDED, 1);
+  h.Sample(c, minute0 + absl::Minutes(1));
+  count(v1::TASK_STATE_RUNNING, v1::TASK_STATE_FAILED, 1);
+  count(v1::TASK_STATE_PENDING, v1::TASK_STATE_CANCELLED, 1);
+
+  google::protobuf::RepeatedPtrField<v1::QueueMinute> out;
+  h.Describe("q", c, minute0 + absl::Minutes(1) + absl::Seconds(5), &out);
+  ASSERT_EQ(out.size(), 2);
+  EXPECT_EQ(out[0].start_time().seconds(), absl::ToUnixSeconds(minute0));
+  EXPECT_EQ(out[0].submitted(), 3);
+  EXPECT_EQ(out[0].dispatched(), 2);
+  EXPECT_EQ(out[0].succeeded(), 1);
+  EXPECT_EQ(out[0].failed(), 0);
+  // The current minute, counted up to now.
+  EXPECT_EQ(out[1].start_time().seconds(), absl::ToUnixSeconds(minute0 + absl::Minutes(1)));
+  EXPECT_EQ(out[1].submitted(), 0);
+  EXPECT_EQ(out[1].failed(), 1);
+  EXPECT_EQ(out[1].cancelled(), 1);
+  // A queue without counters has no history.
+  out.Clear();
+  h.Describe("other", c, minute0 + absl::Minutes(1), &out);
+  EXPECT_EQ(out.size(), 0);
+
+  // Two hours on, a sample each minute: an hour of minutes is kept and
+  // shown, the oldest dropped.
+  for (int m = 2; m <= 120; ++m) {
+    count(v1::TASK_STATE_UNSPECIFIED, v1::TASK_STATE_PENDING, m);
+    h.Sample(c, minute0 + absl::Minutes(m) + absl::Seconds(1));
+  }
+  out.Clear();
+  h.Describe("q", c, minute0 + absl::Minutes(120) + absl::Seconds(2), &out);
+  ASSERT_EQ(out.size(), core::QueueHistory::kMinutes);
+  EXPECT_EQ(out[0].start_time().seconds(), absl::ToUnixSeconds(minute0 + absl::Minutes(61)));
+  EXPECT_EQ(out[0].submitted(), 62);  // counted before the sample of minute 62
+  EXPECT_EQ(out[58].submitted(), 120);
+  EXPECT_EQ(out[59].submitted(), 0);  // minute 120 so far
+}
+
+TEST_F(MetricsTest, QueueStatsCarryTheHistoryWhenAsked) {
+  Submit("emails", {"h1", "h2"});
+  engine_->TickNow();
+  auto stats = [&](bool history) {
+    v1::GetQueueStatsRequest req;
+    req.set_queue("emails");
+    req.set_with_history(history);
+    std::promise<absl::StatusOr<v1::GetQueueStatsResponse>> done;
+    engine_->GetQueueStats(
+        req, [&](absl::StatusOr<v1::GetQueueStatsResponse> r) { done.set_value(std::move(r)); });
+    return done.get_future().get();
+  };
+  auto without = stats(false);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->queues(0).history_size(), 0);
+  auto with = stats(true);
+  ASSERT_TRUE(with.ok());
+  ASSERT_EQ(with->queues(0).history_size(), 1);  // the current minute
+  Accept("h1", 1);
+  Finish("h1", 1, v1::OUTCOME_FAILED);
+  clock_.Advance(absl::Minutes(1));
+  engine_->TickNow();
+  Submit("emails", {"h3"});
+  with = stats(true);
+  ASSERT_TRUE(with.ok());
+  ASSERT_EQ(with->queues(0).history_size(), 2);
+  EXPECT_EQ(with->queues(0).history(0).failed(), 1);  // h1
+  EXPECT_EQ(with->queues(0).history(1).submitted(), 1);
+  // The minutes add up to the counters (h2, never accepted, may have run
+  // out of time in the second minute).
+  const core::TaskCounters c = engine_->Metrics().scheduler.counters;
+  EXPECT_EQ(with->queues(0).history(0).failed() + with->queues(0).history(1).failed(),
+            c.by_queue.at("emails").ended[v1::TASK_STATE_FAILED]);
+}
+
 TEST(MetricsPageTest, QueueSharesShowWhileQueuesShareByWeight) {
   EngineMetrics m;
   for (const char* name : {"a", "b"}) {

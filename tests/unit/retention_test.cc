@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/proto_time.h"
@@ -255,6 +257,71 @@ TEST_F(RetentionTest, ListsMixTasksInMemoryAndOnDiskInSubmitOrderAcrossPages) {
   page = List(pending);
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->tasks_size(), 4 - 1);  // t2 is DISPATCHED
+}
+
+TEST_F(RetentionTest, ListsNewestFirstByIdPrefixWithTotalsAcrossMemoryAndDisk) {
+  Start();
+  Connect(1);
+  for (const char* id : {"a0", "b0", "a1", "b1", "a2", "b2"}) ASSERT_TRUE(Submit({Spec(id)}).ok());
+  Finish("a0");
+  Finish("b0");
+  Advance(kInMemory);
+  ASSERT_EQ(WhereIs("a0"), Where::kDisk);
+  ASSERT_EQ(WhereIs("b0"), Where::kDisk);
+  ASSERT_EQ(WhereIs("a1"), Where::kMemory);
+  // Every page of a listing: its ids, and the total each page said.
+  auto pages = [&](v1::ListTasksRequest req) {
+    std::vector<std::vector<std::string>> ids;
+    std::vector<int64_t> totals;
+    for (;;) {
+      auto page = List(req);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      ids.emplace_back();
+      for (const v1::Task& t : page->tasks()) ids.back().push_back(t.spec().id());
+      totals.push_back(page->total_size());
+      if (page->next_page_token().empty()) break;
+      req.set_page_token(page->next_page_token());
+    }
+    return std::make_pair(ids, totals);
+  };
+  using Ids = std::vector<std::vector<std::string>>;
+  v1::ListTasksRequest newest;
+  newest.set_newest_first(true);
+  newest.set_page_size(4);
+  auto [ids, totals] = pages(newest);
+  EXPECT_EQ(ids, (Ids{{"b2", "a2", "b1", "a1"}, {"b0", "a0"}}));
+  EXPECT_THAT(totals, ElementsAre(6, 6));
+
+  v1::ListTasksRequest prefix = newest;
+  prefix.set_id_prefix("a");
+  prefix.set_page_size(2);
+  std::tie(ids, totals) = pages(prefix);
+  EXPECT_EQ(ids, (Ids{{"a2", "a1"}, {"a0"}}));
+  EXPECT_THAT(totals, ElementsAre(3, 3));
+  prefix.set_newest_first(false);
+  std::tie(ids, totals) = pages(prefix);
+  EXPECT_EQ(ids, (Ids{{"a0", "a1"}, {"a2"}}));
+  EXPECT_THAT(totals, ElementsAre(3, 3));
+
+  // Totals from the counts by state: finished ones on disk count.
+  v1::ListTasksRequest done = newest;
+  done.add_states(v1::TASK_STATE_SUCCEEDED);
+  done.add_states(v1::TASK_STATE_DISPATCHED);
+  std::tie(ids, totals) = pages(done);
+  EXPECT_EQ(ids, (Ids{{"a1", "b0", "a0"}}));
+  EXPECT_THAT(totals, ElementsAre(3));
+  v1::ListTasksRequest none;
+  none.set_id_prefix("zzz");
+  std::tie(ids, totals) = pages(none);
+  EXPECT_EQ(ids, (Ids{{}}));
+  EXPECT_THAT(totals, ElementsAre(0));
+
+  v1::ListTasksRequest too_long;
+  too_long.set_id_prefix(std::string(129, 'a'));
+  auto refused = List(too_long);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("id_prefix is 129 bytes"));
 }
 
 TEST_F(RetentionTest, RetryAndResetReadATaskBackFromDisk) {

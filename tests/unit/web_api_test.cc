@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -94,8 +95,9 @@ class WebApiTest : public ::testing::Test {
     ASSERT_TRUE(engine_->AgentHello(conn_, h).ok());
     engine_->Sync();
     server_ = std::make_unique<HttpServer>();
-    api_ =
-        std::make_unique<Api>(engine_.get(), Api::Options{tokens, "127.0.0.1", {"head.example"}});
+    Api::Options api_opts{tokens, "127.0.0.1", {"head.example"}};
+    api_opts.output_wait = absl::Minutes(1);  // the test's fake agent answers
+    api_ = std::make_unique<Api>(engine_.get(), api_opts);
     api_->Register(server_.get());
     AddDashboard(server_.get());
     auto port = server_->Start("127.0.0.1", 0);
@@ -279,6 +281,155 @@ TEST_F(WebApiTest, TasksArePagedAndFiltered) {
   EXPECT_EQ(j.tasks(1).spec().id(), "j1-b");
   EXPECT_EQ(j.tasks(1).spec().depends_on(0), "j1-a");
   EXPECT_EQ(j.tasks(1).state(), v1::TASK_STATE_BLOCKED);
+}
+
+TEST_F(WebApiTest, TasksNewestFirstByIdPrefixWithTheirTotal) {
+  Submit("q1", {"red-1", "blue-1", "red-2", "blue-2", "red-3"});
+  auto list = [&](const std::string& query) {
+    auto res = Get("/api/v1/tasks?" + query);
+    EXPECT_TRUE(res);
+    if (!res) return std::make_pair(std::vector<std::string>{}, int64_t{-1});
+    EXPECT_EQ(res->status, 200) << res->body;
+    const auto page = FromJson<v1::ListTasksResponse>(res->body);
+    std::vector<std::string> ids;
+    for (const v1::Task& t : page.tasks()) ids.push_back(t.spec().id());
+    return std::make_pair(ids, page.total_size());
+  };
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(list("newest_first=true&page_size=2"),
+            std::make_pair(Ids{"red-3", "blue-2"}, int64_t{5}));
+  EXPECT_EQ(list("newest_first=true&id_prefix=red-"),
+            std::make_pair(Ids{"red-3", "red-2", "red-1"}, int64_t{3}));
+  EXPECT_EQ(list("id_prefix=blue&state=PENDING"),
+            std::make_pair(Ids{"blue-1", "blue-2"}, int64_t{2}));
+  // A job's tasks newest first, counted.
+  SubmitJob("j1", {{"j1-a", ""}, {"j1-b", "j1-a"}, {"j1-c", "j1-b"}});
+  EXPECT_EQ(list("job=j1&newest_first=1&page_size=2"),
+            std::make_pair(Ids{"j1-c", "j1-b"}, int64_t{3}));
+  auto bad = Get("/api/v1/tasks?newest_first=yes");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(ErrorOf(bad->body).message, HasSubstr("newest_first must be true or false"));
+}
+
+TEST_F(WebApiTest, ATasksOutputIsWhatStreamTaskOutputSendsWithoutFollow) {
+  Submit("q", {"out", "waits"});
+  v1::AgentMessage accept;
+  accept.mutable_accept()->set_task_id("out");
+  accept.mutable_accept()->set_attempt(1);
+  engine_->AgentMessage(conn_, accept);
+  engine_->Sync();
+  // Running on an agent that sends no live output: the page says so.
+  auto running = Get("/api/v1/tasks/out/output");
+  ASSERT_TRUE(running);
+  ASSERT_EQ(running->status, 200) << running->body;
+  auto snap = FromJson<v1::TaskOutputSnapshot>(running->body);
+  ASSERT_GE(snap.messages_size(), 1);
+  EXPECT_EQ(snap.messages(0).kind(), v1::StreamTaskOutputResponse::KIND_ATTEMPT_STARTED);
+  EXPECT_FALSE(snap.messages(0).note().empty());
+
+  v1::AgentMessage m;
+  m.mutable_result()->set_task_id("out");
+  m.mutable_result()->set_attempt(1);
+  m.mutable_result()->mutable_result()->set_outcome(v1::OUTCOME_SUCCEEDED);
+  m.mutable_result()->mutable_result()->set_stdout_tail("hello from out\n");
+  m.mutable_result()->mutable_result()->set_stderr_tail("a warning\n");
+  engine_->AgentMessage(conn_, m);
+  engine_->Sync();
+  // Finished: the tails its result keeps, then the end.
+  auto done = Get("/api/v1/tasks/out/output?stream=stdout");
+  ASSERT_TRUE(done);
+  ASSERT_EQ(done->status, 200) << done->body;
+  snap = FromJson<v1::TaskOutputSnapshot>(done->body);
+  std::string out;
+  for (const auto& msg : snap.messages()) {
+    if (msg.kind() == v1::StreamTaskOutputResponse::KIND_OUTPUT) out += msg.data();
+  }
+  EXPECT_EQ(out, "hello from out\n");  // stdout only
+  ASSERT_GE(snap.messages_size(), 1);
+  EXPECT_EQ(snap.messages(snap.messages_size() - 1).kind(), v1::StreamTaskOutputResponse::KIND_END);
+
+  auto unknown = Get("/api/v1/tasks/nope/output");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  auto bad = Get("/api/v1/tasks/out/output?stream=both");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(ErrorOf(bad->body).message, HasSubstr("stream must be stdout or stderr"));
+}
+
+TEST_F(WebApiTest, ARunningTasksOutputIsAskedOfItsAgent) {
+  Submit("q", {"busy"});  // a1's one slot
+  auto live = std::make_shared<testing::FakeAgentChannel>();
+  const uint64_t conn = engine_->AttachAgent(live);
+  v1::Hello h;
+  h.set_agent_id("a2");
+  h.set_slots(1);
+  h.set_live_output(true);
+  ASSERT_TRUE(engine_->AgentHello(conn, h).ok());
+  engine_->Sync();
+  Submit("q", {"talks"});
+  v1::AgentMessage accept;
+  accept.mutable_accept()->set_task_id("talks");
+  accept.mutable_accept()->set_attempt(1);
+  engine_->AgentMessage(conn, accept);
+  engine_->Sync();
+  ASSERT_EQ(Task("talks").agent_id(), "a2");
+  // The GET waits for the agent's answer to the scheduler's WatchOutput.
+  auto got = std::async(std::launch::async, [&] { return Get("/api/v1/tasks/talks/output"); });
+  auto asked = [&] {
+    for (const v1::SchedulerMessage& m : live->sent()) {
+      if (m.has_watch_output() && m.watch_output().watch()) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(asked));
+  for (const auto& [stream, offset, data, last] :
+       {std::make_tuple(v1::OUTPUT_STREAM_STDOUT, 0, "line 1\n", false),
+        std::make_tuple(v1::OUTPUT_STREAM_STDERR, 0, "oops\n", false),
+        std::make_tuple(v1::OUTPUT_STREAM_STDOUT, 7, "line 2\n", true)}) {
+    v1::AgentMessage m;
+    v1::TaskOutput* o = m.mutable_output();
+    o->set_task_id("talks");
+    o->set_attempt(1);
+    o->set_stream(stream);
+    o->set_offset(offset);
+    o->set_data(data);
+    o->set_caught_up(last);
+    engine_->AgentMessage(conn, m);
+  }
+  auto res = got.get();
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto snap = FromJson<v1::TaskOutputSnapshot>(res->body);
+  std::string out, err;
+  for (const auto& msg : snap.messages()) {
+    if (msg.kind() != v1::StreamTaskOutputResponse::KIND_OUTPUT) continue;
+    (msg.stream() == v1::OUTPUT_STREAM_STDERR ? err : out) += msg.data();
+  }
+  EXPECT_EQ(out, "line 1\nline 2\n");
+  EXPECT_EQ(err, "oops\n");
+  EXPECT_EQ(snap.messages(0).kind(), v1::StreamTaskOutputResponse::KIND_ATTEMPT_STARTED);
+  EXPECT_EQ(snap.messages(0).agent_id(), "a2");
+  EXPECT_EQ(snap.messages(snap.messages_size() - 1).kind(), v1::StreamTaskOutputResponse::KIND_END);
+}
+
+TEST_F(WebApiTest, QueuesCarryTheirLastHourWhenAsked) {
+  Submit("hist", {"h1"});
+  engine_->TickNow();
+  auto plain = Get("/api/v1/queues?queue=hist");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(FromJson<v1::GetQueueStatsResponse>(plain->body).queues(0).history_size(), 0);
+  Finish("h1", 1, v1::OUTCOME_FAILED);
+  auto with = Get("/api/v1/queues?queue=hist&history=true");
+  ASSERT_TRUE(with);
+  ASSERT_EQ(with->status, 200) << with->body;
+  const auto stats = FromJson<v1::GetQueueStatsResponse>(with->body);
+  ASSERT_EQ(stats.queues(0).history_size(), 1);
+  EXPECT_EQ(stats.queues(0).history(0).failed(), 1);
+  auto bad = Get("/api/v1/queues?history=maybe");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
 }
 
 TEST_F(WebApiTest, ATaskIsTheGetTaskMessage) {
@@ -852,6 +1003,7 @@ TEST_F(WebApiRolesTest, EachEndpointNeedsTheRoleOfItsMethod) {
       {false, "/api/v1/queues", "TaskService/GetQueueStats"},
       {false, "/api/v1/tasks", "TaskService/ListTasks"},
       {false, "/api/v1/tasks/t1", "TaskService/GetTask"},
+      {false, "/api/v1/tasks/t1/output", "TaskService/StreamTaskOutput"},
       {false, "/api/v1/jobs", "JobService/ListJobs"},
       {false, "/api/v1/jobs/j1", "JobService/GetJob"},
       {false, "/api/v1/agents", "ClusterService/ListAgents"},

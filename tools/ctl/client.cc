@@ -197,17 +197,27 @@ auto TasksOf = [](v1::ListTasksResponse* r) { return r->mutable_tasks(); };
 
 int Client::List(v1::ListTasksRequest req, bool all) {
   v1::ListTasksResponse merged;
+  int64_t total = 0;  // the last page's count of every match
   if (!FetchPages(
           std::move(req), all,
-          [this](grpc::ClientContext* ctx, const v1::ListTasksRequest& r,
-                 v1::ListTasksResponse* page) { return stub_->ListTasks(ctx, r, page); },
+          [this, &total](grpc::ClientContext* ctx, const v1::ListTasksRequest& r,
+                         v1::ListTasksResponse* page) {
+            grpc::Status s = stub_->ListTasks(ctx, r, page);
+            total = page->total_size();
+            return s;
+          },
           TasksOf, &merged)) {
     return kExitRpcFailed;
   }
+  merged.set_total_size(total);
   if (opts_.json) {
     std::cout << ToJson(merged);
   } else {
     std::cout << FormatTaskList({merged.tasks().begin(), merged.tasks().end()});
+    if (!merged.next_page_token().empty()) {
+      std::cout.flush();
+      std::cerr << total << " tasks match in all\n";
+    }
   }
   PrintMore(merged.next_page_token());
   return kExitOk;

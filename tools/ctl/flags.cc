@@ -120,6 +120,8 @@ ABSL_FLAG(int32_t, page_size, 0, "list, job list: tasks (jobs) per page, 1-1000 
 ABSL_FLAG(std::string, page_token, "", "list, job list: continue from a previous 'more:' token");
 ABSL_FLAG(bool, all, false, "list, job list: follow every page");
 ABSL_FLAG(std::string, job, "", "list, watch: only the tasks of this job");
+ABSL_FLAG(std::string, id_prefix, "", "list: only the tasks whose id starts with this");
+ABSL_FLAG(bool, newest_first, false, "list: newest first (pass it with --page_token too)");
 
 // watch.
 ABSL_FLAG(int64_t, after, 0,

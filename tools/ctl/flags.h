@@ -65,6 +65,8 @@ ABSL_DECLARE_FLAG(int32_t, page_size);
 ABSL_DECLARE_FLAG(std::string, page_token);
 ABSL_DECLARE_FLAG(bool, all);
 ABSL_DECLARE_FLAG(std::string, job);
+ABSL_DECLARE_FLAG(std::string, id_prefix);
+ABSL_DECLARE_FLAG(bool, newest_first);
 ABSL_DECLARE_FLAG(int64_t, after);
 ABSL_DECLARE_FLAG(int64_t, count);
 ABSL_DECLARE_FLAG(bool, follow);

@@ -162,14 +162,17 @@ OUTCOME, REASON (`taskgridctl get ID:r2` has all of one). A replica shows
 
 --json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
       {"list",
-       "list [--queue=Q] [--state=S,...] [--job=JOB] [--page_size=N] [--page_token=T] [--all]",
-       "List tasks in submit order, one page (100 by default)",
-       "taskgridctl list --queue=mail --state=failed,cancelled",
-       {"queue", "state", "job", "page_size", "page_token", "all"},
+       "list [--queue=Q] [--state=S,...] [--job=JOB] [--id_prefix=P] [--newest_first] "
+       "[--page_size=N] [--page_token=T] [--all]",
+       "List tasks in submit order (or newest first), one page (100 by default)",
+       "taskgridctl list --queue=mail --state=failed,cancelled --newest_first",
+       {"queue", "state", "job", "id_prefix", "newest_first", "page_size", "page_token", "all"},
        R"(States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED
 CANCELLING CANCELLED PAUSED (any case). --job=JOB lists only the tasks of that
-job. When more tasks match, stderr says "more: --page_token=TOKEN": pass it to
-get the next page, or use --all.)"},
+job; --id_prefix=P only those whose id starts with P. When more tasks match,
+stderr says how many match in all, then "more: --page_token=TOKEN": pass it
+(with the same --newest_first) to get the next page, or use --all. --json
+prints the ListTasksResponse, total_size included.)"},
       {"cancel",
        "cancel ID | cancel --queue=Q [--job=JOB] [--state=S,...] [--limit=N]",
        "Cancel a task (a running one is stopped by its agent), or every task a filter selects",
