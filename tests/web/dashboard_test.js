@@ -126,6 +126,24 @@ async function plain(page) {
       const oldest = (await row.locator('td[data-col="oldest"]').textContent()).trim();
       assert.ok(pending ? /\d+ (s|min|h|d)/.test(oldest) : oldest === "—", `${q.queue} oldest: ${oldest}`);
     }
+    // Each queue's last hour: what finished and failed, as the API counts it.
+    await until("the last hour of every queue as the API has it", async () => {
+      const now = await api("queues?history=true");
+      for (const q of now.queues) {
+        let done = 0, failed = 0;
+        for (const m of q.history || []) {
+          done += Number(m.succeeded || 0) + Number(m.failed || 0);
+          failed += Number(m.failed || 0);
+        }
+        const shown = (await page.locator(`tr[data-queue="${q.queue}"] [data-field="hour"]`).textContent().catch(() => "")).trim();
+        if (!shown.startsWith(`${done} done · ${failed} failed`)) return false;
+      }
+      return true;
+    });
+    // The failed task of "default" shows as a red bar.
+    const hour = await api("queues?queue=default&history=true");
+    assert.ok(hour.queues[0].history.some((m) => Number(m.failed || 0) > 0), JSON.stringify(hour));
+    assert.ok(await page.locator('tr[data-queue="default"] svg.hour rect.bad').count() >= 1);
   });
 
   await step("a destructive action asks first, saying what it does; dismissed, nothing changes", async () => {
@@ -185,9 +203,27 @@ async function plain(page) {
     await page.getByRole("link", { name: "Tasks", exact: true }).click();
     await until("the tasks hash", () => page.url().endsWith("#/tasks"));
     await page.locator("table#tasks").waitFor();
-    const list = await api("tasks?page_size=50");
-    const ids = await page.locator("table#tasks tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.task));
-    assert.deepEqual(ids, list.tasks.map((t) => t.spec.id));
+    // Newest first by default, with the count of every match.
+    const rowIds = () => page.locator("table#tasks tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.task));
+    const list = await api("tasks?page_size=50&newest_first=true");
+    assert.deepEqual(await rowIds(), list.tasks.map((t) => t.spec.id));
+    assert.ok(list.tasks.length >= 2);
+    assert.ok(Date.parse(list.tasks[0].create_time) >= Date.parse(list.tasks[list.tasks.length - 1].create_time));
+    assert.match(await page.locator("#task-count").textContent(), new RegExp(`^${Number(list.total_size)} tasks match`));
+    // Nothing a page leaves out shows as a word.
+    assert.doesNotMatch(await page.locator("#main").innerText(), /\b(null|undefined)\b/);
+    // Oldest first, and by id prefix: what the API lists the same way.
+    await page.locator('select[name="order"]').selectOption("oldest");
+    await page.locator('input[name="id"]').fill("b1-");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await until("the prefix and order in the URL", () => page.url().includes("id=b1-") && page.url().includes("order=oldest"));
+    const b1 = await api("tasks?id_prefix=b1-");
+    assert.equal(Number(b1.total_size), 5);
+    await until("only b1- tasks, oldest first", async () =>
+      JSON.stringify(await rowIds()) === JSON.stringify(b1.tasks.map((t) => t.spec.id)));
+    assert.match(await page.locator("#task-count").textContent(), /^5 tasks match · 5 on this page · oldest first/);
+    await page.goto(`${BASE}#/tasks`);
+    await page.locator("table#tasks").waitFor();
     // Several states at once.
     await page.locator('select[name="state"]').selectOption(["FAILED", "CANCELLED"]);
     await page.getByRole("button", { name: "Filter" }).click();
@@ -288,6 +324,27 @@ async function plain(page) {
     assert.ok(await page.evaluate(() => document.activeElement.tagName === "SUMMARY" &&
       document.activeElement.closest("details").dataset.output === "1"), "focus kept");
     await shot(page, "task");
+  });
+
+  await step("a running task's page shows its output live, as it grows", async () => {
+    ctl("submit", "--id=ticker", "--queue=live", "--", "/bin/sh", "-c",
+      "i=0; while [ $i -lt 120 ]; do i=$((i+1)); echo tick $i; echo warn $i >&2; sleep 0.5; done");
+    await page.goto(`${BASE}#/task/ticker`);
+    const out = page.locator('#live-output pre[data-live="stdout"]');
+    const ticks = async () => {
+      const m = (await out.textContent().catch(() => "")).match(/tick (\d+)\n?$/);
+      return m ? Number(m[1]) : 0;
+    };
+    await until("the first ticks on the page", async () => (await ticks()) >= 2);
+    const first = await ticks();
+    // More comes without a reload, the same lines logs would show.
+    await until("later ticks", async () => (await ticks()) >= first + 3);
+    assert.match(await page.locator('#live-output pre[data-live="stderr"]').textContent(), /warn 1\n/);
+    assert.match(await page.locator("#live-output").textContent(), /attempt 1 on web-[ab]/);
+    await shot(page, "live-output");
+    ctl("cancel", "ticker");
+    await until("no live panel once it ended", async () =>
+      (await badgeOf(page, "h1")) === "CANCELLED" && (await page.locator("#live-output").count()) === 0);
   });
 
   await step("cancel a running task by its button", async () => {

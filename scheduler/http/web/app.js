@@ -214,7 +214,7 @@
 
   // ---- pages ----
   async function queuesPage() {
-    const [stats, cluster] = await Promise.all([api("queues"), api("cluster")]);
+    const [stats, cluster] = await Promise.all([api("queues", { query: { history: "true" } }), api("cluster")]);
     const queues = stats.queues || [];
     const tasks = cluster.tasks || {};
     const cards = h("div", { class: "cards" },
@@ -247,6 +247,7 @@
         h("td", {}, stateChips(q.counts, TASK_STATES, (st) => link("tasks", { queue: q.queue, state: st }))),
         h("td", { class: "num", "data-col": "backlog" }, pending),
         h("td", { "data-col": "oldest" }, q.oldest_pending_time ? since(q.oldest_pending_time) : "—"),
+        h("td", { "data-col": "hour" }, hourChart(q)),
         h("td", {}, controls.length ? h("div", { class: "chips" }, controls) : h("span", { class: "muted" }, "running")),
         h("td", {}, h("div", { class: "actions" },
           s.paused
@@ -260,8 +261,49 @@
       h("table", { class: "list", id: "queues" },
         h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", { class: "num" }, "Length"),
           h("th", { class: "num" }, "Max"), h("th", {}, "Tasks by state"), h("th", { class: "num" }, "Backlog"),
-          h("th", {}, "Oldest pending"), h("th", {}, "Controls"), h("th", {}, ""))),
+          h("th", {}, "Oldest pending"), h("th", {}, "Last hour"), h("th", {}, "Controls"), h("th", {}, ""))),
         h("tbody", {}, rows))];
+  }
+
+  // A queue's last hour, a bar a minute: tasks finished (succeeded, and
+  // failed in red on top), with the totals and the failure rate in words.
+  const SVG = "http://www.w3.org/2000/svg";
+  function hourChart(q) {
+    const minutes = q.history || [];
+    if (!minutes.length) return h("span", { class: "muted" }, "—");
+    let done = 0, failed = 0, submitted = 0, peak = 1;
+    for (const m of minutes) {
+      done += num(m.succeeded) + num(m.failed);
+      failed += num(m.failed);
+      submitted += num(m.submitted);
+      peak = Math.max(peak, num(m.succeeded) + num(m.failed));
+    }
+    const W = 120, H = 28, bar = W / 60;
+    const now = Date.now();
+    const svg = document.createElementNS(SVG, "svg");
+    const words = `${done} finished, ${failed} failed${done ? ` (${Math.round((100 * failed) / done)}%)` : ""}, ${submitted} submitted in the last hour`;
+    for (const [k, v] of Object.entries({ width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "hour", role: "img", "aria-label": words })) {
+      svg.setAttribute(k, v);
+    }
+    const rect = (x, y, width, height, cls) => {
+      const r = document.createElementNS(SVG, "rect");
+      for (const [k, v] of Object.entries({ x, y, width, height, class: cls })) r.setAttribute(k, v);
+      svg.appendChild(r);
+    };
+    rect(0, H - 1, W, 1, "axis");
+    for (const m of minutes) {
+      // Minutes ago, from the right edge.
+      const back = Math.floor((now - new Date(m.start_time).getTime()) / 60000);
+      if (back < 0 || back >= 60) continue;
+      const x = W - (back + 1) * bar;
+      const ok = (num(m.succeeded) / peak) * (H - 2);
+      const bad = (num(m.failed) / peak) * (H - 2);
+      const w = Math.max(1, bar - 0.5);
+      if (ok) rect(x, H - 1 - ok, w, ok, "ok");
+      if (bad) rect(x, H - 1 - ok - bad, w, bad, "bad");
+    }
+    return h("div", { class: "hour" }, svg, h("div", { class: "muted small", "data-field": "hour" },
+      `${done} done · ${failed} failed${done ? ` (${((100 * failed) / done).toFixed(1)}%)` : ""}`));
   }
 
   function card(label, value, sub) {
@@ -271,24 +313,33 @@
 
   async function tasksPage(params) {
     const filter = { queue: params.get("queue") || "", state: params.get("state") || "",
-      job: params.get("job") || "", page_token: params.get("page_token") || "" };
+      job: params.get("job") || "", id: params.get("id") || "", order: params.get("order") || "",
+      page_token: params.get("page_token") || "" };
     const chosen = filter.state ? filter.state.split(",") : [];
+    const oldestFirst = filter.order === "oldest";
     const [page, stats, job] = await Promise.all([
-      api("tasks", { query: { ...filter, page_size: 50 } }),
+      api("tasks", { query: { queue: filter.queue, state: filter.state, job: filter.job,
+        id_prefix: filter.id, newest_first: oldestFirst ? "" : "true",
+        page_token: filter.page_token, page_size: 50 } }),
       api("queues").catch(() => ({ queues: [] })),
       filter.job ? api(`jobs/${encodeURIComponent(filter.job)}`).catch(() => null) : null,
     ]);
     const form = h("form", { class: "filters", id: "task-filters", onsubmit: (ev) => {
       ev.preventDefault();
       const f = new FormData(ev.target);
-      location.hash = link("tasks", { queue: f.get("queue").trim(), state: f.getAll("state").join(","), job: f.get("job").trim() });
+      location.hash = link("tasks", { id: f.get("id").trim(), queue: f.get("queue").trim(),
+        state: f.getAll("state").join(","), job: f.get("job").trim(), order: f.get("order") });
     } },
+    h("label", {}, "ID starts with", h("input", { name: "id", value: filter.id, placeholder: "any", spellcheck: "false" })),
     h("label", {}, "Queue", h("input", { name: "queue", value: filter.queue, list: "queue-names", placeholder: "any" }),
       h("datalist", { id: "queue-names" }, (stats.queues || []).map((q) => h("option", { value: q.queue })))),
     h("label", {}, "States", h("select", { name: "state", multiple: true, size: 4,
       title: "Ctrl-click or Shift-click for several; none: any" },
     TASK_STATES.map((s) => h("option", { value: s, selected: chosen.includes(s) }, s)))),
     h("label", {}, "Job", h("input", { name: "job", value: filter.job, placeholder: "any" })),
+    h("label", {}, "Order", h("select", { name: "order" },
+      h("option", { value: "", selected: !oldestFirst }, "newest first"),
+      h("option", { value: "oldest", selected: oldestFirst }, "oldest first"))),
     h("button", { type: "submit", class: "primary" }, "Filter"),
     h("a", { href: "#/tasks" }, "Clear"));
     const tasks = page.tasks || [];
@@ -306,8 +357,10 @@
           h("td", {}, ago(t.update_time)),
           h("td", { class: "reason", title: t.reason }, t.reason || ""));
       }))) : h("div", { class: "empty" }, "No task matches.");
+    const total = num(page.total_size);
     const pager = h("div", { class: "pager" },
-      `${tasks.length} task${tasks.length === 1 ? "" : "s"} on this page`,
+      h("span", { id: "task-count" }, `${total.toLocaleString("en-US")} task${total === 1 ? "" : "s"} match`,
+        ` · ${tasks.length} on this page · ${oldestFirst ? "oldest" : "newest"} first`),
       filter.page_token ? h("a", { href: link("tasks", { ...filter, page_token: "" }) }, "First page") : null,
       page.next_page_token ? h("a", { id: "next-page", href: link("tasks", { ...filter, page_token: page.next_page_token }) }, "Next page →") : null);
     return [h("h1", {}, "Tasks"), form, bulkActions(filter, chosen, stats, job), body, pager];
@@ -325,7 +378,8 @@
       warn: " Their records, attempts and output are removed for good." },
   ];
   function bulkActions(filter, chosen, stats, job) {
-    if (!filter.queue && !filter.job) return null;
+    // The bulk calls select by queue or job and states only.
+    if ((!filter.queue && !filter.job) || filter.id) return null;
     // The counts by state of what the filter names: the job's, else the queue's.
     const queue = (stats.queues || []).find((q) => q.queue === filter.queue);
     const counts = (job ? job.counts : queue && queue.counts) || {};
@@ -383,6 +437,42 @@
   }
 
   const openOutputs = new Set();  // "TASK#ATTEMPT" whose output is unfolded
+
+  // A running task's output as its agent holds it now (the newest 64 KiB
+  // of each stream), from the same source as `taskgridctl logs -f`; the
+  // panel is fetched again every second while the task runs.
+  async function liveOutput(id) {
+    const snap = await api(`tasks/${encodeURIComponent(id)}/output`)
+      .catch((e) => ({ error: `${e.code}: ${e.message}` }));
+    const streams = { STDOUT: "", STDERR: "" };
+    const ends = { STDOUT: -1, STDERR: -1 };
+    const notes = [];
+    let attempt = "";
+    for (const m of snap.messages || []) {
+      const kind = (m.kind || "").replace(/^KIND_/, "");
+      if (kind === "ATTEMPT_STARTED") {
+        attempt = `attempt ${m.attempt} on ${m.agent_id || "?"}`;
+        streams.STDOUT = streams.STDERR = "";
+        ends.STDOUT = ends.STDERR = -1;
+      }
+      if (m.note) notes.push(m.note);
+      if (kind !== "OUTPUT") continue;
+      const which = (m.stream || "").replace(/^OUTPUT_STREAM_/, "") === "STDERR" ? "STDERR" : "STDOUT";
+      const offset = num(m.offset);
+      const text = text64(m.data);
+      if (ends[which] >= 0 && offset > ends[which]) streams[which] += `\n[… ${offset - ends[which]} bytes not held …]\n`;
+      else if (ends[which] < 0 && offset > 0) streams[which] += `[… ${offset} earlier bytes not held …]\n`;
+      streams[which] += text;
+      ends[which] = offset + (m.data ? atob(m.data).length : 0);
+    }
+    const box = (label, text) => [h("h3", {}, label),
+      text ? h("pre", { class: "out", tabindex: 0, "data-live": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(nothing yet)")];
+    return h("div", { class: "panel", id: "live-output", "data-task": id },
+      h("div", { class: "muted" }, attempt || "waiting for its attempt to start", " · updated every second"),
+      snap.error ? h("div", { class: "error" }, snap.error) : null,
+      notes.map((n) => h("div", { class: "muted", "data-field": "note" }, n)),
+      box("Stdout", streams.STDOUT), box("Stderr", streams.STDERR));
+  }
 
   async function taskPage(id) {
     const t = await api(`tasks/${encodeURIComponent(id)}`);
@@ -456,9 +546,11 @@
         h("td", { class: "reason", title: a.result && a.result.error }, (a.result && a.result.error) || ""),
         h("td", {}, output(a))))))
       : h("div", { class: "muted" }, "No finished attempt.");
+    const running = ["DISPATCHED", "RUNNING", "CANCELLING"].includes(st);
     return [
       h("h1", {}, "Task ", h("span", { class: "id" }, id), badge(st)),
       actions,
+      ...(running ? [h("h2", {}, "Live output"), await liveOutput(id)] : []),
       h("div", { class: "grid2" },
         h("div", {}, h("h2", {}, "Status"), h("div", { class: "panel" }, h("dl", { class: "facts", id: "facts" },
           facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])))),
@@ -729,8 +821,9 @@
     // same control in it, and the scroll position stays.
     const focus = focusKey(document.activeElement);
     const [x, y] = [window.scrollX, window.scrollY];
-    $("#main").replaceChildren(...[content].flat());
+    $("#main").replaceChildren(...[content].flat().filter((n) => n !== null && n !== undefined));
     window.scrollTo(x, y);
+    $("#main").querySelectorAll("#live-output pre").forEach((p) => { p.scrollTop = p.scrollHeight; });
     if (focus) {
       const again = [...$("#main").querySelectorAll(focus.tag)].find((n) => focusKey(n)?.key === focus.key);
       if (again) again.focus({ preventScroll: true });
@@ -761,6 +854,19 @@
   setInterval(() => {
     if (document.visibilityState === "visible" && $("#signin").hidden && !busy()) refresh();
   }, REFRESH_MS);
+  // A running task's live output, between the page's refreshes.
+  setInterval(async () => {
+    const panel = $("#live-output");
+    if (!panel || document.visibilityState !== "visible" || busy()) return;
+    const seq = rendering;
+    const next = await liveOutput(panel.dataset.task);
+    const now = $("#live-output");
+    if (seq !== rendering || !now || now.dataset.task !== next.dataset.task) return;
+    // Scrolled to the end, a box follows what comes; else it stays put.
+    const follow = [...now.querySelectorAll("pre")].map((p) => p.scrollTop + p.clientHeight >= p.scrollHeight - 4);
+    now.replaceWith(next);
+    next.querySelectorAll("pre").forEach((p, i) => { if (follow[i] !== false) p.scrollTop = p.scrollHeight; });
+  }, 1000);
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "visible") refresh();
   });
