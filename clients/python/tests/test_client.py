@@ -86,6 +86,9 @@ def test_list_pages_through_everything(client):
     ids = [t.spec.id for t in client.list(queue="lq", states=["PENDING"], page_size=10)]
     assert sorted(ids) == sorted(f"py-l{i}" for i in range(25))
     assert list(client.list(queue="lq", states=["SUCCEEDED"])) == []
+    newest = [t.spec.id for t in client.list(queue="lq", id_prefix="py-l1", newest_first=True,
+                                             page_size=4)]
+    assert newest == [f"py-l{i}" for i in range(19, 9, -1)] + ["py-l1"]
 
 
 def test_a_job_runs_in_dependency_order(cluster, client):

@@ -288,15 +288,25 @@ export class Client {
     }
   }
 
-  /** Every task matching, page by page. */
-  async *list(filter: { queue?: string; states?: string[]; job_id?: string; page_size?: number } = {}): AsyncGenerator<Task> {
+  /** Every task matching, page by page, in submit order or newest first. */
+  async *list(
+    filter: { queue?: string; states?: string[]; job_id?: string; id_prefix?: string; newest_first?: boolean; page_size?: number } = {},
+  ): AsyncGenerator<Task> {
     let page_token = "";
     const states = (filter.states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
     for (;;) {
       const resp = await this.call(
         "TaskService",
         "ListTasks",
-        { queue: filter.queue ?? "", states, job_id: filter.job_id ?? "", page_size: filter.page_size ?? 500, page_token },
+        {
+          queue: filter.queue ?? "",
+          states,
+          job_id: filter.job_id ?? "",
+          id_prefix: filter.id_prefix ?? "",
+          newest_first: filter.newest_first ?? false,
+          page_size: filter.page_size ?? 500,
+          page_token,
+        },
         { repeatable: true },
       );
       for (const t of resp.tasks) yield t as Task;

@@ -52,6 +52,9 @@ test("wait times out while nothing runs the task; list pages through all", () =>
     const ids: string[] = [];
     for await (const t of client.list({ queue: "lq", states: ["PENDING"], page_size: 10 })) ids.push(t.spec.id);
     assert.equal(ids.length, 25);
+    const newest: string[] = [];
+    for await (const t of client.list({ queue: "lq", id_prefix: "ts-l1", newest_first: true, page_size: 4 })) newest.push(t.spec.id);
+    assert.deepEqual(newest, [...Array.from({ length: 10 }, (_, i) => `ts-l${19 - i}`), "ts-l1"]);
     assert.equal(stateName((await client.cancel("ts-l0")).state), "CANCELLED");
     // Claim a named task; a second claim of it says why not.
     const claims = await client.claim("", "w1", { taskId: "ts-l7" });
