@@ -270,6 +270,9 @@ int BuildSubmit(const std::vector<std::string>& words, bool has_dashdash,
   auto labels = taskgrid::ctl::ParseKeyValues("labels", absl::GetFlag(FLAGS_labels));
   if (!labels.ok()) return UsageError(std::string(labels.status().message()));
   for (const auto& [k, v] : *labels) (*spec->mutable_placement()->mutable_required_labels())[k] = v;
+  auto own = taskgrid::ctl::ParseKeyValues("task_labels", absl::GetFlag(FLAGS_task_labels));
+  if (!own.ok()) return UsageError(std::string(own.status().message()));
+  for (const auto& [k, v] : *own) (*spec->mutable_labels())[k] = v;
   for (const std::string& a : taskgrid::ctl::ParseList(absl::GetFlag(FLAGS_agents))) {
     spec->mutable_placement()->add_agent_ids(a);
   }
@@ -294,6 +297,9 @@ int BuildList(v1::ListTasksRequest* req) {
   req->set_job_id(absl::GetFlag(FLAGS_job));
   req->set_id_prefix(absl::GetFlag(FLAGS_id_prefix));
   req->set_newest_first(absl::GetFlag(FLAGS_newest_first));
+  auto labels = taskgrid::ctl::ParseKeyValues("task_labels", absl::GetFlag(FLAGS_task_labels));
+  if (!labels.ok()) return UsageError(std::string(labels.status().message()));
+  for (const auto& [k, v] : *labels) (*req->mutable_labels())[k] = v;
   if (int rc = ParseStates(req->mutable_states()); rc != kExitOk) return rc;
   if (absl::GetFlag(FLAGS_page_size) < 0) return UsageError("--page_size is negative");
   req->set_page_size(absl::GetFlag(FLAGS_page_size));

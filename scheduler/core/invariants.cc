@@ -328,6 +328,7 @@ absl::Status Scheduler::CheckInvariants() const {
     ++counts[*c->queue][c->state];
     if (c->job == nullptr && !c->replica) ++should_expire;
   }
+  if (const std::string bad = table_.CheckLabelSets(); !bad.empty()) return fail(bad);
   for (const auto& [id, j] : table_.jobs()) {
     if (j->tasks.empty() && !j->cold.empty()) ++should_expire;
   }

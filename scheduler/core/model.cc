@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -105,6 +107,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
     r.replica = !t.spec.replica_of().empty();
     r.has_replicas = ReplicaCount(t.spec) > 0;
     r.unique_key = t.spec.unique_key();
+    r.labels = EncodeLabels(t.spec.labels());
   }
   return r;
 }
@@ -205,6 +208,26 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
 
 std::string ReplicaId(const std::string& task_id, int32_t n) {
   return absl::StrCat(task_id, ":r", n);
+}
+
+std::string EncodeLabels(const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.empty()) return "";
+  std::vector<std::pair<absl::string_view, absl::string_view>> sorted(labels.begin(), labels.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::string out;
+  for (const auto& [k, v] : sorted) {
+    absl::StrAppend(&out, out.empty() ? "" : "\n", k, "=", v);
+  }
+  return out;
+}
+
+bool HasLabels(const v1::TaskSpec& spec,
+               const std::vector<std::pair<std::string, std::string>>& want) {
+  for (const auto& [k, v] : want) {
+    auto it = spec.labels().find(k);
+    if (it == spec.labels().end() || it->second != v) return false;
+  }
+  return true;
 }
 
 }  // namespace taskgrid::core

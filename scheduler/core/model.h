@@ -81,6 +81,20 @@ inline int32_t ReplicaCount(const v1::TaskSpec& spec) {
 // The id of replica n (from 1) of a task: "<id>:r<n>".
 std::string ReplicaId(const std::string& task_id, int32_t n);
 
+// Labels a task may carry (TaskSpec.labels).
+inline constexpr int kMaxTaskLabels = 16;
+
+// A task's labels as the stores keep them beside the spec, so an index of
+// tasks on disk can be searched without reading specs: "key=value" lines
+// in key order, joined by "\n" ("" for none). Keys are names (no '=' or
+// '\n') and values hold no control characters (CheckTaskLabels), so a
+// line is always one whole label.
+std::string EncodeLabels(const google::protobuf::Map<std::string, std::string>& labels);
+
+// Whether `t` carries every one of `want` with the same value.
+bool HasLabels(const v1::TaskSpec& spec,
+               const std::vector<std::pair<std::string, std::string>>& want);
+
 struct TaskRecord {
   v1::TaskSpec spec;
   int64_t seq = 0;  // submit order, unique and increasing
@@ -195,6 +209,7 @@ struct ColdTask {
   v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
   bool replica = false;       // one of a task's replicas (goes with its task)
   bool has_replicas = false;  // its replicas go with it
+  uint32_t labels = 0;        // its label set, interned by the TaskTable (0: none)
   size_t id_hash = 0;         // absl::Hash of `id`, kept for the index's rehashes
 };
 
@@ -267,9 +282,10 @@ struct TaskRow {
   // reading specs.
   std::string unique_key;
   int64_t unique_until_us = 0;
+  std::string labels;  // EncodeLabels of the spec's (set on insert)
   // Set by a scan that reads finished tasks' rows light (Store::ScanTasks):
   // only id, seq, queue, state, attempt, create_us, update_us, job_id,
-  // unique_key, unique_until_us and the two replica flags are filled.
+  // unique_key, unique_until_us, labels and the two replica flags are filled.
   bool light = false;
   bool replica = false;       // light rows: the spec names replica_of
   bool has_replicas = false;  // light rows: the spec asks for replicas

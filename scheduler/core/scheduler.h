@@ -74,6 +74,8 @@ struct ListFilter {
   std::string job_id;                 // empty: all
   std::vector<v1::TaskState> states;  // empty: all
   std::string id_prefix;              // empty: all
+  // Only tasks carrying every one of these (TaskSpec.labels); empty: all.
+  std::vector<std::pair<std::string, std::string>> labels;
   int page_size = 100;
   // From the page token: the seq of the previous page's last task (0: the
   // first page). The page starts after it, or before it newest first.

@@ -55,7 +55,63 @@ const ColdTask* TaskTable::FindCold(absl::string_view id) const {
   return it == cold_.end() ? nullptr : *it;
 }
 
-const ColdTask* TaskTable::FileCold(ColdTask c) {
+uint32_t TaskTable::InternLabels(absl::string_view labels) {
+  if (labels.empty()) return 0;
+  const std::string lines = absl::StrCat("\n", labels, "\n");
+  auto it = label_index_.find(lines);
+  if (it != label_index_.end()) {
+    ++label_sets_[it->second].refs;
+    return it->second;
+  }
+  uint32_t index;
+  if (label_free_.empty()) {
+    index = static_cast<uint32_t>(label_sets_.size());
+    label_sets_.emplace_back();
+  } else {
+    index = label_free_.back();
+    label_free_.pop_back();
+  }
+  label_sets_[index] = LabelSet{lines, 1};
+  label_index_.emplace(label_sets_[index].lines, index);
+  return index;
+}
+
+void TaskTable::ReleaseLabels(uint32_t index) {
+  if (index == 0) return;
+  LabelSet& set = label_sets_[index];
+  if (--set.refs > 0) return;
+  label_index_.erase(set.lines);
+  set = LabelSet();
+  label_free_.push_back(index);
+}
+
+std::string TaskTable::CheckLabelSets() const {
+  std::vector<int64_t> refs(label_sets_.size());
+  for (const auto& [seq, c] : cold_by_seq_) {
+    if (c->labels >= refs.size()) return absl::StrCat("task ", c->id, " has no label set");
+    ++refs[c->labels];
+  }
+  size_t in_use = 0;
+  for (uint32_t i = 1; i < label_sets_.size(); ++i) {
+    const LabelSet& set = label_sets_[i];
+    if (set.refs != refs[i]) {
+      return absl::StrCat("label set ", i, " counts ", set.refs, " tasks, not ", refs[i]);
+    }
+    if (set.refs == 0) continue;
+    ++in_use;
+    auto it = label_index_.find(set.lines);
+    if (it == label_index_.end() || it->second != i) {
+      return absl::StrCat("label set ", i, " is not found by its lines");
+    }
+  }
+  if (in_use != label_index_.size() || in_use + label_free_.size() + 1 != label_sets_.size()) {
+    return absl::StrCat(label_index_.size(), " label sets indexed, ", in_use, " in use, ",
+                        label_free_.size(), " free, of ", label_sets_.size());
+  }
+  return "";
+}
+
+const ColdTask* TaskTable::FileCold(ColdTask c, absl::string_view labels) {
   c.id_hash = ColdHash()(absl::string_view(c.id));
   ColdTask* slot;
   if (cold_free_.empty()) {
@@ -71,11 +127,13 @@ const ColdTask* TaskTable::FileCold(ColdTask c) {
     return nullptr;
   }
   cold_by_seq_.emplace_hint(cold_by_seq_.end(), slot->seq, slot);
+  slot->labels = InternLabels(labels);
   return slot;
 }
 
 void TaskTable::UnfileCold(const ColdTask* c) {
   ColdTask* slot = const_cast<ColdTask*>(c);
+  ReleaseLabels(slot->labels);
   cold_by_seq_.erase(slot->seq);
   cold_.erase(slot);
   *slot = ColdTask();  // lets go of its id's buffer
@@ -109,9 +167,10 @@ void TaskTable::Evict(TaskRecord& t) {
                  absl::StrCat("task ", t.id(), " cannot leave memory alone"));
   ColdTask c = ColdOf(t);
   c.queue = Intern(t.queue());
+  const std::string labels = EncodeLabels(t.spec.labels());
   by_seq_.erase(t.seq);
   tasks_.erase(t.id());  // frees `t`
-  TASKGRID_CHECK(FileCold(std::move(c)) != nullptr, "a task went to disk twice");
+  TASKGRID_CHECK(FileCold(std::move(c), labels) != nullptr, "a task went to disk twice");
 }
 
 void TaskTable::EvictJob(JobRecord& j) {
@@ -121,10 +180,11 @@ void TaskTable::EvictJob(JobRecord& j) {
                                                       " cannot leave memory unfinished"));
     ColdTask c = ColdOf(*t);
     c.queue = Intern(t->queue());
+    const std::string labels = EncodeLabels(t->spec.labels());
     j.cold.push_back(t->seq);
     by_seq_.erase(t->seq);
     tasks_.erase(t->id());
-    TASKGRID_CHECK(FileCold(std::move(c)) != nullptr, "a task went to disk twice");
+    TASKGRID_CHECK(FileCold(std::move(c), labels) != nullptr, "a task went to disk twice");
   }
   j.tasks.clear();
   std::sort(j.cold.begin(), j.cold.end());
@@ -150,7 +210,7 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
   if (!row.job_id.empty()) {
     c.job = &FindOrAddJob(row.job_id, row.seq, FromUnixMicrosOrZero(row.create_us));
   }
-  const ColdTask* in = FileCold(std::move(c));
+  const ColdTask* in = FileCold(std::move(c), row.labels);
   if (in == nullptr) return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
   ++counts_[*in->queue][in->state];
   if (in->job != nullptr) {

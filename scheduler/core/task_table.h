@@ -64,6 +64,12 @@ class TaskTable {
   // Submit order.
   const absl::btree_map<int64_t, const ColdTask*>& cold_by_seq() const { return cold_by_seq_; }
   size_t cold_size() const { return cold_by_seq_.size(); }
+  // The labels of a task on disk: its EncodeLabels lines with a "\n" at
+  // both ends, so a label is found whole as "\nkey=value\n"; "" for none.
+  absl::string_view LabelsOf(const ColdTask& c) const { return label_sets_[c.labels].lines; }
+  // For CheckInvariants: "" when every label set is counted by exactly
+  // the tasks on disk that carry it and found by its lines; else what is wrong.
+  std::string CheckLabelSets() const;
   // `t` (finished, in no job, linked to nothing in memory) leaves memory;
   // a ColdTask takes its place.
   void Evict(TaskRecord& t);
@@ -169,15 +175,27 @@ class TaskTable {
       return Key(a) == Key(b);
     }
   };
-  // Files `c` in the indexes, from the pool; nullptr (nothing filed) when
-  // its id is on disk already.
-  const ColdTask* FileCold(ColdTask c);
+  // Files `c` with its labels (EncodeLabels) in the indexes, from the pool;
+  // nullptr (nothing filed) when its id is on disk already.
+  const ColdTask* FileCold(ColdTask c, absl::string_view labels);
   // Takes `c` out of the indexes; its slot goes back to the pool.
   void UnfileCold(const ColdTask* c);
   std::deque<ColdTask> cold_pool_;
   std::vector<ColdTask*> cold_free_;  // slots of cold_pool_ not in use
   absl::flat_hash_set<ColdTask*, ColdHash, ColdEq> cold_;
   absl::btree_map<int64_t, const ColdTask*> cold_by_seq_;
+  // Label sets of tasks on disk, each kept once however many tasks carry
+  // it, and freed with the last of them (tasks labelled one by one would
+  // otherwise keep every set they ever had). Entry 0 is "no labels".
+  struct LabelSet {
+    std::string lines;  // LabelsOf's form
+    int64_t refs = 0;
+  };
+  uint32_t InternLabels(absl::string_view labels);
+  void ReleaseLabels(uint32_t index);
+  std::deque<LabelSet> label_sets_{LabelSet()};  // stable: label_index_ views the lines
+  std::vector<uint32_t> label_free_;
+  absl::flat_hash_map<absl::string_view, uint32_t> label_index_;
   absl::node_hash_set<std::string> queue_names_;
   const std::string* last_interned_ = nullptr;  // into queue_names_
   // B-trees: a node per ~10 entries instead of a node (a malloc) per task.

@@ -1,5 +1,6 @@
 #include "scheduler/core/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -176,6 +177,28 @@ absl::Status CheckLabels(absl::string_view field,
     if (v.size() > kMaxLabelValueBytes) {
       return absl::InvalidArgumentError(absl::StrCat(field, "[", k, "] is ", v.size(),
                                                      " bytes; the limit is ", kMaxLabelValueBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTaskLabels(const FieldPath& field,
+                             const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > kMaxTaskLabels) {
+    return Invalid(field,
+                   absl::StrCat("has ", labels.size(), " entries; the limit is ", kMaxTaskLabels));
+  }
+  for (const auto& [k, v] : labels) {
+    if (absl::Status s = CheckNameAt(FieldPath(field, "key"), k, kMaxIdLength); !s.ok()) return s;
+    if (v.size() > kMaxLabelValueBytes) {
+      const std::string name = absl::StrCat(field.str(), "[", k, "]");
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is ", v.size(), " bytes; the limit is ", kMaxLabelValueBytes));
+    }
+    if (std::any_of(v.begin(), v.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      const std::string name = absl::StrCat(field.str(), "[", k, "]");
+      return absl::InvalidArgumentError(absl::StrCat(name, " holds a control character"));
     }
   }
   return absl::OkStatus();
@@ -366,6 +389,7 @@ absl::Status ValidateSpec(const v1::TaskSpec& spec, const SchedulerOptions& opts
       return Invalid(FieldPath(f, name), "is too long");
     }
   }
+  if (absl::Status s = CheckTaskLabels(FieldPath(f, "labels"), spec.labels()); !s.ok()) return s;
   for (int i = 0; i < p.agent_ids_size(); ++i) {
     if (absl::Status s =
             CheckNameAt(FieldPath(f, "placement.agent_ids", i), p.agent_ids(i), kMaxIdLength);

@@ -58,6 +58,12 @@ absl::Status ValidateWaitForWork(const v1::WaitForWorkRequest& req);
 // at most kMaxLabelValueBytes. `field` names them ("hello.labels").
 absl::Status CheckLabels(absl::string_view field,
                          const google::protobuf::Map<std::string, std::string>& labels);
+// A task's labels (TaskSpec.labels), or the labels a listing asks for:
+// at most kMaxTaskLabels, keys valid names, values at most
+// kMaxLabelValueBytes without control characters (so "key=value" lines
+// hold them whole: EncodeLabels).
+absl::Status CheckTaskLabels(const FieldPath& field,
+                             const google::protobuf::Map<std::string, std::string>& labels);
 
 // Checks one spec; `field` prefixes the messages (e.g. "tasks[3]").
 // An empty id is allowed (the scheduler generates one).

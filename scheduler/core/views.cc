@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/core/state_machine.h"
@@ -205,10 +206,22 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     return (filter.queue.empty() || queue == filter.queue) &&
            (states.empty() || states.contains(state)) && absl::StartsWith(id, filter.id_prefix);
   };
+  // A task on disk carries a label when its lines hold "\nkey=value\n".
+  std::vector<std::string> label_lines;
+  for (const auto& [k, v] : filter.labels)
+    label_lines.push_back(absl::StrCat("\n", k, "=", v, "\n"));
+  auto matches_hot = [&](const TaskRecord& t) {
+    return matches(t.id(), t.queue(), t.state) && HasLabels(t.spec, filter.labels);
+  };
+  auto matches_cold = [&](const ColdTask& c) {
+    if (!matches(c.id, *c.queue, c.state)) return false;
+    const absl::string_view lines = table_.LabelsOf(c);
+    return std::all_of(label_lines.begin(), label_lines.end(),
+                       [&](const std::string& l) { return absl::StrContains(lines, l); });
+  };
   // Returns false when the page is full: there is one more.
-  auto offer = [&](const std::string& id, const std::string& queue, v1::TaskState state,
-                   const TaskRecord* t, int64_t seq) {
-    if (!matches(id, queue, state)) return true;
+  auto offer = [&](bool match, const TaskRecord* t, int64_t seq) {
+    if (!match) return true;
     if (static_cast<int>(page.tasks.size()) >= filter.page_size) {
       page.next_after_seq = page.seqs.back();
       return false;
@@ -217,10 +230,8 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     page.seqs.push_back(seq);
     return true;
   };
-  auto take = [&](const TaskRecord* t) { return offer(t->id(), t->queue(), t->state, t, t->seq); };
-  auto take_cold = [&](const ColdTask& c) {
-    return offer(c.id, *c.queue, c.state, nullptr, c.seq);
-  };
+  auto take = [&](const TaskRecord* t) { return offer(matches_hot(*t), t, t->seq); };
+  auto take_cold = [&](const ColdTask& c) { return offer(matches_cold(c), nullptr, c.seq); };
   // Newest first: the page starts before the token's seq (none: the end).
   const int64_t before =
       filter.after_seq == 0 ? std::numeric_limits<int64_t>::max() : filter.after_seq;
@@ -278,18 +289,16 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     }
   }
   // The total: from the counts by queue and state, unless the filter asks
-  // what they do not know (a job, an id prefix); then by counting.
-  auto count_hot = [&](const TaskRecord* t) {
-    page.total += matches(t->id(), t->queue(), t->state);
-  };
-  auto count_cold = [&](const ColdTask& c) { page.total += matches(c.id, *c.queue, c.state); };
+  // what they do not know (a job, an id prefix, labels); then by counting.
+  auto count_hot = [&](const TaskRecord* t) { page.total += matches_hot(*t); };
+  auto count_cold = [&](const ColdTask& c) { page.total += matches_cold(c); };
   if (!filter.job_id.empty()) {
     const JobRecord* j = FindJob(filter.job_id);
     for (const TaskRecord* t : j->tasks) count_hot(t);
     if (with_cold) {
       for (int64_t seq : j->cold) count_cold(*table_.FindColdBySeq(seq));
     }
-  } else if (!filter.id_prefix.empty()) {
+  } else if (!filter.id_prefix.empty() || !filter.labels.empty()) {
     for (const auto& [seq, t] : table_.by_seq()) count_hot(t);
     if (with_cold) {
       for (const auto& [seq, c] : table_.cold_by_seq()) count_cold(*c);

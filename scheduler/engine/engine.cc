@@ -13,6 +13,7 @@
 #include "common/ids.h"
 #include "common/status_macros.h"
 #include "scheduler/core/state_machine.h"
+#include "scheduler/core/validate.h"
 #include "scheduler/engine/bounded_queue.h"
 #include "spdlog/spdlog.h"
 
@@ -323,6 +324,8 @@ void Engine::ListTasks(const v1::ListTasksRequest& req, Reply<v1::ListTasksRespo
     }
     filter.states.push_back(static_cast<v1::TaskState>(s));
   }
+  if (absl::Status s = core::CheckTaskLabels("labels", req.labels()); !s.ok()) bad = s;
+  filter.labels.assign(req.labels().begin(), req.labels().end());
   if (!bad.ok()) return Answer(absl::StatusOr<v1::ListTasksResponse>(bad), std::move(done));
   core::ListPage page = sched_.List(filter);
   // The tasks in memory are described now; those on disk are read back

@@ -167,6 +167,15 @@ class Query {
     return out;
   }
 
+  // Every value of `name`, whole (label=a=1&label=b=x,y).
+  std::vector<std::string> All(const std::string& name) const {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : req_->query) {
+      if (n == name) out.push_back(v);
+    }
+    return out;
+  }
+
  private:
   explicit Query(const Request& req) : req_(&req) {}
   const Request* req_;
@@ -205,6 +214,23 @@ absl::Status ParseTaskStates(const Query& q, google::protobuf::RepeatedField<int
           absl::StrCat("state \"", name, "\" is not a task state (", core::AllStateNames(), ")"));
     }
     out->Add(s);
+  }
+  return absl::OkStatus();
+}
+
+// label=key=value, repeated: the task labels a listing asks for (the
+// Engine checks them as it checks a task's).
+absl::Status ParseLabels(const Query& q, google::protobuf::Map<std::string, std::string>* out) {
+  for (const std::string& label : q.All("label")) {
+    const size_t eq = label.find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("label \"", label, "\" is not key=value"));
+    }
+    const std::string key = label.substr(0, eq);
+    if (out->contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat("label \"", key, "\" is given twice"));
+    }
+    (*out)[key] = label.substr(eq + 1);
   }
   return absl::OkStatus();
 }
@@ -588,11 +614,12 @@ void Api::Register(HttpServer* server) const {
          {"state", "only these states (PENDING, RUNNING, ...; several, or comma-separated)"},
          {"job", "only the tasks of this job"},
          {"id_prefix", "only the tasks whose id starts with this"},
+         {"label", "only the tasks carrying this label: key=value (repeat for several)"},
          {"newest_first", "true: newest first (pass it with page_token too)"},
          {"page_size", "at most this many (1-1000)"},
          {"page_token", "the next_page_token of the previous page"}},
         [e, timeout](const Request& req) -> absl::StatusOr<std::string> {
-          auto q = Query::Of(req, {"queue", "state", "job", "id_prefix", "newest_first",
+          auto q = Query::Of(req, {"queue", "state", "job", "id_prefix", "label", "newest_first",
                                    "page_size", "page_token"});
           if (!q.ok()) return q.status();
           v1::ListTasksRequest r;
@@ -602,10 +629,11 @@ void Api::Register(HttpServer* server) const {
           r.set_page_token(q->Get("page_token"));
           int32_t size = 0;
           bool newest_first = false;
-          for (absl::Status s : {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
-                                 CheckOptionalName("job", r.job_id(), kMaxIdLength),
-                                 ParsePageSize(*q, &size), ParseTaskStates(*q, r.mutable_states()),
-                                 ParseFlag(*q, "newest_first", &newest_first)}) {
+          for (absl::Status s :
+               {CheckOptionalName("queue", r.queue(), kMaxQueueNameLength),
+                CheckOptionalName("job", r.job_id(), kMaxIdLength), ParsePageSize(*q, &size),
+                ParseTaskStates(*q, r.mutable_states()), ParseLabels(*q, r.mutable_labels()),
+                ParseFlag(*q, "newest_first", &newest_first)}) {
             if (!s.ok()) return s;
           }
           r.set_page_size(size);

@@ -43,6 +43,7 @@ absl::Status MemoryStore::Apply(const core::WriteBatch& batch) {
       row.spec = std::move(kept.spec);
       row.job_id = std::move(kept.job_id);
       row.unique_key = std::move(kept.unique_key);
+      row.labels = std::move(kept.labels);
       row.replica = kept.replica;
       row.has_replicas = kept.has_replicas;
       row.create_us = kept.create_us;
@@ -108,6 +109,7 @@ absl::Status MemoryStore::ScanTasks(const RowSink& sink, bool light_finished) {
       r.job_id = row.job_id;
       r.unique_key = row.unique_key;
       r.unique_until_us = row.unique_until_us;
+      r.labels = row.labels;
       r.replica = row.replica;
       r.has_replicas = row.has_replicas;
     }

@@ -27,7 +27,8 @@ namespace {
 constexpr char kTaskColumns[] =
     "id, seq, queue, state, attempt, agent_id, create_us, update_us, next_run_us, dispatch_us, "
     "start_us, reason, result, spec, pause_requested, job_id, attempt_base, attempts_dropped, "
-    "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, unique_until_us, family";
+    "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, unique_until_us, family, "
+    "labels";
 
 // The terminal states as an SQL list, for the light scan.
 std::string TerminalStates() {
@@ -53,7 +54,7 @@ std::string LightColumns() {
                       empty_if("spec", "''::bytea"),
                       ", pause_requested, job_id, attempt_base, attempts_dropped, "
                       "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, "
-                      "unique_until_us, family");
+                      "unique_until_us, family, labels");
 }
 
 // One row of kTaskColumns (from column `c`) into `r`; assign() into a row
@@ -74,6 +75,7 @@ void ReadRow(const PGresult* res, int i, int c, bool light_finished, core::TaskR
   const int family = pg::GetInt2(res, i, c + 23);
   r->replica = family == 1;
   r->has_replicas = family == 2;
+  pg::Assign(res, i, c + 24, &r->labels);
   if (r->light) {
     for (std::string* cleared : {&r->agent_id, &r->reason, &r->result, &r->spec}) cleared->clear();
     return;

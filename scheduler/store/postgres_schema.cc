@@ -107,6 +107,12 @@ const std::vector<std::string>& Migrations() {
       );
       INSERT INTO lease VALUES (1, '', 0, '', '-infinity');
       )sql",
+      // 2 -> 3: task labels (EncodeLabels of the spec's), readable
+      // without the spec blob so the index of tasks on disk can be
+      // searched by label. Specs written before had no labels.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN labels bytea NOT NULL DEFAULT ''::bytea;
+      )sql",
   };
   return *kMigrations;
 }

@@ -48,11 +48,12 @@ constexpr Statement kInsertTasks{
     "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
     "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
     "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us, "
-    "unique_key, unique_until_us, family) "
+    "unique_key, unique_until_us, family, labels) "
     "SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int4[], $5::int4[], "
     "$6::text[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::bytea[], "
     "$13::bytea[], $14::bytea[], $15::bool[], $16::text[], $17::int4[], $18::int4[], "
-    "$19::int4[], $20::int8[], $21::int8[], $22::text[], $23::int8[], $24::int2[])"};
+    "$19::int4[], $20::int8[], $21::int8[], $22::text[], $23::int8[], $24::int2[], "
+    "$25::bytea[])"};
 constexpr Statement kUpdateTasks{
     "tg_update_tasks",
     "UPDATE tasks AS t SET state = v.state, attempt = v.attempt, agent_id = v.agent_id, "
@@ -376,7 +377,7 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
   last.reserve(batch.tasks.size());
   for (size_t i = 0; i < batch.tasks.size(); ++i) last[batch.tasks[i].seq] = i;
   {
-    ArrayParam c[24] = {
+    ArrayParam c[25] = {
         ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kTextOid),
         ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kTextOid),
         ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),
@@ -384,7 +385,8 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
         ArrayParam(pg::kByteaOid), ArrayParam(pg::kByteaOid), ArrayParam(pg::kBoolOid),
         ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kInt4Oid),
         ArrayParam(pg::kInt4Oid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt8Oid),
-        ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt2Oid)};
+        ArrayParam(pg::kTextOid),  ArrayParam(pg::kInt8Oid),  ArrayParam(pg::kInt2Oid),
+        ArrayParam(pg::kByteaOid)};
     for (const core::TaskRow& r : batch.tasks) {
       if (!r.insert) continue;
       const core::TaskRow& now = batch.tasks[last[r.seq]];
@@ -412,6 +414,7 @@ absl::Status PostgresStore::ApplyPipelined(const core::WriteBatch& batch) {
       c[21].Bytes(r.unique_key);
       c[22].Int8(now.unique_until_us);
       c[23].Int2(static_cast<int16_t>(FamilyOf(r.replica, r.has_replicas)));
+      c[24].Bytes(r.labels);
     }
     if (c[0].size() > 0) {
       Params& p = add(kInsertTasks, "inserting tasks");

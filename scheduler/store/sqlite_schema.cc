@@ -198,6 +198,12 @@ const std::vector<const char*>& Migrations() {
       ALTER TABLE tasks ADD COLUMN unique_until_us INTEGER NOT NULL DEFAULT 0;
       ALTER TABLE tasks ADD COLUMN family INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 11 -> 12: task labels (EncodeLabels of the spec's), readable
+      // without the spec blob so the index of tasks on disk can be
+      // searched by label. Specs written before had no labels.
+      R"sql(
+      ALTER TABLE tasks ADD COLUMN labels TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return *kMigrations;
 }

@@ -42,7 +42,8 @@ namespace {
 constexpr char kTaskColumns[] =
     "id, seq, queue, state, attempt, agent_id, create_us, update_us, next_run_us, dispatch_us, "
     "start_us, reason, result, spec, pause_requested, job_id, attempt_base, attempts_dropped, "
-    "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, unique_until_us, family";
+    "interrupted_dropped, claim_until_us, merge_fire_us, unique_key, unique_until_us, family, "
+    "labels";
 
 // One row of kTaskColumns into `r`; assign() into a row left by an earlier
 // chunk reuses its buffers. `light_finished`: a finished task's row is read
@@ -63,6 +64,7 @@ void ReadRow(sqlite3_stmt* st, bool light_finished, core::TaskRow* r) {
   const int family = sqlite3_column_int(st, 23);
   r->replica = family == 1;
   r->has_replicas = family == 2;
+  AssignColumn(st, 24, &r->labels);
   if (r->light) {
     for (std::string* cleared : {&r->agent_id, &r->reason, &r->result, &r->spec}) cleared->clear();
     return;
@@ -254,9 +256,9 @@ absl::Status SqliteStore::Prepare() {
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
        "attempt_base, attempts_dropped, interrupted_dropped, claim_until_us, merge_fire_us, "
-       "unique_key, unique_until_us, family) "
+       "unique_key, unique_until_us, family, labels) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-       "?19, ?20, ?21, ?22, ?23, ?24)"},
+       "?19, ?20, ?21, ?22, ?23, ?24, ?25)"},
       {&delete_task_, "DELETE FROM tasks WHERE seq = ?1 AND id = ?2"},
       {&delete_merged_, "DELETE FROM merged WHERE task_id = ?1"},
       {&update_task_,
@@ -434,6 +436,7 @@ absl::Status SqliteStore::ApplyLocked(const core::WriteBatch& batch) {
       BindText(st, 22, r.unique_key);
       sqlite3_bind_int64(st, 23, now.unique_until_us);
       sqlite3_bind_int(st, 24, FamilyOf(r.replica, r.has_replicas));
+      BindText(st, 25, r.labels);
       if (absl::Status s = Step(db_, st, absl::StrCat("inserting task ", r.id)); !s.ok()) return s;
     } else if (&now == &r) {
       sqlite3_stmt* st = update_task_;

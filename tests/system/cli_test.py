@@ -461,6 +461,31 @@ class NoAgentTest(CliTestCase):
         self.assertEqual(len(got["tasks"]), 2)
         self.assertNotEqual(got["next_page_token"], "")
 
+    def test_labels_find_tasks(self):
+        q = self.queue
+        self.ok("submit", "--id=lab-1", f"--queue={q}", "--task_labels=team=red,run=7", "--",
+                "/bin/true")
+        self.ok("submit", "--id=lab-2", f"--queue={q}", "--task_labels=team=blue", "--",
+                "/bin/true")
+        self.ok("submit", "--id=lab-3", f"--queue={q}", "--", "/bin/true")
+        out = self.ok("get", "lab-1")
+        self.assertRegex(out, r"(?m)^Labels:\s+run=7,team=red$")
+        self.assertNotRegex(self.ok("get", "lab-3"), r"(?m)^Labels:")
+        res = self.ctl("list", f"--queue={q}", "--task_labels=team=red")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual([r[0] for r in table_rows(res.stdout)[1:]], ["lab-1"])
+        page = json.loads(self.ok("list", "--task_labels=team=red,run=7", "--json"))
+        self.assertEqual([t["spec"]["id"] for t in page["tasks"]], ["lab-1"])
+        self.assertEqual(int(page["total_size"]), 1)
+        self.assertEqual(page["tasks"][0]["spec"]["labels"], {"team": "red", "run": "7"})
+        page = json.loads(self.ok("list", "--task_labels=team=green", "--json"))
+        self.assertEqual(page.get("tasks", []), [])
+        err = self.fails(2, "list", "--task_labels=team")
+        self.assertIn("task_labels", err)
+        err = self.fails(1, "submit", "--id=lab-4", f"--queue={q}", "--task_labels=bad key=1",
+                         "--", "/bin/true")
+        self.assertRegex(err, r"^error: INVALID_ARGUMENT: .*labels")
+
     def test_list_usage_errors(self):
         err = self.fails(2, "list", "--state=pending,sleeping")
         self.assertIn('"sleeping"', err)

@@ -324,6 +324,91 @@ TEST_F(RetentionTest, ListsNewestFirstByIdPrefixWithTotalsAcrossMemoryAndDisk) {
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("id_prefix is 129 bytes"));
 }
 
+TEST_F(RetentionTest, ListsByLabelAcrossMemoryDiskAndARestart) {
+  using Labels = std::map<std::string, std::string>;
+  auto labelled = [](const std::string& id, const Labels& labels) {
+    v1::TaskSpec s = Spec(id);
+    for (const auto& [k, v] : labels) (*s.mutable_labels())[k] = v;
+    return s;
+  };
+  Start();
+  Connect(1);
+  ASSERT_TRUE(
+      Submit({labelled("r0", {{"team", "red"}, {"env", "prod"}}),
+              labelled("b0", {{"team", "blue"}, {"env", "prod"}}),
+              labelled("r1", {{"team", "red"}}), labelled("eq", {{"expr", "a=b"}}), Spec("plain")})
+          .ok());
+  Finish("r0");
+  Finish("b0");
+  Finish("r1", v1::OUTCOME_FAILED);
+  Advance(kInMemory);
+  ASSERT_EQ(WhereIs("r0"), Where::kDisk);
+  ASSERT_EQ(WhereIs("b0"), Where::kDisk);
+  ASSERT_EQ(WhereIs("r1"), Where::kDisk);
+  ASSERT_EQ(WhereIs("eq"), Where::kMemory);
+  // The ids a label search finds (one page of 2 at a time, newest first
+  // or not) and the total the first page said.
+  auto find = [&](const Labels& want, bool newest_first = false) {
+    v1::ListTasksRequest req;
+    for (const auto& [k, v] : want) (*req.mutable_labels())[k] = v;
+    req.set_page_size(2);
+    req.set_newest_first(newest_first);
+    std::vector<std::string> ids;
+    int64_t total = -1;
+    for (int pages = 0; pages < 10; ++pages) {
+      auto page = List(req);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      for (const v1::Task& t : page->tasks()) ids.push_back(t.spec().id());
+      if (total < 0) total = page->total_size();
+      if (page->next_page_token().empty()) break;
+      req.set_page_token(page->next_page_token());
+    }
+    return std::make_pair(ids, total);
+  };
+  using Found = std::pair<std::vector<std::string>, int64_t>;
+  auto check = [&] {
+    EXPECT_EQ(find({{"team", "red"}}), (Found{{"r0", "r1"}, 2}));
+    EXPECT_EQ(find({{"team", "red"}}, true), (Found{{"r1", "r0"}, 2}));
+    EXPECT_EQ(find({{"env", "prod"}}), (Found{{"r0", "b0"}, 2}));
+    EXPECT_EQ(find({{"env", "prod"}, {"team", "red"}}), (Found{{"r0"}, 1}));
+    // Keys and values match whole, wherever the task is.
+    EXPECT_EQ(find({{"team", "re"}}), (Found{{}, 0}));
+    EXPECT_EQ(find({{"tea", "red"}}), (Found{{}, 0}));
+    EXPECT_EQ(find({{"expr", "a=b"}}), (Found{{"eq"}, 1}));
+    EXPECT_EQ(find({{"expr", "a"}}), (Found{{}, 0}));
+    EXPECT_EQ(find({}).second, 5);
+  };
+  check();
+  // A restart reads the tasks on disk back light: their labels come with them.
+  e_->Stop();
+  conn_ = 0;
+  Start();
+  ASSERT_EQ(WhereIs("r0"), Where::kDisk);
+  check();
+  // A task read back into memory and one deleted let go of their sets.
+  auto reset = Await<v1::Task>([&](Engine::Reply<v1::Task> done) { e_->ResetTask("r1", done); });
+  ASSERT_TRUE(reset.ok()) << reset.status();
+  ASSERT_TRUE(Delete("b0").ok());
+  e_->Sync();
+  EXPECT_EQ(WhereIs("b0"), Where::kNowhere);  // checks the label sets' counts too
+  EXPECT_EQ(find({{"env", "prod"}}), (Found{{"r0"}, 1}));
+  EXPECT_EQ(find({{"team", "red"}}), (Found{{"r0", "r1"}, 2}));
+
+  auto refused = [&](const Labels& want) {
+    v1::ListTasksRequest req;
+    for (const auto& [k, v] : want) (*req.mutable_labels())[k] = v;
+    auto r = List(req);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  Labels many;
+  for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_THAT(refused(many), HasSubstr("labels has 17 entries; the limit is 16"));
+  EXPECT_THAT(refused({{"bad key", "v"}}), HasSubstr("labels.key"));
+  EXPECT_THAT(refused({{"k", std::string(257, 'v')}}), HasSubstr("labels[k] is 257 bytes"));
+}
+
 TEST_F(RetentionTest, RetryAndResetReadATaskBackFromDisk) {
   Start();
   Connect();

@@ -282,6 +282,7 @@ core::TaskRow FinishedRow(const std::string& id, int64_t seq, bool replica = fal
   r.job_id = "j";
   r.unique_key = "k-" + id;
   r.unique_until_us = 5'000 + seq;
+  r.labels = "run=" + id + "\nteam=red";
   r.replica = replica;
   r.has_replicas = !replica;
   r.result = std::string("\x08\x01", 2);
@@ -386,6 +387,7 @@ TYPED_TEST(StoreConformance, ReadTasksReadsWholeTasksBySeqInTheOrderAsked) {
   EXPECT_EQ(t.row.reason, "done");
   EXPECT_EQ(t.row.unique_key, "k-b");
   EXPECT_EQ(t.row.unique_until_us, 5'002);
+  EXPECT_EQ(t.row.labels, "run=b\nteam=red");
   ASSERT_EQ(t.attempts.size(), 2u);
   EXPECT_EQ(t.attempts[1].data, "second");
   EXPECT_EQ(t.attempts[1].task_id, "b");
@@ -406,6 +408,12 @@ TYPED_TEST(StoreConformance, ALightScanReadsFinishedRowsWithoutTheirBlobs) {
   b.merged.push_back({"open", 0, "x"});
   b.merged.push_back({"done", 0, "y"});
   ASSERT_TRUE(this->store()->Apply(b).ok());
+  // A later change of status leaves what only an insert writes.
+  core::WriteBatch status;
+  status.tasks.push_back(FinishedRow("done", 2));
+  status.tasks.back().insert = false;
+  status.tasks.back().labels.clear();
+  ASSERT_TRUE(this->store()->Apply(status).ok());
   this->Reopen();
   std::vector<core::TaskRow> rows;
   ASSERT_TRUE(this->store()
@@ -432,6 +440,7 @@ TYPED_TEST(StoreConformance, ALightScanReadsFinishedRowsWithoutTheirBlobs) {
     EXPECT_EQ(r.update_us, FinishedRow(r.id, r.seq).update_us);
     EXPECT_EQ(r.unique_key, "k-" + r.id);
     EXPECT_EQ(r.unique_until_us, 5'000 + r.seq);
+    EXPECT_EQ(r.labels, "run=" + r.id + "\nteam=red");
     EXPECT_EQ(r.replica, i == 2);
     EXPECT_EQ(r.has_replicas, i == 1);
   }
@@ -1013,6 +1022,8 @@ TEST(SqliteStore, MigrationFillsInUniqueKeysAndReplicasFromTheSpecs) {
   EXPECT_TRUE(rows[2].replica);
   EXPECT_TRUE(rows[2].unique_key.empty());
   EXPECT_EQ(rows[2].unique_until_us, 0);
+  // Specs written before task labels existed carry none.
+  for (const core::TaskRow& r : rows) EXPECT_EQ(r.labels, "") << r.id;
 }
 
 TEST(SqliteStore, ReopenReadsWhatWasCommitted) {

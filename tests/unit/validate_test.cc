@@ -309,6 +309,28 @@ TEST(Validate, NumbersInRange) {
   EXPECT_THAT(Error(s), HasSubstr("tasks[0].queue"));
 }
 
+TEST(Validate, TaskLabelsAreBoundedNamesWithPrintableValues) {
+  v1::TaskSpec s = Good();
+  for (int i = 0; i < 16; ++i) (*s.mutable_labels())["k" + std::to_string(i)] = "any value, = too";
+  EXPECT_TRUE(ValidateSpec(s, {}, "tasks[0]").ok());
+  (*s.mutable_labels())["k16"] = "v";
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].labels has 17 entries; the limit is 16"));
+  s = Good();
+  (*s.mutable_labels())["team=red"] = "v";
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].labels.key"));
+  s = Good();
+  (*s.mutable_labels())["note"] = std::string(kMaxLabelValueBytes + 1, 'v');
+  EXPECT_THAT(Error(s), HasSubstr("tasks[0].labels[note] is 257 bytes; the limit is 256"));
+  // A line break would let a value pass for a second label where they are
+  // stored; no control character gets in.
+  for (const std::string& bad :
+       std::vector<std::string>{"a\nb=c", std::string("a\0b", 3), "tab\there", "del\x7f"}) {
+    s = Good();
+    (*s.mutable_labels())["note"] = bad;
+    EXPECT_THAT(Error(s), HasSubstr("tasks[0].labels[note] holds a control character"));
+  }
+}
+
 }  // namespace
 }  // namespace taskgrid::core
 

@@ -312,6 +312,49 @@ TEST_F(WebApiTest, TasksNewestFirstByIdPrefixWithTheirTotal) {
   EXPECT_THAT(ErrorOf(bad->body).message, HasSubstr("newest_first must be true or false"));
 }
 
+TEST_F(WebApiTest, TasksByLabelAsAClientSubmitsAndSearchesThem) {
+  auto submitted = Call("/api/v1/tasks", R"({"tasks":[
+      {"id":"l-red","labels":{"team":"red","run":"7"},"steps":[{"builtin":{"name":"noop"}}]},
+      {"id":"l-blue","labels":{"team":"blue","note":"a,b c"},"steps":[{"builtin":{"name":"noop"}}]},
+      {"id":"l-none","steps":[{"builtin":{"name":"noop"}}]}]})");
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 200) << submitted->body;
+  EXPECT_EQ(Task("l-red").spec().labels().at("team"), "red");
+  auto list = [&](const std::string& query) {
+    auto res = Get("/api/v1/tasks?" + query);
+    EXPECT_TRUE(res);
+    if (!res) return std::make_pair(std::vector<std::string>{}, int64_t{-1});
+    EXPECT_EQ(res->status, 200) << res->body;
+    const auto page = FromJson<v1::ListTasksResponse>(res->body);
+    std::vector<std::string> ids;
+    for (const v1::Task& t : page.tasks()) ids.push_back(t.spec().id());
+    return std::make_pair(ids, page.total_size());
+  };
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(list("label=team%3Dred"), std::make_pair(Ids{"l-red"}, int64_t{1}));
+  EXPECT_EQ(list("label=team=red&label=run=7"), std::make_pair(Ids{"l-red"}, int64_t{1}));
+  EXPECT_EQ(list("label=team=red&label=run=8"), std::make_pair(Ids{}, int64_t{0}));
+  // A value is taken whole: commas and spaces are part of it.
+  EXPECT_EQ(list("label=note=a,b%20c"), std::make_pair(Ids{"l-blue"}, int64_t{1}));
+  EXPECT_EQ(list("label=note=a"), std::make_pair(Ids{}, int64_t{0}));
+  for (const auto& [query, says] : std::vector<std::pair<std::string, std::string>>{
+           {"label=team", "label \"team\" is not key=value"},
+           {"label=team=red&label=team=blue", "label \"team\" is given twice"},
+           {"label=bad%20key=1", "labels.key"},
+           {"label=note=" + std::string(300, 'v'), "labels[note] is 300 bytes"}}) {
+    SCOPED_TRACE(query);
+    auto bad = Get("/api/v1/tasks?" + query);
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400);
+    EXPECT_THAT(ErrorOf(bad->body).message, HasSubstr(says));
+  }
+  auto refused = Call("/api/v1/tasks", R"({"tasks":[{"id":"l-bad","labels":{"k":"a\nb"},
+      "steps":[{"builtin":{"name":"noop"}}]}]})");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_THAT(ErrorOf(refused->body).message, HasSubstr("labels[k] holds a control character"));
+}
+
 TEST_F(WebApiTest, ATasksOutputIsWhatStreamTaskOutputSendsWithoutFollow) {
   Submit("q", {"out", "waits"});
   v1::AgentMessage accept;

@@ -46,6 +46,8 @@ ABSL_FLAG(absl::Duration, ack_timeout, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, schedule_timeout, absl::ZeroDuration(),
           "submit: FAILED if no agent started it within this of the submit (0: no limit)");
 ABSL_FLAG(std::string, labels, "", "submit: k=v,... labels the agent must carry");
+ABSL_FLAG(std::string, task_labels, "",
+          "submit: k=v,... the task's own labels, to find it by; list: only tasks carrying these");
 ABSL_FLAG(std::string, agents, "", "submit: a1,a2: only these agents may run the task");
 ABSL_FLAG(int32_t, slots, 0, "submit: slots the task occupies (0: 1)");
 ABSL_FLAG(std::string, resources, "",

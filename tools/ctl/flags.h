@@ -31,6 +31,7 @@ ABSL_DECLARE_FLAG(absl::Duration, attempt_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, ack_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, schedule_timeout);
 ABSL_DECLARE_FLAG(std::string, labels);
+ABSL_DECLARE_FLAG(std::string, task_labels);
 ABSL_DECLARE_FLAG(std::string, agents);
 ABSL_DECLARE_FLAG(int32_t, slots);
 ABSL_DECLARE_FLAG(std::string, resources);

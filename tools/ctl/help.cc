@@ -33,9 +33,9 @@ const std::vector<Command>& Commands() {
        {// The task.
         "file", "builtin", "id", "queue", "priority", "max_attempts", "not_before", "payload",
         "payload_file", "env", "cwd", "step_timeout", "attempt_timeout", "ack_timeout",
-        "schedule_timeout", "labels", "agents", "slots", "resources", "merge_key", "merge_update",
-        "replicas", "replica_agents", "success", "gang", "gang_wait", "unique_key", "unique_ttl",
-        "unique_keep", "unique_refuse",
+        "schedule_timeout", "labels", "task_labels", "agents", "slots", "resources", "merge_key",
+        "merge_update", "replicas", "replica_agents", "success", "gang", "gang_wait", "unique_key",
+        "unique_ttl", "unique_keep", "unique_refuse",
         // Waiting for it.
         "wait", "wait_timeout"},
        R"(Forms:
@@ -64,6 +64,8 @@ Flags of the task (one task, one step):
   --schedule_timeout=DUR  start within DUR of the submit, or end FAILED
                         ("expired before start") instead of running late
   --labels=k=v,...      run only on agents carrying these labels
+  --task_labels=k=v,... the task's own labels, to find it by (list
+                        --task_labels, the dashboard's search); at most 16
   --agents=a1,a2        run only on these agents
   --slots=N             slots the task takes on its agent (default 1)
   --resources=cpu=2,memory=4GiB,gpu=1  what it needs free on its agent,
@@ -162,14 +164,17 @@ OUTCOME, REASON (`taskgridctl get ID:r2` has all of one). A replica shows
 
 --json prints the Task message; stdout_tail and stderr_tail are base64 there.)"},
       {"list",
-       "list [--queue=Q] [--state=S,...] [--job=JOB] [--id_prefix=P] [--newest_first] "
-       "[--page_size=N] [--page_token=T] [--all]",
+       "list [--queue=Q] [--state=S,...] [--job=JOB] [--id_prefix=P] [--task_labels=K=V,...] "
+       "[--newest_first] [--page_size=N] [--page_token=T] [--all]",
        "List tasks in submit order (or newest first), one page (100 by default)",
        "taskgridctl list --queue=mail --state=failed,cancelled --newest_first",
-       {"queue", "state", "job", "id_prefix", "newest_first", "page_size", "page_token", "all"},
+       {"queue", "state", "job", "id_prefix", "task_labels", "newest_first", "page_size",
+        "page_token", "all"},
        R"(States: SCHEDULED BLOCKED PENDING DISPATCHED RUNNING SUCCEEDED FAILED
 CANCELLING CANCELLED PAUSED (any case). --job=JOB lists only the tasks of that
-job; --id_prefix=P only those whose id starts with P. When more tasks match,
+job; --id_prefix=P only those whose id starts with P; --task_labels=K=V,...
+only those carrying every one of these labels (submit --task_labels gives a
+task its labels; finished tasks kept on disk are found too). When more tasks match,
 stderr says how many match in all, then "more: --page_token=TOKEN": pass it
 (with the same --newest_first) to get the next page, or use --all. --json
 prints the ListTasksResponse, total_size included.)"},
@@ -562,8 +567,8 @@ Another worker may claim them first.)txt"},
         // The task template: as submit.
         "file", "builtin", "queue", "priority", "max_attempts", "payload", "payload_file", "env",
         "cwd", "step_timeout", "attempt_timeout", "ack_timeout", "schedule_timeout", "labels",
-        "agents", "slots", "resources", "merge_key", "merge_update", "replicas", "replica_agents",
-        "success", "gang", "gang_wait"},
+        "task_labels", "agents", "slots", "resources", "merge_key", "merge_update", "replicas",
+        "replica_agents", "success", "gang", "gang_wait"},
        R"txt(Forms:
   taskgridctl schedule create ID --cron=EXPR|--every=DUR [FLAGS] -- PROGRAM [ARGS...]
   taskgridctl schedule create ID --cron=EXPR|--every=DUR --builtin=NAME [FLAGS] [--] [ARGS...]

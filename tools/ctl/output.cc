@@ -135,6 +135,15 @@ bool HasExitCode(v1::Outcome o) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// A label map as "k=v,k2=v2": a proto map has no order, so sorted to read
+// the same each time.
+std::string LabelsText(const google::protobuf::Map<std::string, std::string>& map) {
+  std::vector<std::string> labels;
+  for (const auto& [k, v] : map) labels.push_back(absl::StrCat(k, "=", v));
+  std::sort(labels.begin(), labels.end());
+  return absl::StrJoin(labels, ",");
+}
+
 // "3, success: quorum 2"; "3 (on a1, a2, a3), success: all" when pinned;
 // ", gang" after it when they start together.
 std::string ReplicasText(const v1::Replicas& r) {
@@ -370,6 +379,7 @@ std::string FormatTaskDetail(const v1::Task& t) {
   Field(&out, "ID", spec.id());
   if (!spec.replica_of().empty()) Field(&out, "Replica of", spec.replica_of());
   Field(&out, "Queue", spec.queue());
+  if (!spec.labels().empty()) Field(&out, "Labels", LabelsText(spec.labels()));
   Field(&out, "State", TaskStateText(t));
   // The attempt number goes on across pauses, drains and resets; only some
   // attempts count against max_attempts, so the two are shown apart.
@@ -496,14 +506,10 @@ std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
   Table table(
       {"ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS", "LAST HEARTBEAT", "VERSION"});
   for (const v1::Agent& a : resp.agents()) {
-    // A proto map has no order; sorted so the column reads the same each time.
-    std::vector<std::string> labels;
-    for (const auto& [k, v] : a.labels()) labels.push_back(absl::StrCat(k, "=", v));
-    std::sort(labels.begin(), labels.end());
     table.AddRow({a.id(), core::AgentStateName(a.state()),
                   absl::StrCat(a.slots_used(), "/", a.slots()),
                   OrDash(FormatUsedOfTotal(a.resources_used(), a.resources())),
-                  absl::StrCat(a.running_size()), OrDash(absl::StrJoin(labels, ",")),
+                  absl::StrCat(a.running_size()), OrDash(LabelsText(a.labels())),
                   FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version())});
   }
   return table.Render();
