@@ -94,7 +94,7 @@ JOB = {"job_id": "build-1", "tasks": [
     {"id": "b1-fetch", "steps": [{"exec": {"argv": ["/bin/sh", "-c", "echo v1.2"]}}]},
     {"id": "b1-compile", "depends_on": ["b1-fetch"], "steps": [{"builtin": {"name": "noop"}}]},
     {"id": "b1-test", "depends_on": ["b1-fetch"], "steps": [{"builtin": {"name": "noop"}}]},
-    {"id": "b1-lint", "depends_on": ["b1-fetch"], "max_attempts": 1,
+    {"id": "b1-lint", "depends_on": ["b1-fetch"], "max_attempts": 1, "labels": {"team": "web"},
      "steps": [{"builtin": {"name": "fail", "args": ["2"]}}]},
     {"id": "b1-package", "depends_on": ["b1-compile", "b1-test"],
      "steps": [{"builtin": {"name": "noop"}}]},
@@ -117,7 +117,8 @@ class DashboardTest(unittest.TestCase):
             with open(job, "w") as f:
                 json.dump(JOB, f)
             c.ctl("job", "submit", job, check=True)
-            c.ctl("submit", "--id=hello", "--builtin=echo", "--", "hi", check=True)
+            c.ctl("submit", "--id=hello", "--builtin=echo", "--task_labels=team=web,kind=greeting",
+                  "--", "hi", check=True)
             c.ctl("submit", "--id=long", "--queue=slow", "--builtin=sleep", "--", "300",
                   check=True)
             for n in (1, 2):  # no agent has smtp=1: they wait PENDING, the backlog

@@ -222,6 +222,23 @@ async function plain(page) {
     await until("only b1- tasks, oldest first", async () =>
       JSON.stringify(await rowIds()) === JSON.stringify(b1.tasks.map((t) => t.spec.id)));
     assert.match(await page.locator("#task-count").textContent(), /^5 tasks match · 5 on this page · oldest first/);
+    // By label: what the API finds; the task page links each label back to its search.
+    await page.goto(`${BASE}#/tasks`);
+    await page.locator("table#tasks").waitFor();
+    await page.locator('input[name="label"]').fill("team=web");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await until("the label in the URL", () => page.url().includes("label=team%3Dweb"));
+    const web = await api("tasks?label=team%3Dweb&newest_first=true");
+    assert.deepEqual(web.tasks.map((t) => t.spec.id).sort(), ["b1-lint", "hello"]);
+    await until("only the labelled tasks", async () =>
+      JSON.stringify(await rowIds()) === JSON.stringify(web.tasks.map((t) => t.spec.id)));
+    assert.match(await page.locator("#task-count").textContent(), /^2 tasks match/);
+    await page.locator('tr[data-task="hello"] a').first().click();
+    const labels = page.locator('[data-field="labels"]');
+    await labels.waitFor();
+    assert.equal(await labels.innerText(), "kind=greeting, team=web");
+    await labels.getByRole("link", { name: "kind=greeting" }).click();
+    await until("the one greeting", async () => JSON.stringify(await rowIds()) === '["hello"]');
     await page.goto(`${BASE}#/tasks`);
     await page.locator("table#tasks").waitFor();
     // Several states at once.

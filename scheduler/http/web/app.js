@@ -112,7 +112,11 @@
     let url = `api/v1/${path}`;
     if (query) {
       const q = new URLSearchParams();
-      for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") q.set(k, v);
+      for (const [k, v] of Object.entries(query)) {
+        // An array is a repeated parameter (label=a=1&label=b=2).
+        if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+        else if (v !== undefined && v !== "") q.set(k, v);
+      }
       if (q.toString()) url += `?${q}`;
     }
     let res;
@@ -313,13 +317,15 @@
 
   async function tasksPage(params) {
     const filter = { queue: params.get("queue") || "", state: params.get("state") || "",
-      job: params.get("job") || "", id: params.get("id") || "", order: params.get("order") || "",
-      page_token: params.get("page_token") || "" };
+      job: params.get("job") || "", id: params.get("id") || "", label: params.get("label") || "",
+      order: params.get("order") || "", page_token: params.get("page_token") || "" };
+    // Labels as the CLI takes them: key=value, several separated by commas.
+    const labels = filter.label.split(",").map((l) => l.trim()).filter(Boolean);
     const chosen = filter.state ? filter.state.split(",") : [];
     const oldestFirst = filter.order === "oldest";
     const [page, stats, job] = await Promise.all([
       api("tasks", { query: { queue: filter.queue, state: filter.state, job: filter.job,
-        id_prefix: filter.id, newest_first: oldestFirst ? "" : "true",
+        id_prefix: filter.id, label: labels, newest_first: oldestFirst ? "" : "true",
         page_token: filter.page_token, page_size: 50 } }),
       api("queues").catch(() => ({ queues: [] })),
       filter.job ? api(`jobs/${encodeURIComponent(filter.job)}`).catch(() => null) : null,
@@ -328,7 +334,8 @@
       ev.preventDefault();
       const f = new FormData(ev.target);
       location.hash = link("tasks", { id: f.get("id").trim(), queue: f.get("queue").trim(),
-        state: f.getAll("state").join(","), job: f.get("job").trim(), order: f.get("order") });
+        state: f.getAll("state").join(","), job: f.get("job").trim(), label: f.get("label").trim(),
+        order: f.get("order") });
     } },
     h("label", {}, "ID starts with", h("input", { name: "id", value: filter.id, placeholder: "any", spellcheck: "false" })),
     h("label", {}, "Queue", h("input", { name: "queue", value: filter.queue, list: "queue-names", placeholder: "any" }),
@@ -337,6 +344,8 @@
       title: "Ctrl-click or Shift-click for several; none: any" },
     TASK_STATES.map((s) => h("option", { value: s, selected: chosen.includes(s) }, s)))),
     h("label", {}, "Job", h("input", { name: "job", value: filter.job, placeholder: "any" })),
+    h("label", {}, "Labels", h("input", { name: "label", value: filter.label, placeholder: "key=value,…",
+      spellcheck: "false", title: "Tasks carrying every one of these labels" })),
     h("label", {}, "Order", h("select", { name: "order" },
       h("option", { value: "", selected: !oldestFirst }, "newest first"),
       h("option", { value: "oldest", selected: oldestFirst }, "oldest first"))),
@@ -379,7 +388,7 @@
   ];
   function bulkActions(filter, chosen, stats, job) {
     // The bulk calls select by queue or job and states only.
-    if ((!filter.queue && !filter.job) || filter.id) return null;
+    if ((!filter.queue && !filter.job) || filter.id || filter.label) return null;
     // The counts by state of what the filter names: the job's, else the queue's.
     const queue = (stats.queues || []).find((q) => q.queue === filter.queue);
     const counts = (job ? job.counts : queue && queue.counts) || {};
@@ -502,6 +511,9 @@
       ["State", badge(st)],
       ["Reason", t.reason || "—"],
       ["Queue", h("a", { href: link("tasks", { queue: spec.queue }) }, spec.queue)],
+      ["Labels", Object.keys(spec.labels || {}).length ? h("span", { "data-field": "labels" },
+        Object.entries(spec.labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v], i) =>
+          [i ? ", " : "", h("a", { href: link("tasks", { label: `${k}=${v}` }) }, `${k}=${v}`)])) : "—"],
       ["Job", spec.job_id ? h("a", { href: jobLink(spec.job_id) }, spec.job_id) : "—"],
       ["Depends on", (spec.depends_on || []).length ? h("span", {}, spec.depends_on.map((d, i) => [i ? ", " : "", h("a", { href: taskLink(d) }, d)])) : "—"],
       ["Agent", t.agent_id || "—"],
