@@ -235,18 +235,19 @@ class Client:
                                    f"{timeout} s")
 
     def list(self, queue: str = "", states: Sequence[Union[str, int]] = (), job_id: str = "",
-             page_size: int = 500, *, id_prefix: str = "",
-             newest_first: bool = False) -> Iterator[task_pb2.Task]:
+             page_size: int = 500, *, id_prefix: str = "", newest_first: bool = False,
+             labels: Optional[Dict[str, str]] = None) -> Iterator[task_pb2.Task]:
         """Every task matching, page by page, in submit order or newest first.
         `states` by name ("FAILED") or value; `id_prefix`: only ids starting
-        with it."""
+        with it; `labels`: only tasks carrying every one (TaskSpec.labels)."""
         token = ""
         enum = [s if isinstance(s, int) else task_pb2.TaskState.Value(
             s if s.startswith("TASK_STATE_") else "TASK_STATE_" + s.upper()) for s in states]
         while True:
             resp = self.call("TaskService", "ListTasks", task_service_pb2.ListTasksRequest(
                 queue=queue, states=enum, job_id=job_id, id_prefix=id_prefix,
-                newest_first=newest_first, page_size=page_size, page_token=token),
+                labels=labels or {}, newest_first=newest_first, page_size=page_size,
+                page_token=token),
                 repeatable=True)
             yield from resp.tasks
             token = resp.next_page_token

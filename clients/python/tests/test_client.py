@@ -91,6 +91,17 @@ def test_list_pages_through_everything(client):
     assert newest == [f"py-l{i}" for i in range(19, 9, -1)] + ["py-l1"]
 
 
+def test_list_finds_tasks_by_label(client):
+    client.submit_many([
+        {"id": "py-lab-1", "labels": {"team": "red", "run": "7"},
+         "steps": [{"builtin": {"name": "noop"}}], "queue": "labq"},
+        {"id": "py-lab-2", "labels": {"team": "blue"}, "steps": [{"builtin": {"name": "noop"}}],
+         "queue": "labq"}])
+    assert [t.spec.id for t in client.list(labels={"team": "red"})] == ["py-lab-1"]
+    assert [t.spec.id for t in client.list(labels={"team": "red", "run": "8"})] == []
+    assert dict(client.get("py-lab-2").spec.labels) == {"team": "blue"}
+
+
 def test_a_job_runs_in_dependency_order(cluster, client):
     cluster.start_agent("a1", slots=2)
     job = client.submit_job("pj", [

@@ -290,7 +290,16 @@ export class Client {
 
   /** Every task matching, page by page, in submit order or newest first. */
   async *list(
-    filter: { queue?: string; states?: string[]; job_id?: string; id_prefix?: string; newest_first?: boolean; page_size?: number } = {},
+    filter: {
+      queue?: string;
+      states?: string[];
+      job_id?: string;
+      id_prefix?: string;
+      /** Only tasks carrying every one of these (TaskSpec.labels). */
+      labels?: Record<string, string>;
+      newest_first?: boolean;
+      page_size?: number;
+    } = {},
   ): AsyncGenerator<Task> {
     let page_token = "";
     const states = (filter.states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
@@ -303,6 +312,7 @@ export class Client {
           states,
           job_id: filter.job_id ?? "",
           id_prefix: filter.id_prefix ?? "",
+          labels: filter.labels ?? {},
           newest_first: filter.newest_first ?? false,
           page_size: filter.page_size ?? 500,
           page_token,

@@ -55,6 +55,14 @@ test("wait times out while nothing runs the task; list pages through all", () =>
     const newest: string[] = [];
     for await (const t of client.list({ queue: "lq", id_prefix: "ts-l1", newest_first: true, page_size: 4 })) newest.push(t.spec.id);
     assert.deepEqual(newest, [...Array.from({ length: 10 }, (_, i) => `ts-l${19 - i}`), "ts-l1"]);
+    // By label.
+    await client.submit({ ...echo("ts-lab", "x"), queue: "labq", labels: { team: "red", run: "7" } });
+    const red: string[] = [];
+    for await (const t of client.list({ labels: { team: "red" } })) red.push(t.spec.id);
+    assert.deepEqual(red, ["ts-lab"]);
+    const none: string[] = [];
+    for await (const t of client.list({ labels: { team: "red", run: "8" } })) none.push(t.spec.id);
+    assert.deepEqual(none, []);
     assert.equal(stateName((await client.cancel("ts-l0")).state), "CANCELLED");
     // Claim a named task; a second claim of it says why not.
     const claims = await client.claim("", "w1", { taskId: "ts-l7" });
