@@ -57,7 +57,7 @@ class PostgresTest(unittest.TestCase):
             self.assertRegex(
                 c.scheduler.log(),
                 re.escape(f"task table postgres://127.0.0.1:{port}/taskgrid "
-                          f"(schema {schema}, schema version 2)"))
+                          f"(schema {schema}, schema version ") + r"\d+\)")
             c.start_agent("a1", slots=4)
             for i in range(4):
                 c.ctl("submit", f"--id=run-{i}", "--builtin=sleep", "--", "3", check=True)
