@@ -235,38 +235,35 @@ ListPage Scheduler::List(const ListFilter& filter) const {
   // Newest first: the page starts before the token's seq (none: the end).
   const int64_t before =
       filter.after_seq == 0 ? std::numeric_limits<int64_t>::max() : filter.after_seq;
-  if (!filter.job_id.empty()) {
-    const JobRecord* j = FindJob(filter.job_id);
-    if (j == nullptr) return page;
-    // A job's tasks are all in memory, or all on disk.
-    auto by_seq = [](int64_t seq, const TaskRecord* t) { return seq < t->seq; };
-    auto cold = [&](int64_t seq) { return take_cold(*table_.FindColdBySeq(seq)); };
+  // Walks `list` (in submit order; `seq_of` an entry's seq) from the page
+  // token on, in the listing's order, offering each entry to `take_one`;
+  // false once the page is full.
+  auto walk = [&](const auto& list, auto seq_of, auto take_one) {
     if (filter.newest_first) {
-      auto h = std::make_reverse_iterator(
-          std::lower_bound(j->tasks.begin(), j->tasks.end(), before,
-                           [](const TaskRecord* t, int64_t seq) { return t->seq < seq; }));
-      for (; h != j->tasks.rend(); ++h) {
-        if (!take(*h)) break;
-      }
-      if (with_cold) {
-        auto c =
-            std::make_reverse_iterator(std::lower_bound(j->cold.begin(), j->cold.end(), before));
-        for (; c != j->cold.rend(); ++c) {
-          if (!cold(*c)) break;
-        }
+      auto it = std::make_reverse_iterator(
+          std::lower_bound(list.begin(), list.end(), before,
+                           [&](const auto& entry, int64_t seq) { return seq_of(entry) < seq; }));
+      for (; it != list.rend(); ++it) {
+        if (!take_one(*it)) return false;
       }
     } else {
-      auto h = std::upper_bound(j->tasks.begin(), j->tasks.end(), filter.after_seq, by_seq);
-      for (; h != j->tasks.end(); ++h) {
-        if (!take(*h)) break;
-      }
-      if (with_cold) {
-        auto c = std::upper_bound(j->cold.begin(), j->cold.end(), filter.after_seq);
-        for (; c != j->cold.end(); ++c) {
-          if (!cold(*c)) break;
-        }
+      auto it =
+          std::upper_bound(list.begin(), list.end(), filter.after_seq,
+                           [&](int64_t seq, const auto& entry) { return seq < seq_of(entry); });
+      for (; it != list.end(); ++it) {
+        if (!take_one(*it)) return false;
       }
     }
+    return true;
+  };
+  const JobRecord* j = filter.job_id.empty() ? nullptr : FindJob(filter.job_id);
+  if (!filter.job_id.empty()) {
+    if (j == nullptr) return page;
+    // A job's tasks are all in memory, or all on disk.
+    auto hot_seq = [](const TaskRecord* t) { return t->seq; };
+    auto cold_seq = [](int64_t seq) { return seq; };
+    auto cold = [&](int64_t seq) { return take_cold(*table_.FindColdBySeq(seq)); };
+    if (walk(j->tasks, hot_seq, take) && with_cold) walk(j->cold, cold_seq, cold);
   } else if (filter.newest_first) {
     // Reverse submit order across both: whichever of the two comes next.
     const auto& hot = table_.by_seq();
@@ -292,8 +289,7 @@ ListPage Scheduler::List(const ListFilter& filter) const {
   // what they do not know (a job, an id prefix, labels); then by counting.
   auto count_hot = [&](const TaskRecord* t) { page.total += matches_hot(*t); };
   auto count_cold = [&](const ColdTask& c) { page.total += matches_cold(c); };
-  if (!filter.job_id.empty()) {
-    const JobRecord* j = FindJob(filter.job_id);
+  if (j != nullptr) {
     for (const TaskRecord* t : j->tasks) count_hot(t);
     if (with_cold) {
       for (int64_t seq : j->cold) count_cold(*table_.FindColdBySeq(seq));

@@ -518,6 +518,26 @@ TEST_F(RetentionTest, AJobGoesToDiskWholeAndComesBackWhole) {
   v1::ListTasksRequest of_job;
   of_job.set_job_id("etl");
   EXPECT_EQ(List(of_job)->tasks_size(), 3);
+  // A page at a time from disk, either way, each page counting the job.
+  for (const bool newest_first : {false, true}) {
+    SCOPED_TRACE(newest_first ? "newest first" : "oldest first");
+    v1::ListTasksRequest paged = of_job;
+    paged.set_page_size(2);
+    paged.set_newest_first(newest_first);
+    std::vector<std::string> ids;
+    for (int pages = 0; pages < 3; ++pages) {
+      auto page = List(paged);
+      ASSERT_TRUE(page.ok()) << page.status();
+      EXPECT_EQ(page->total_size(), 3);
+      for (const v1::Task& t : page->tasks()) ids.push_back(t.spec().id());
+      if (page->next_page_token().empty()) break;
+      paged.set_page_token(page->next_page_token());
+    }
+    const std::vector<std::string> want = newest_first
+                                              ? std::vector<std::string>{"side", "load", "extract"}
+                                              : std::vector<std::string>{"extract", "load", "side"};
+    EXPECT_EQ(ids, want);
+  }
 
   auto retried = Await<v1::Job>([&](Engine::Reply<v1::Job> done) { e_->RetryJob("etl", done); });
   ASSERT_TRUE(retried.ok()) << retried.status();

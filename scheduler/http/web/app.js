@@ -75,14 +75,14 @@
   const since = (ts) => (ts ? age((Date.now() - new Date(ts).getTime()) / 1000) : "—");
   const ago = (ts) => (ts ? `${since(ts)} ago` : "—");
 
-  // bytes (base64 in proto3 JSON) as text
-  function text64(b64) {
-    if (!b64) return "";
-    const bin = atob(b64);
+  // bytes (base64 in proto3 JSON): the bytes, and as text
+  function bytes64(b64) {
+    const bin = b64 ? atob(b64) : "";
     const bytes = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    return new TextDecoder().decode(bytes);
+    return bytes;
   }
+  const text64 = (b64) => new TextDecoder().decode(bytes64(b64));
 
   function link(route, params) {
     const q = new URLSearchParams();
@@ -468,11 +468,11 @@
       if (kind !== "OUTPUT") continue;
       const which = (m.stream || "").replace(/^OUTPUT_STREAM_/, "") === "STDERR" ? "STDERR" : "STDOUT";
       const offset = num(m.offset);
-      const text = text64(m.data);
+      const data = bytes64(m.data);
       if (ends[which] >= 0 && offset > ends[which]) streams[which] += `\n[… ${offset - ends[which]} bytes not held …]\n`;
       else if (ends[which] < 0 && offset > 0) streams[which] += `[… ${offset} earlier bytes not held …]\n`;
-      streams[which] += text;
-      ends[which] = offset + (m.data ? atob(m.data).length : 0);
+      streams[which] += new TextDecoder().decode(data);
+      ends[which] = offset + data.length;
     }
     const box = (label, text) => [h("h3", {}, label),
       text ? h("pre", { class: "out", tabindex: 0, "data-live": label.toLowerCase() }, text) : h("div", { class: "muted" }, "(nothing yet)")];
