@@ -199,6 +199,17 @@ async function plain(page) {
     await shot(page, "agents");
   });
 
+  // The tasks page without a filter, once it has replaced the filtered
+  // one: a hash change renders after its fetch, and until then the old
+  // form (with its filter) is still the one on the page.
+  async function unfilteredTasks() {
+    await page.goto(`${BASE}#/tasks`);
+    await until("the unfiltered tasks page", async () =>
+      (await page.locator("table#tasks").count()) === 1 &&
+      (await page.locator('input[name="id"]').inputValue()) === "" &&
+      (await page.locator('input[name="label"]').inputValue()) === "");
+  }
+
   await step("tasks page lists what the API lists, and filters by state in the URL", async () => {
     await page.getByRole("link", { name: "Tasks", exact: true }).click();
     await until("the tasks hash", () => page.url().endsWith("#/tasks"));
@@ -223,8 +234,7 @@ async function plain(page) {
       JSON.stringify(await rowIds()) === JSON.stringify(b1.tasks.map((t) => t.spec.id)));
     assert.match(await page.locator("#task-count").textContent(), /^5 tasks match · 5 on this page · oldest first/);
     // By label: what the API finds; the task page links each label back to its search.
-    await page.goto(`${BASE}#/tasks`);
-    await page.locator("table#tasks").waitFor();
+    await unfilteredTasks();
     await page.locator('input[name="label"]').fill("team=web");
     await page.getByRole("button", { name: "Filter" }).click();
     await until("the label in the URL", () => page.url().includes("label=team%3Dweb"));
@@ -239,8 +249,7 @@ async function plain(page) {
     assert.equal(await labels.innerText(), "kind=greeting, team=web");
     await labels.getByRole("link", { name: "kind=greeting" }).click();
     await until("the one greeting", async () => JSON.stringify(await rowIds()) === '["hello"]');
-    await page.goto(`${BASE}#/tasks`);
-    await page.locator("table#tasks").waitFor();
+    await unfilteredTasks();
     // Several states at once.
     await page.locator('select[name="state"]').selectOption(["FAILED", "CANCELLED"]);
     await page.getByRole("button", { name: "Filter" }).click();
