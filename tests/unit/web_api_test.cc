@@ -190,6 +190,19 @@ class WebApiTest : public ::testing::Test {
     return client_->Post(path, Headers(token), body, "application/json");
   }
 
+  // GET /api/v1/tasks?query: the page's ids and its total_size ({}, -1
+  // when it did not answer 200).
+  std::pair<std::vector<std::string>, int64_t> ListIds(const std::string& query) {
+    auto res = Get("/api/v1/tasks?" + query);
+    EXPECT_TRUE(res);
+    if (!res) return {{}, -1};
+    EXPECT_EQ(res->status, 200) << res->body;
+    const auto page = FromJson<v1::ListTasksResponse>(res->body);
+    std::vector<std::string> ids;
+    for (const v1::Task& t : page.tasks()) ids.push_back(t.spec().id());
+    return {ids, page.total_size()};
+  }
+
   // The OpenAPI document the server serves.
   google::protobuf::Struct Document() {
     auto res = Get("/api/v1/openapi.json");
@@ -285,16 +298,7 @@ TEST_F(WebApiTest, TasksArePagedAndFiltered) {
 
 TEST_F(WebApiTest, TasksNewestFirstByIdPrefixWithTheirTotal) {
   Submit("q1", {"red-1", "blue-1", "red-2", "blue-2", "red-3"});
-  auto list = [&](const std::string& query) {
-    auto res = Get("/api/v1/tasks?" + query);
-    EXPECT_TRUE(res);
-    if (!res) return std::make_pair(std::vector<std::string>{}, int64_t{-1});
-    EXPECT_EQ(res->status, 200) << res->body;
-    const auto page = FromJson<v1::ListTasksResponse>(res->body);
-    std::vector<std::string> ids;
-    for (const v1::Task& t : page.tasks()) ids.push_back(t.spec().id());
-    return std::make_pair(ids, page.total_size());
-  };
+  auto list = [&](const std::string& query) { return ListIds(query); };
   using Ids = std::vector<std::string>;
   EXPECT_EQ(list("newest_first=true&page_size=2"),
             std::make_pair(Ids{"red-3", "blue-2"}, int64_t{5}));
@@ -320,16 +324,7 @@ TEST_F(WebApiTest, TasksByLabelAsAClientSubmitsAndSearchesThem) {
   ASSERT_TRUE(submitted);
   ASSERT_EQ(submitted->status, 200) << submitted->body;
   EXPECT_EQ(Task("l-red").spec().labels().at("team"), "red");
-  auto list = [&](const std::string& query) {
-    auto res = Get("/api/v1/tasks?" + query);
-    EXPECT_TRUE(res);
-    if (!res) return std::make_pair(std::vector<std::string>{}, int64_t{-1});
-    EXPECT_EQ(res->status, 200) << res->body;
-    const auto page = FromJson<v1::ListTasksResponse>(res->body);
-    std::vector<std::string> ids;
-    for (const v1::Task& t : page.tasks()) ids.push_back(t.spec().id());
-    return std::make_pair(ids, page.total_size());
-  };
+  auto list = [&](const std::string& query) { return ListIds(query); };
   using Ids = std::vector<std::string>;
   EXPECT_EQ(list("label=team%3Dred"), std::make_pair(Ids{"l-red"}, int64_t{1}));
   EXPECT_EQ(list("label=team=red&label=run=7"), std::make_pair(Ids{"l-red"}, int64_t{1}));
