@@ -608,6 +608,10 @@ int main(int argc, char** argv) {
       }
     }
   };
+  // A submit commits on its own thread when nothing else is being written
+  // (one thread hand-off less), but not on PostgreSQL (see
+  // GroupCommitWriter::Options::caller_commits).
+  opts.writer.caller_commits = !postgres;
   taskgrid::engine::Engine engine(store.get(), taskgrid::RealClock::Get(), opts);
   engine.set_on_fatal([&stop](const absl::Status& s) {
     spdlog::critical("{}", s.ToString());

@@ -252,6 +252,9 @@ void Engine::Deliver(std::vector<core::Outgoing>& messages, const std::vector<ui
 // TaskService.
 
 void Engine::SubmitTasks(v1::SubmitTasksRequest req, Reply<v1::SubmitTasksResponse> done) {
+  // Commits on this thread when nothing else is being written (see
+  // CallerCommit): submitting one task at a time costs no hand-off.
+  store::GroupCommitWriter::CallerCommit commit_here(&writer_);
   // Ids submitted again, dependencies and unique keys' holders that are on
   // disk come back first.
   WithWarm([&] { return sched_.ColdSeqsOfSpecs(req.tasks()); },
@@ -412,6 +415,7 @@ void Engine::ResumeTask(const std::string& id, Reply<v1::Task> done) {
 // JobService.
 
 void Engine::SubmitJob(v1::SubmitJobRequest req, Reply<v1::Job> done) {
+  store::GroupCommitWriter::CallerCommit commit_here(&writer_);  // as SubmitTasks
   auto needs = [&] {
     std::vector<int64_t> seqs = sched_.ColdSeqsOfSpecs(req.tasks());
     for (int64_t seq : sched_.ColdSeqsOfJob(req.job_id())) seqs.push_back(seq);

@@ -5,6 +5,13 @@
 
 namespace taskgrid::store {
 
+namespace {
+// The writer of the innermost CallerCommit on this thread, if any.
+thread_local GroupCommitWriter* tl_scope = nullptr;
+// Set when a Submit on this thread made it the committer of that writer.
+thread_local GroupCommitWriter* tl_committer = nullptr;
+}  // namespace
+
 GroupCommitWriter::GroupCommitWriter(Store* store, Options opts)
     : store_(store), opts_(opts), deliverer_([this] { Deliver(); }), thread_([this] { Run(); }) {}
 
@@ -20,12 +27,47 @@ void GroupCommitWriter::Submit(core::WriteBatch batch, Done done) {
       refuse = broken_;
     } else {
       queue_.push_back({std::move(batch), std::move(done)});
+      if (caller_commits_) return;  // that caller's commit takes it, or hands it on
+      if (opts_.caller_commits && writer_idle_ && tl_scope == this && queue_.size() == 1) {
+        // Nothing else to commit: this thread commits it at its scope's end.
+        caller_commits_ = true;
+        tl_committer = this;
+        return;
+      }
       // A busy writer takes the queue when its commit ends: no wakeup.
       if (writer_idle_) cv_.notify_one();
       return;
     }
   }
   done(refuse);
+}
+
+GroupCommitWriter::CallerCommit::CallerCommit(GroupCommitWriter* writer)
+    : writer_(writer), outer_(tl_scope) {
+  tl_scope = writer;
+}
+
+GroupCommitWriter::CallerCommit::~CallerCommit() {
+  tl_scope = outer_;
+  if (tl_committer == writer_) {
+    tl_committer = nullptr;
+    writer_->CommitAsCaller();
+  }
+}
+
+void GroupCommitWriter::CommitAsCaller() {
+  std::vector<Item> items;
+  absl::Status broken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TakeLocked(&items);
+    broken = broken_;
+  }
+  CommitAndAnswer(&items, std::move(broken));
+  std::lock_guard<std::mutex> lock(mu_);
+  caller_commits_ = false;
+  // What other callers queued meanwhile (or a Stop) is the writer's again.
+  if (writer_idle_ && (stopping_ || !queue_.empty())) cv_.notify_one();
 }
 
 void GroupCommitWriter::Stop() {
@@ -44,6 +86,15 @@ void GroupCommitWriter::Stop() {
   if (deliverer_.joinable()) deliverer_.join();
 }
 
+bool GroupCommitWriter::idle() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!writer_idle_ || !queue_.empty() || caller_commits_) return false;
+  }
+  std::lock_guard<std::mutex> lock(deliver_mu_);
+  return deliverer_idle_ && committed_.empty();
+}
+
 int64_t GroupCommitWriter::commits() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_.commits;
@@ -54,32 +105,44 @@ GroupCommitWriter::Stats GroupCommitWriter::stats() const {
   return stats_;
 }
 
+void GroupCommitWriter::TakeLocked(std::vector<Item>* items) {
+  size_t rows = 0;
+  while (!queue_.empty() &&
+         (items->empty() || rows + queue_.front().batch.size() <= opts_.max_rows_per_commit)) {
+    rows += queue_.front().batch.size();
+    items->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
 void GroupCommitWriter::Run() {
   std::vector<Item> items;
-  core::WriteBatch merged;
   for (;;) {
     absl::Status broken;
     {
       std::unique_lock<std::mutex> lock(mu_);
       writer_idle_ = true;
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return !caller_commits_ && (stopping_ || !queue_.empty()); });
       writer_idle_ = false;
       if (queue_.empty()) return;  // stopping, and everything is handed over
-      size_t rows = 0;
-      while (!queue_.empty() &&
-             (items.empty() || rows + queue_.front().batch.size() <= opts_.max_rows_per_commit)) {
-        rows += queue_.front().batch.size();
-        items.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
+      TakeLocked(&items);
       broken = broken_;
     }
-    absl::Status status = broken;
-    if (status.ok()) {
-      for (Item& it : items) merged.Append(std::move(it.batch));
-      const absl::Duration begin = opts_.clock->Monotonic();
-      if (!merged.empty()) status = store_->Apply(merged);
-      const absl::Duration took = opts_.clock->Monotonic() - begin;
+    CommitAndAnswer(&items, std::move(broken));
+  }
+}
+
+void GroupCommitWriter::CommitAndAnswer(std::vector<Item>* items, absl::Status broken) {
+  absl::Status status = std::move(broken);
+  // Freed when this returns: after the callers are answered, not on the
+  // delivery thread.
+  core::WriteBatch merged;
+  if (status.ok()) {
+    for (Item& it : *items) merged.Append(std::move(it.batch));
+    const absl::Duration begin = opts_.clock->Monotonic();
+    if (!merged.empty()) status = store_->Apply(merged);
+    const absl::Duration took = opts_.clock->Monotonic() - begin;
+    {
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) {
         broken_ = absl::UnavailableError(
@@ -94,34 +157,32 @@ void GroupCommitWriter::Run() {
         }
       }
     }
-    bool more_queued;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      more_queued = !queue_.empty();
-    }
-    bool inline_done = false;
-    {
-      std::lock_guard<std::mutex> lock(deliver_mu_);
-      // With nothing left to commit and nothing waiting to be delivered, a
-      // hand-off would only add a thread wakeup to the caller's latency
-      // (one submit at a time, W1 and W3): answer here, still in order.
-      inline_done = !more_queued && deliverer_idle_ && committed_.empty();
-      if (!inline_done) {
-        Committed c;
-        c.done.reserve(items.size());
-        for (Item& it : items) c.done.push_back(std::move(it.done));
-        c.status = status;
-        committed_.push_back(std::move(c));
-        if (deliverer_idle_) deliver_cv_.notify_one();
-      }
-    }
-    if (inline_done) {
-      for (Item& it : items) it.done(status);
-    }
-    items.clear();
-    // Freed here, not on the delivery thread, and while no commit waits.
-    merged = core::WriteBatch{};
   }
+  bool more_queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    more_queued = !queue_.empty();
+  }
+  bool inline_done = false;
+  {
+    std::lock_guard<std::mutex> lock(deliver_mu_);
+    // With nothing left to commit and nothing waiting to be delivered, a
+    // hand-off would only add a thread wakeup to the caller's latency
+    // (one submit at a time, W1 and W3): answer here, still in order.
+    inline_done = !more_queued && deliverer_idle_ && committed_.empty();
+    if (!inline_done) {
+      Committed c;
+      c.done.reserve(items->size());
+      for (Item& it : *items) c.done.push_back(std::move(it.done));
+      c.status = status;
+      committed_.push_back(std::move(c));
+      if (deliverer_idle_) deliver_cv_.notify_one();
+    }
+  }
+  if (inline_done) {
+    for (Item& it : *items) it.done(status);
+  }
+  items->clear();
 }
 
 void GroupCommitWriter::Deliver() {

@@ -252,6 +252,9 @@ absl::Status SqliteStore::Prepare() {
     sqlite3_stmt** st;
     const char* sql;
   } stmts[] = {
+      {&begin_, "BEGIN IMMEDIATE"},
+      {&commit_, "COMMIT"},
+      {&rollback_, "ROLLBACK"},
       {&insert_task_,
        "INSERT INTO tasks (id, seq, queue, state, attempt, agent_id, create_us, update_us, "
        "next_run_us, dispatch_us, start_us, reason, result, spec, pause_requested, job_id, "
@@ -359,9 +362,9 @@ SqliteStore::~SqliteStore() {
   }
   if (ckpt_db_ != nullptr) sqlite3_close(ckpt_db_);
   for (sqlite3_stmt* st :
-       {insert_task_, update_task_, insert_attempt_, clear_attempts_, trim_attempts_,
-        insert_merged_, put_queue_, delete_queue_, insert_event_, prune_events_, note_pruned_,
-        put_schedule_, delete_schedule_, delete_task_, delete_merged_}) {
+       {begin_, commit_, rollback_, insert_task_, update_task_, insert_attempt_, clear_attempts_,
+        trim_attempts_, insert_merged_, put_queue_, delete_queue_, insert_event_, prune_events_,
+        note_pruned_, put_schedule_, delete_schedule_, delete_task_, delete_merged_}) {
     sqlite3_finalize(st);
   }
   sqlite3_finalize(read_events_);
@@ -376,10 +379,10 @@ SqliteStore::~SqliteStore() {
 
 absl::Status SqliteStore::Apply(const core::WriteBatch& batch) {
   if (batch.empty()) return absl::OkStatus();
-  if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  if (absl::Status s = Step(db_, begin_, "beginning a transaction"); !s.ok()) return s;
   absl::Status s = ApplyLocked(batch);
-  if (s.ok()) s = Exec(db_, "COMMIT");
-  if (!s.ok()) Exec(db_, "ROLLBACK").IgnoreError();
+  if (s.ok()) s = Step(db_, commit_, "committing");
+  if (!s.ok()) Step(db_, rollback_, "rolling back").IgnoreError();
   return s;
 }
 

@@ -80,6 +80,11 @@ class SqliteStore final : public Store {
   std::string db_path_;
   int schema_version_ = 0;
   sqlite3* db_ = nullptr;
+  // BEGIN IMMEDIATE, COMMIT and ROLLBACK, prepared once (sqlite3_exec
+  // would parse them on every commit).
+  sqlite3_stmt* begin_ = nullptr;
+  sqlite3_stmt* commit_ = nullptr;
+  sqlite3_stmt* rollback_ = nullptr;
   sqlite3_stmt* insert_task_ = nullptr;
   sqlite3_stmt* update_task_ = nullptr;
   sqlite3_stmt* insert_attempt_ = nullptr;

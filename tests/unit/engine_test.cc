@@ -7,6 +7,7 @@
 
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "scheduler/store/memory_store.h"
@@ -64,11 +65,15 @@ TEST_F(EngineTest, SubmitIsAnsweredOnlyAfterItsCommit) {
   auto e = NewEngine();
   faulty_.Hold();
   std::promise<absl::StatusOr<v1::SubmitTasksResponse>> reply;
-  e->SubmitTasks(OneTask("t"), [&](auto r) { reply.set_value(std::move(r)); });
+  // On a thread of its own: with nothing else being written, the call
+  // commits on its caller's thread, which waits for the store.
+  std::thread caller(
+      [&] { e->SubmitTasks(OneTask("t"), [&](auto r) { reply.set_value(std::move(r)); }); });
   faulty_.WaitUntilHolding();
   auto fut = reply.get_future();
   EXPECT_EQ(fut.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   faulty_.Release();
+  caller.join();
   auto r = fut.get();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tasks(0).state(), v1::TASK_STATE_PENDING);
@@ -89,10 +94,12 @@ TEST_F(EngineTest, AssignLeavesOnlyAfterTheDispatchIsDurable) {
 
   faulty_.Hold();
   std::promise<void> replied;
-  e->SubmitTasks(OneTask("t"), [&](auto) { replied.set_value(); });
+  std::thread caller(  // as above: the caller's thread may commit
+      [&] { e->SubmitTasks(OneTask("t"), [&](auto) { replied.set_value(); }); });
   faulty_.WaitUntilHolding();
   EXPECT_EQ(ch->assigns(), 0) << "the agent must not see a dispatch that is not durable";
   faulty_.Release();
+  caller.join();
   replied.get_future().wait();
   EXPECT_EQ(ch->assigns(), 1);
   auto stored = mem_.LoadTasks();

@@ -148,8 +148,11 @@ TEST_F(EngineWatchTest, AWakeThatReadsTheStoreNeverHoldsUpACommit) {
   // the store once it lands, so it waits idle in its replay.
   faulty_.Hold();
   std::promise<absl::Status> first;
-  e->SubmitTasks(OneTask("x"), [&first](absl::StatusOr<v1::SubmitTasksResponse> r) {
-    first.set_value(r.status());
+  // On a thread of its own: the call may commit on its caller's thread.
+  std::thread caller([&] {
+    e->SubmitTasks(OneTask("x"), [&first](absl::StatusOr<v1::SubmitTasksResponse> r) {
+      first.set_value(r.status());
+    });
   });
   faulty_.WaitUntilHolding();
   std::promise<std::vector<int64_t>> woken;
@@ -183,6 +186,7 @@ TEST_F(EngineWatchTest, AWakeThatReadsTheStoreNeverHoldsUpACommit) {
   ASSERT_EQ(answered.wait_for(kBound), std::future_status::ready)
       << "the commit waited for a watch's store read";
   EXPECT_TRUE(answered.get().ok());
+  caller.join();
   faulty_.WaitUntilReadPaused();
   faulty_.ResumeReads();
   auto revs = woken.get_future();

@@ -189,6 +189,178 @@ TEST(GroupCommitWriter, EmptyBatchIsABarrier) {
   EXPECT_EQ(mem.ReadEvents(0, 10)->size(), 1u);
 }
 
+// Waits (bounded) until the writer thread waits for work with nothing
+// queued: only then does a CallerCommit take a Submit on.
+void WaitUntilIdle(const GroupCommitWriter& writer) {
+  for (int i = 0; i < 10'000'000 && !writer.idle(); ++i) std::this_thread::yield();
+  ASSERT_TRUE(writer.idle());
+}
+
+TEST(GroupCommitWriter, ACallerCommitsItsOwnBatchAtTheScopesEnd) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  WaitUntilIdle(writer);
+  std::thread::id answered_on;
+  bool answered = false;
+  {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("mine"), [&](const absl::Status& s) {
+      EXPECT_TRUE(s.ok());
+      answered = true;
+      answered_on = std::this_thread::get_id();
+    });
+    // Not handed to the writer thread: nothing is committed or answered
+    // until the scope ends.
+    EXPECT_FALSE(answered);
+    EXPECT_EQ(store.applies(), 0);
+    EXPECT_FALSE(writer.idle());
+  }
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(answered_on, std::this_thread::get_id());
+  EXPECT_EQ(store.applies(), 1);
+  EXPECT_EQ(writer.commits(), 1);
+  ASSERT_EQ(mem.ReadEvents(0, 10)->size(), 1u);
+  // The writer thread takes later submits again.
+  std::promise<std::thread::id> later;
+  writer.Submit(EventBatch("later"),
+                [&](const absl::Status&) { later.set_value(std::this_thread::get_id()); });
+  EXPECT_NE(later.get_future().get(), std::this_thread::get_id());
+  EXPECT_EQ(store.applies(), 2);
+}
+
+TEST(GroupCommitWriter, WithoutAScopeTheWriterThreadCommits) {
+  MemoryStore mem;
+  GroupCommitWriter writer(&mem);
+  WaitUntilIdle(writer);
+  std::promise<std::thread::id> on;
+  writer.Submit(EventBatch("a"),
+                [&](const absl::Status&) { on.set_value(std::this_thread::get_id()); });
+  EXPECT_NE(on.get_future().get(), std::this_thread::get_id());
+}
+
+TEST(GroupCommitWriter, WithCallerCommitsOffTheScopeChangesNothing) {
+  MemoryStore mem;
+  GroupCommitWriter::Options opts;
+  opts.caller_commits = false;  // as on PostgreSQL
+  GroupCommitWriter writer(&mem, opts);
+  WaitUntilIdle(writer);
+  std::promise<std::thread::id> on;
+  {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("a"),
+                  [&](const absl::Status&) { on.set_value(std::this_thread::get_id()); });
+    // Committed and answered by the writer thread, without the scope's end.
+    EXPECT_NE(on.get_future().get(), std::this_thread::get_id());
+  }
+}
+
+TEST(GroupCommitWriter, OthersQueuedBeforeTheScopeEndsCommitWithTheCallersBatchInOrder) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  WaitUntilIdle(writer);
+  std::vector<std::string> order;  // appended by callbacks, which run in order
+  std::mutex mu;
+  auto note = [&](const std::string& name) {
+    return [&, name](const absl::Status& s) {
+      EXPECT_TRUE(s.ok());
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(name);
+    };
+  };
+  {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("caller"), note("caller"));
+    std::thread other([&] {
+      writer.Submit(EventBatch("other1"), note("other1"));
+      writer.Submit(EventBatch("other2"), note("other2"));
+    });
+    other.join();
+    // The writer thread leaves them to the caller's commit.
+    EXPECT_EQ(store.applies(), 0);
+  }
+  EXPECT_EQ(store.applies(), 1);  // one transaction for all three
+  EXPECT_THAT(order, ::testing::ElementsAre("caller", "other1", "other2"));
+  auto events = mem.ReadEvents(0, 10);
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].event.task_id, "caller");
+  EXPECT_EQ((*events)[2].event.task_id, "other2");
+}
+
+TEST(GroupCommitWriter, WhatIsQueuedDuringACallersCommitGoesToTheWriterThreadAfter) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  WaitUntilIdle(writer);
+  store.Hold();
+  std::promise<void> caller_answered;
+  std::thread caller([&] {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("caller"), [&](const absl::Status& s) {
+      EXPECT_TRUE(s.ok());
+      caller_answered.set_value();
+    });
+  });
+  store.WaitUntilHolding();  // the caller's commit is in flight on its thread
+  std::promise<std::thread::id> next;
+  writer.Submit(EventBatch("next"), [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok());
+    next.set_value(std::this_thread::get_id());
+  });
+  auto next_future = next.get_future();
+  EXPECT_EQ(next_future.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  store.Release();
+  caller_answered.get_future().wait();
+  const std::thread::id caller_id = caller.get_id();
+  caller.join();
+  const std::thread::id next_on = next_future.get();
+  EXPECT_NE(next_on, caller_id);
+  EXPECT_NE(next_on, std::this_thread::get_id());
+  EXPECT_EQ(store.applies(), 2);
+  auto events = mem.ReadEvents(0, 10);
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].event.task_id, "next");
+}
+
+TEST(GroupCommitWriter, ACallersFailedCommitBreaksTheWriter) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  WaitUntilIdle(writer);
+  store.FailNext(1);
+  absl::Status got;
+  {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("x"), [&](const absl::Status& s) { got = s; });
+  }
+  EXPECT_EQ(got.code(), absl::StatusCode::kUnavailable);
+  std::promise<absl::Status> later;
+  writer.Submit(EventBatch("y"), [&](const absl::Status& s) { later.set_value(s); });
+  EXPECT_FALSE(later.get_future().get().ok());
+  EXPECT_TRUE(mem.ReadEvents(0, 10)->empty());
+}
+
+TEST(GroupCommitWriter, StopWaitsForACallersCommit) {
+  MemoryStore mem;
+  testing::FaultyStore store(&mem);
+  GroupCommitWriter writer(&store);
+  WaitUntilIdle(writer);
+  store.Hold();
+  std::atomic<bool> answered{false};
+  std::thread caller([&] {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("caller"), [&](const absl::Status& s) { answered = s.ok(); });
+  });
+  store.WaitUntilHolding();
+  std::thread stopper([&] { writer.Stop(); });
+  store.Release();
+  stopper.join();
+  caller.join();
+  EXPECT_TRUE(answered.load());
+  EXPECT_EQ(mem.ReadEvents(0, 10)->size(), 1u);
+}
+
 TEST(GroupCommitWriter, StopCommitsWhatIsQueuedThenRefuses) {
   MemoryStore mem;
   GroupCommitWriter writer(&mem);
