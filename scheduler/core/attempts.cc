@@ -129,12 +129,12 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
   SetTimestamp(now, done.mutable_finish_time());
   counters_.CountAttemptEnd(t, now);
   *done.mutable_result() = result;
-  done.mutable_result()->clear_output();  // t.result keeps it; history need not
+  done.mutable_result()->clear_output();  // t.result() keeps it; history need not
   done.set_interrupted(interrupted);
   effects_.batch.attempts.push_back(ToAttemptRow(t.id(), done));
   t.attempts.push_back(std::move(done));
   TrimHistory(t);
-  t.result = std::move(result);
+  t.set_result(std::move(result));
   c.holder = std::move(t.agent_id);
   t.agent_id.clear();
   t.dispatch_time = absl::InfinitePast();

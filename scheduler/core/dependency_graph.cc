@@ -53,7 +53,7 @@ TaskRecord* ChainSuccessor(const TaskRecord& cur, absl::Time now) {
   if (cur.dependents.size() != 1) return nullptr;
   TaskRecord* d = cur.dependents[0];
   if (d->state != v1::TASK_STATE_BLOCKED || d->deps.size() != 1 || !CancelsOnUpstreamFailure(*d) ||
-      d->placement_class != cur.placement_class || d->pause_requested ||
+      d->placement_class() != cur.placement_class() || d->pause_requested ||
       !d->spec.replica_of().empty() || ReplicaCount(d->spec) > 0) {
     return nullptr;
   }

@@ -23,7 +23,7 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
                                int64_t* input_bytes) const {
   *input_bytes = 0;
   for (const TaskRecord* d : t.deps) {
-    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    if (d == run_after || d->result().outcome() == v1::OUTCOME_UNSPECIFIED) continue;
     *input_bytes += static_cast<int64_t>(OutputOf(*d).size());
   }
   if (*input_bytes > opts_.max_input_bytes) return false;
@@ -36,17 +36,44 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
   as->set_slots(SlotsOf(t.spec.placement()));
   if (run_after != nullptr) as->set_run_after(run_after->id());
   for (const TaskRecord* d : t.deps) {
-    if (d == run_after || d->result.outcome() == v1::OUTCOME_UNSPECIFIED) continue;
+    if (d == run_after || d->result().outcome() == v1::OUTCOME_UNSPECIFIED) continue;
     (*as->mutable_inputs())[d->id()] = OutputOf(*d);
   }
   return true;
 }
 
+void Scheduler::SetClass(TaskRecord& t) {
+  std::string name = TaskClass(t.spec);
+  if (t.class_name != nullptr && *t.class_name == name) return;
+  auto it = class_names_.find(name);
+  if (it != class_names_.end()) {
+    if (std::shared_ptr<const std::string> live = it->second.lock()) {
+      t.class_name = std::move(live);
+      return;
+    }
+    t.class_name = std::make_shared<const std::string>(std::move(name));
+    it->second = t.class_name;
+    return;
+  }
+  if (class_names_.size() >= 2 * class_names_swept_ + 64) {
+    for (auto i = class_names_.begin(); i != class_names_.end();) {
+      if (i->second.expired()) {
+        class_names_.erase(i++);
+      } else {
+        ++i;
+      }
+    }
+    class_names_swept_ = class_names_.size();
+  }
+  t.class_name = std::make_shared<const std::string>(name);
+  class_names_.emplace(std::move(name), t.class_name);
+}
+
 void Scheduler::AddReady(TaskRecord& t) {
-  std::unique_ptr<ReadyClass>& slot = ready_[t.placement_class];
+  std::unique_ptr<ReadyClass>& slot = ready_[t.placement_class()];
   if (slot == nullptr) {
     slot = std::make_unique<ReadyClass>();
-    slot->key = t.placement_class;
+    slot->key = t.placement_class();
     slot->placement = t.spec.placement();
     slot->need = NeedOf(slot->placement);
     slot->replica_of = t.spec.replica_of();
@@ -67,7 +94,7 @@ void Scheduler::AddReady(TaskRecord& t) {
 }
 
 void Scheduler::RemoveReady(const TaskRecord& t) {
-  auto it = ready_.find(t.placement_class);
+  auto it = ready_.find(t.placement_class());
   TASKGRID_CHECK(it != ready_.end(), absl::StrCat("PENDING task ", t.id(), " has no ready class"));
   ReadyClass& c = *it->second;
   const ReadyKey key = ReadyKeyOf(t);

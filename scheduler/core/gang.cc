@@ -46,7 +46,7 @@ void Scheduler::MoveGangClasses(const TaskRecord& group, ReadyClass::Where where
                                 std::vector<std::string>* aside) {
   for (const TaskRecord* r : group.replicas) {
     if (r->state != v1::TASK_STATE_PENDING) continue;
-    auto it = ready_.find(r->placement_class);
+    auto it = ready_.find(r->placement_class());
     if (it == ready_.end() || it->second->where != ReadyClass::Where::kHeads) continue;
     ReadyClass& c = *it->second;
     EraseHead({*c.tasks.begin(), &c});

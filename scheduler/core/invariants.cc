@@ -28,7 +28,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
       oldest_pending.try_emplace(t.queue(), &t);
-      auto it = ready_.find(t.placement_class);
+      auto it = ready_.find(t.placement_class());
       if (it == ready_.end() || !it->second->tasks.contains(ReadyKeyOf(t))) {
         return fail("PENDING task ", id, " is not in its ready queue");
       }

@@ -94,7 +94,7 @@ TaskRow ToRow(const TaskRecord& t, bool insert) {
   r.start_us = ToUnixMicrosOrZero(t.start_time);
   r.reason = t.reason;
   r.pause_requested = t.pause_requested;
-  if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) t.result.SerializeToString(&r.result);
+  if (t.result().outcome() != v1::OUTCOME_UNSPECIFIED) t.result().SerializeToString(&r.result);
   r.attempt_base = t.attempt_base;
   r.attempts_dropped = t.attempts_dropped;
   r.interrupted_dropped = t.interrupted_dropped;
@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& r,
       return absl::DataLossError(absl::StrCat("task ", r.id, ": its merged payloads are missing"));
     }
   }
-  if (!r.result.empty() && !t.result.ParseFromString(r.result)) {
+  if (!r.result.empty() && !t.mutable_result().ParseFromString(r.result)) {
     return absl::DataLossError(absl::StrCat("task ", r.id, ": stored result does not parse"));
   }
   t.attempts.reserve(attempts.size());
@@ -186,7 +186,7 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
     SetTimestamp(t.next_run_time, out->mutable_next_run_time());
   }
   out->set_reason(t.reason);
-  if (t.result.outcome() != v1::OUTCOME_UNSPECIFIED) *out->mutable_result() = t.result;
+  if (t.result().outcome() != v1::OUTCOME_UNSPECIFIED) *out->mutable_result() = t.result();
   for (const v1::Attempt& a : t.attempts) *out->add_attempts() = a;
   out->set_attempts_dropped(t.attempts_dropped);
   if (t.claimed()) SetTimestamp(t.claim_until, out->mutable_claim_expire_time());
@@ -201,7 +201,7 @@ void ToTaskProto(const TaskRecord& t, v1::Task* out) {
     } else if (!r->attempts.empty()) {
       rs->set_agent_id(r->attempts.back().agent_id());
     }
-    rs->set_outcome(r->result.outcome());
+    rs->set_outcome(r->result().outcome());
     rs->set_reason(r->reason);
   }
 }

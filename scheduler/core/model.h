@@ -127,7 +127,16 @@ struct TaskRecord {
   absl::Time claim_until = absl::InfinitePast();
   // Set for a task with spec.merge_key: the payloads merged into it.
   Boxed<MergeState> merge;
-  v1::TaskResult result;  // of the last finished attempt
+  // The result of the last finished attempt: the default instance until
+  // one finished. Boxed: most records in memory are of tasks that have not
+  // run yet, and pay a pointer instead of the message.
+  const v1::TaskResult& result() const {
+    return result_ ? *result_ : v1::TaskResult::default_instance();
+  }
+  v1::TaskResult& mutable_result() { return result_ ? *result_ : result_.emplace(); }
+  void set_result(v1::TaskResult r) { mutable_result() = std::move(r); }
+  void clear_result() { result_ = Boxed<v1::TaskResult>(); }
+  Boxed<v1::TaskResult> result_;
   // Finished attempts, oldest first: the newest max_attempt_history.
   std::vector<v1::Attempt> attempts;
   // Finished attempts older than `attempts`, dropped to bound the history
@@ -141,8 +150,13 @@ struct TaskRecord {
   int32_t attempt_base = 0;
 
   // --- Derived: rebuilt by Scheduler::Restore, never stored. ---
-  // Cached TaskClass(spec).
-  std::string placement_class;
+  // TaskClass(spec), interned (Scheduler::SetClass): one string per class,
+  // shared by its records, instead of one per task.
+  std::shared_ptr<const std::string> class_name;
+  const std::string& placement_class() const {
+    static const std::string* const kNone = new std::string();
+    return class_name ? *class_name : *kNone;
+  }
   // A task with replicas: they, in order (its spec asks for them; they
   // are made with it). A replica: the task it is one of.
   std::vector<TaskRecord*> replicas;

@@ -60,7 +60,7 @@ void Scheduler::MakeReplicas(TaskRecord& t, absl::Time now, std::vector<TaskReco
     }
     TaskRecord& r = table_.Insert(std::move(owned));
     r.create_time = now;
-    r.placement_class = TaskClass(r.spec);
+    SetClass(r);
     r.replica_of = &t;
     t.replicas.push_back(&r);
     created->push_back(&r);
@@ -103,13 +103,13 @@ void Scheduler::SettleReplicas(TaskRecord& t) {
   }
   std::string why;
   if (succeeded >= need) {
-    t.result = last_ok->result;
+    t.set_result(last_ok->result());
     Transition(t, v1::TASK_STATE_SUCCEEDED,
                absl::StrCat(succeeded, " of ", total,
                             " replicas succeeded (success: ", PolicyName(t), ")"));
     why = absl::StrCat("not needed: task ", t.id(), " succeeded");
   } else if (failed > total - need) {
-    t.result = last_bad->result;
+    t.set_result(last_bad->result());
     Transition(t, v1::TASK_STATE_FAILED,
                absl::StrCat("replica ", last_bad->id(), " ended ", StateName(last_bad->state), ": ",
                             succeeded, " of ", total, " succeeded and ", failed, " did not, so ",
@@ -150,7 +150,7 @@ void Scheduler::RestartReplicas(TaskRecord& t, bool all, const std::string& why)
 
 void Scheduler::UnparkReplicas(const TaskRecord& group) {
   for (const TaskRecord* r : group.replicas) {
-    auto it = ready_.find(r->placement_class);
+    auto it = ready_.find(r->placement_class());
     if (it == ready_.end() || it->second->where != ReadyClass::Where::kParked) continue;
     parked_.erase(it->second.get());
     BackToHeads(*it->second);
@@ -166,7 +166,7 @@ void Scheduler::ClearForRerun(TaskRecord& t) {
   t.attempts.clear();
   t.attempts_dropped = 0;
   t.interrupted_dropped = 0;
-  t.result.Clear();
+  t.clear_result();
   t.next_run_time = absl::InfinitePast();
   effects_.batch.clear_attempts.push_back(t.id());
 }

@@ -47,7 +47,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       }
       table_.UnadoptCold(owned->seq);
     }
-    owned->placement_class = TaskClass(owned->spec);
+    SetClass(*owned);
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);

@@ -62,7 +62,7 @@ AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, co
                                 int32_t attempts_used, const SchedulerOptions& opts, absl::Time now,
                                 const std::function<double()>& draw) {
   using Next = AfterAttempt::Next;
-  const v1::TaskResult& r = t.result;
+  const v1::TaskResult& r = t.result();
   if (t.state == v1::TASK_STATE_CANCELLING) {
     if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
       return {Next::kSucceeded, absl::InfinitePast(),

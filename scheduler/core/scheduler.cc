@@ -307,7 +307,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     owned->spec = std::move(specs[i]);
     TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
-    t.placement_class = TaskClass(t.spec);
+    SetClass(t);
     if (!t.spec.merge_key().empty()) StartMerge(t, now);
     if (!t.spec.unique_key().empty()) HoldUniqueKey(t);
     t.job = job;

@@ -366,6 +366,8 @@ class Scheduler {
   size_t task_count() const { return table_.size(); }
   // Placement classes holding PENDING tasks.
   size_t ready_classes() const { return ready_.size(); }
+  // Placement class names the records share (SetClass), swept ones aside.
+  size_t class_names() const { return class_names_.size(); }
   // Of those, the ones set aside because no connected agent could ever
   // take them (an agent that can connects, and they are looked at again).
   size_t parked_classes() const { return parked_.size(); }
@@ -531,6 +533,8 @@ class Scheduler {
   // Stores the queue's settings and applies them.
   v1::QueueStats ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s);
   // The ready-queue doors, shared by Transition and restore.
+  // Sets t.class_name to TaskClass(t.spec), interned in class_names_.
+  void SetClass(TaskRecord& t);
   void AddReady(TaskRecord& t);
   void RemoveReady(const TaskRecord& t);
   // Whether any connected agent that takes work could ever run `p` (free
@@ -812,6 +816,11 @@ class Scheduler {
   // looks at by their first task, so each pick is O(log classes) and
   // classes no agent can take cost nothing until one connects.
   absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
+  // Every placement class a record holds, by name (SetClass): the records
+  // share the string. Entries whose records are all gone are swept when
+  // the map has doubled since the last sweep.
+  absl::flat_hash_map<std::string, std::weak_ptr<const std::string>> class_names_;
+  size_t class_names_swept_ = 0;  // its size after the last sweep
   absl::btree_set<Head> heads_;
   // The same heads by queue, kept only while queues share by weight
   // (heads_by_queue_on_): Dispatch then takes the best head of the queue

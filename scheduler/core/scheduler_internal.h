@@ -74,7 +74,7 @@ absl::Status BulkStates(ListFilter* filter, std::initializer_list<v1::TaskState>
 
 // What a dependent receives from a finished dependency.
 inline const std::string& OutputOf(const TaskRecord& t) {
-  return t.result.has_output() ? t.result.output() : t.result.stdout_tail();
+  return t.result().has_output() ? t.result().output() : t.result().stdout_tail();
 }
 
 }  // namespace taskgrid::core

@@ -90,10 +90,10 @@ OutputTaskState Engine::OutputStateLocked(const core::TaskRecord& t, bool last) 
       s.conn = a->conn;
     }
   }
-  if (last && core::IsTerminal(t.state) && (t.attempt > 0 || t.result.ByteSizeLong() > 0)) {
+  if (last && core::IsTerminal(t.state) && (t.attempt > 0 || t.result().ByteSizeLong() > 0)) {
     v1::Attempt& a = s.ended.emplace_back();
     a.set_attempt(t.attempt);
-    *a.mutable_result() = t.result;
+    *a.mutable_result() = t.result();
     a.mutable_result()->clear_output();
   }
   return s;

@@ -214,7 +214,7 @@ TEST_F(BoardTest, ACompletedClaimEndsLikeAnAgentsResult) {
   ASSERT_TRUE(done.ok()) << done.status();
   Check();
   EXPECT_EQ(State("ok"), v1::TASK_STATE_SUCCEEDED);
-  EXPECT_EQ(Task("ok").result.stdout_tail(), "out\n");
+  EXPECT_EQ(Task("ok").result().stdout_tail(), "out\n");
   EXPECT_EQ(Task("ok").attempts.back().agent_id(), "w1");
   EXPECT_FALSE(Describe("ok").has_claim_expire_time());
   // A failed attempt is retried by the task's retry policy, and counted.
@@ -264,8 +264,8 @@ TEST_F(BoardTest, AClaimExpiresUnlessExtendedAndIsThenTakenAgain) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING) << "extended";
   Advance(absl::Seconds(1));
   EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING) << "expired: lost, back on the board";
-  EXPECT_EQ(Task("t").result.outcome(), v1::OUTCOME_LOST);
-  EXPECT_NE(Task("t").result.error().find("the claim by w1 ran out"), std::string::npos);
+  EXPECT_EQ(Task("t").result().outcome(), v1::OUTCOME_LOST);
+  EXPECT_NE(Task("t").result().error().find("the claim by w1 ran out"), std::string::npos);
   EXPECT_EQ(Describe("t").attempts_used(), 1) << "an expired claim counts, as a lost agent's does";
   EXPECT_EQ(ClaimIds(Req("w2")), V{"t"});
   EXPECT_EQ(Task("t").attempt, 2);
@@ -301,7 +301,7 @@ TEST_F(BoardTest, AbandonIsNotCountedAndTrashIsKeptUntilRestored) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
   EXPECT_EQ(Describe("t").attempts_used(), 0);
   EXPECT_TRUE(Task("t").attempts.back().interrupted());
-  EXPECT_NE(Task("t").result.error().find("abandoned by w1: shutting down"), std::string::npos);
+  EXPECT_NE(Task("t").result().error().find("abandoned by w1: shutting down"), std::string::npos);
 
   ClaimIds(Req("w2"));
   auto trashed = sched_.TrashClaim(Ref("t", 2, "w2"), "input is corrupt");
@@ -372,7 +372,7 @@ TEST_F(BoardTest, AClaimSurvivesARestartAndEndsWhereItWould) {
   EXPECT_EQ(after->Find("late")->state, v1::TASK_STATE_RUNNING);
   clock_.Advance(absl::Seconds(1));
   after->Tick();
-  EXPECT_EQ(after->Find("late")->result.outcome(), v1::OUTCOME_LOST);
+  EXPECT_EQ(after->Find("late")->result().outcome(), v1::OUTCOME_LOST);
   EXPECT_TRUE(after->CheckInvariants().ok()) << after->CheckInvariants();
   EXPECT_EQ(after->Find("kept")->state, v1::TASK_STATE_SUCCEEDED);
 }

@@ -19,7 +19,7 @@ class DependencyGraphTest : public ::testing::Test {
     auto t = std::make_unique<TaskRecord>();
     t->spec.set_id(id);
     t->state = state;
-    t->placement_class = "p";
+    t->class_name = std::make_shared<const std::string>("p");
     owned_.push_back(std::move(t));
     return *owned_.back();
   }
@@ -64,9 +64,9 @@ TEST_F(DependencyGraphTest, AChainGoesOnlyToASoleDueDependentOfTheSamePlacement)
   b.next_run_time = now + absl::Seconds(1);  // not due
   EXPECT_EQ(ChainSuccessor(a, now), nullptr);
   b.next_run_time = absl::InfinitePast();
-  b.placement_class = "gpu";
+  b.class_name = std::make_shared<const std::string>("gpu");
   EXPECT_EQ(ChainSuccessor(a, now), nullptr);
-  b.placement_class = "p";
+  b.class_name = std::make_shared<const std::string>("p");
   LinkDependency(Task("c", v1::TASK_STATE_BLOCKED), a);  // a branches
   EXPECT_EQ(ChainSuccessor(a, now), nullptr);
 }

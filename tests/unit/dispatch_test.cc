@@ -116,6 +116,22 @@ TEST_F(DispatchTest, ClassesWithNothingReadyAreForgotten) {
   EXPECT_EQ(sched_.ready_classes(), 0u);
 }
 
+TEST_F(DispatchTest, RecordsOfOneClassShareItsName) {
+  SubmitOk(Spec("a"));
+  SubmitOk(Spec("b"));
+  SubmitOk(Pinned("c", "a1"));
+  ASSERT_NE(Task("a").class_name, nullptr);
+  // One string for the class, not one per task.
+  EXPECT_EQ(Task("a").class_name.get(), Task("b").class_name.get());
+  EXPECT_NE(Task("a").class_name.get(), Task("c").class_name.get());
+  EXPECT_NE(Task("a").placement_class(), Task("c").placement_class());
+  EXPECT_EQ(sched_.class_names(), 2u);
+  // A record read back whole from disk, or restored, joins the same one.
+  auto restored = Restarted();
+  EXPECT_EQ(restored->Find("a")->class_name.get(), restored->Find("b")->class_name.get());
+  EXPECT_EQ(restored->class_names(), 2u);
+}
+
 TEST_F(DispatchTest, PriorityOrderHoldsAcrossClasses) {
   SubmitOk(Labelled("low", "zone", "a"));
   SubmitOk(Spec("mid", 5));

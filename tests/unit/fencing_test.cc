@@ -193,7 +193,7 @@ TEST_F(FencingTest, ARestartKeepsTheAttemptTimeoutOfARunningTask) {
     if (r->Find("t")->state != v1::TASK_STATE_RUNNING) break;
   }
   ASSERT_EQ(r->Find("t")->state, v1::TASK_STATE_FAILED);
-  EXPECT_EQ(r->Find("t")->result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(r->Find("t")->result().outcome(), v1::OUTCOME_TIMED_OUT);
   // Not before the 30 s it was given (from its start, before the restart).
   EXPECT_GE(clock_.Now() - FromProto(r->Find("t")->attempts[0].start_time()), absl::Seconds(30));
 }

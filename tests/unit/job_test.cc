@@ -670,8 +670,8 @@ TEST_F(JobTest, AnOversizedOutputFailsTheAttempt) {
   sched_.OnAgentMessage(conn, m);
   Check();
   EXPECT_EQ(State("big"), v1::TASK_STATE_FAILED);
-  EXPECT_THAT(Task("big").result.error(), HasSubstr("limit is 1048576"));
-  EXPECT_FALSE(Task("big").result.has_output());
+  EXPECT_THAT(Task("big").result().error(), HasSubstr("limit is 1048576"));
+  EXPECT_FALSE(Task("big").result().has_output());
 }
 
 // --- Recovery. ---

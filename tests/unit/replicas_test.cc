@@ -86,7 +86,7 @@ TEST_F(ReplicasTest, EachReplicaIsATaskOfItsOwnOnAnAgentOfItsOwn) {
   Result(a2, "t:r2", 1, v1::OUTCOME_SUCCEEDED);
   EXPECT_EQ(State("t"), v1::TASK_STATE_SUCCEEDED);
   EXPECT_EQ(Task("t").reason, "3 of 3 replicas succeeded (success: all)");
-  EXPECT_EQ(Task("t").result.stdout_tail(), "t:r2\n") << "the result of the deciding replica";
+  EXPECT_EQ(Task("t").result().stdout_tail(), "t:r2\n") << "the result of the deciding replica";
   const v1::Task view = Describe("t");
   ASSERT_EQ(view.replicas_size(), 3);
   EXPECT_EQ(view.replicas(0).task_id(), "t:r1");
@@ -145,7 +145,7 @@ TEST_F(ReplicasTest, QuorumFailsAsSoonAsItCanNoLongerBeMet) {
   EXPECT_EQ(Task("t").reason,
             "replica t:r3 ended FAILED: 0 of 3 succeeded and 2 did not, so 2 can no longer "
             "succeed (success: quorum 2)");
-  EXPECT_EQ(Task("t").result.exit_code(), 7);
+  EXPECT_EQ(Task("t").result().exit_code(), 7);
   EXPECT_EQ(State("t:r2"), v1::TASK_STATE_CANCELLING);
 }
 

@@ -316,7 +316,7 @@ TEST_F(ResourcePlacementTest, OneSpellingIsOneClass) {
   (*y.mutable_placement()->mutable_resources())["cpu"] = "1000m";
   SubmitOk(x);
   SubmitOk(y);
-  EXPECT_EQ(Task("x").placement_class, Task("y").placement_class);
+  EXPECT_EQ(Task("x").placement_class(), Task("y").placement_class());
   EXPECT_THAT(Assigned(Take(), a), ElementsAre("x"));
 }
 

@@ -251,7 +251,7 @@ class RestoreTest : public SchedulerTest, public ::testing::WithParamInterface<B
       EXPECT_EQ(t.start_time, want.start_time);
       EXPECT_EQ(t.pause_requested, want.pause_requested);
       EXPECT_EQ(t.attempt_base, want.attempt_base);
-      EXPECT_EQ(t.placement_class, want.placement_class);
+      EXPECT_EQ(t.placement_class(), want.placement_class());
       EXPECT_EQ(Ids(t.deps), Ids(want.deps));
       // Dependents on disk are not linked.
       std::vector<TaskRecord*> want_dependents;

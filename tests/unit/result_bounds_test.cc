@@ -175,7 +175,7 @@ TEST_F(HistoryBoundTest, TheHistoryKeepsNoOutputTheResultDoes) {
   m.mutable_result()->mutable_result()->set_output("handed downstream");
   sched_.OnAgentMessage(conn, m);
   Check();
-  EXPECT_EQ(Task("t").result.output(), "handed downstream");
+  EXPECT_EQ(Task("t").result().output(), "handed downstream");
   ASSERT_EQ(Task("t").attempts.size(), 1u);
   EXPECT_FALSE(Task("t").attempts[0].result().has_output());
 }

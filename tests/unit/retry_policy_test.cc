@@ -25,7 +25,7 @@ class RetryPolicyTest : public ::testing::Test {
   }
 
   AfterAttempt Decide(v1::Outcome outcome, AttemptEnd end = {}, int32_t used = 1) {
-    t_.result.set_outcome(outcome);
+    t_.mutable_result().set_outcome(outcome);
     return DecideAfterAttempt(t_, "attempt 1 on agent a", end, used, opts_, now_, [this] {
       ++draws_;
       return u_;
@@ -68,7 +68,7 @@ TEST_F(RetryPolicyTest, AnInterruptionRequeuesAfterItsDelayWithoutABackoff) {
 
 TEST_F(RetryPolicyTest, ANonRetryableExitCodeFailsAtOnce) {
   t_.spec.mutable_retry()->add_non_retryable_exit_codes(2);
-  t_.result.set_exit_code(2);
+  t_.mutable_result().set_exit_code(2);
   const AfterAttempt a = Decide(v1::OUTCOME_FAILED);
   EXPECT_EQ(a.next, Next::kFailed);
   EXPECT_THAT(a.reason, HasSubstr("exit code 2 is not retryable"));
@@ -76,9 +76,9 @@ TEST_F(RetryPolicyTest, ANonRetryableExitCodeFailsAtOnce) {
 
 TEST_F(RetryPolicyTest, APermanentFailureEndsTheTaskWhateverAttemptsAreLeft) {
   t_.spec.set_max_attempts(10);
-  t_.result.set_permanent(true);
-  t_.result.set_exit_code(404);
-  t_.result.set_error("HTTP 404 from POST http://127.0.0.1:1234/hook");
+  t_.mutable_result().set_permanent(true);
+  t_.mutable_result().set_exit_code(404);
+  t_.mutable_result().set_error("HTTP 404 from POST http://127.0.0.1:1234/hook");
   const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);
   EXPECT_EQ(a.next, Next::kFailed);
   EXPECT_EQ(a.next_run_time, absl::InfinitePast());
@@ -88,15 +88,15 @@ TEST_F(RetryPolicyTest, APermanentFailureEndsTheTaskWhateverAttemptsAreLeft) {
 }
 
 TEST_F(RetryPolicyTest, APermanentFailureStillYieldsToACancelAndAPause) {
-  t_.result.set_permanent(true);
+  t_.mutable_result().set_permanent(true);
   EXPECT_EQ(Decide(v1::OUTCOME_FAILED, {.interrupted = true, .pausing = true}).next, Next::kPaused);
   t_.state = v1::TASK_STATE_CANCELLING;
   EXPECT_EQ(Decide(v1::OUTCOME_FAILED).next, Next::kCancelled);
 }
 
 TEST_F(RetryPolicyTest, AFailureThatIsNotPermanentIsRetried) {
-  t_.result.set_permanent(false);
-  t_.result.set_exit_code(503);
+  t_.mutable_result().set_permanent(false);
+  t_.mutable_result().set_exit_code(503);
   const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);
   EXPECT_EQ(a.next, Next::kRetry);
   EXPECT_THAT(a.reason, HasSubstr("will retry"));

@@ -182,7 +182,7 @@ class SchedulerTest : public ::testing::Test {
     copy.deps_unsucceeded = copy.deps_unfinished = 0;
     copy.chained_after = copy.chain_next = nullptr;
     copy.job = nullptr;
-    copy.placement_class.clear();
+    copy.class_name = nullptr;
     copy.replicas.clear();
     copy.replica_of = nullptr;
     copy.replica_ended = nullptr;

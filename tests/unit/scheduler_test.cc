@@ -44,7 +44,7 @@ TEST_F(SchedulerTest, SubmitDispatchAcceptResultSucceeds) {
   EXPECT_EQ(State("t1"), v1::TASK_STATE_RUNNING);
   Result(conn, "t1", 1, v1::OUTCOME_SUCCEEDED);
   EXPECT_EQ(State("t1"), v1::TASK_STATE_SUCCEEDED);
-  EXPECT_EQ(Task("t1").result.stdout_tail(), "t1\n");
+  EXPECT_EQ(Task("t1").result().stdout_tail(), "t1\n");
   ASSERT_EQ(Task("t1").attempts.size(), 1u);
   EXPECT_EQ(Task("t1").attempts[0].agent_id(), "a1");
   EXPECT_TRUE(Task("t1").agent_id.empty());
@@ -159,7 +159,7 @@ TEST_F(SchedulerTest, FailedAttemptsRetryWithBackoffUntilMaxAttempts) {
   EXPECT_EQ(State("flaky"), v1::TASK_STATE_FAILED);
   EXPECT_THAT(Task("flaky").reason, HasSubstr("all 3 attempts used"));
   EXPECT_EQ(Task("flaky").attempts.size(), 3u);
-  EXPECT_EQ(Task("flaky").result.exit_code(), 3);
+  EXPECT_EQ(Task("flaky").result().exit_code(), 3);
 }
 
 TEST_F(SchedulerTest, BackoffIsCappedAtMax) {
@@ -432,7 +432,7 @@ TEST_F(SchedulerTest, AttemptTimeoutExpiresWithoutAResult) {
   EXPECT_EQ(State("t"), v1::TASK_STATE_RUNNING);  // timeout + slack not reached
   Advance(absl::Seconds(1));
   EXPECT_EQ(State("t"), v1::TASK_STATE_FAILED);
-  EXPECT_EQ(Task("t").result.outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_EQ(Task("t").result().outcome(), v1::OUTCOME_TIMED_OUT);
 }
 
 TEST_F(SchedulerTest, RejectCountsAsAFailedAttempt) {
@@ -447,7 +447,7 @@ TEST_F(SchedulerTest, RejectCountsAsAFailedAttempt) {
   sched_.OnAgentMessage(conn, m);
   Check();
   EXPECT_EQ(State("t"), v1::TASK_STATE_FAILED);
-  EXPECT_THAT(Task("t").result.error(), HasSubstr("no room"));
+  EXPECT_THAT(Task("t").result().error(), HasSubstr("no room"));
 }
 
 // --- Client operations. ---
