@@ -45,28 +45,17 @@ bool Scheduler::FillAssignment(const TaskRecord& t, const TaskRecord* run_after,
 void Scheduler::SetClass(TaskRecord& t) {
   std::string name = TaskClass(t.spec);
   if (t.class_name != nullptr && *t.class_name == name) return;
-  auto it = class_names_.find(name);
-  if (it != class_names_.end()) {
-    if (std::shared_ptr<const std::string> live = it->second.lock()) {
-      t.class_name = std::move(live);
-      return;
-    }
-    t.class_name = std::make_shared<const std::string>(std::move(name));
-    it->second = t.class_name;
-    return;
-  }
-  if (class_names_.size() >= 2 * class_names_swept_ + 64) {
-    for (auto i = class_names_.begin(); i != class_names_.end();) {
-      if (i->second.expired()) {
-        class_names_.erase(i++);
-      } else {
-        ++i;
-      }
-    }
+  // Names no record holds any more are swept each time the map doubles.
+  if (class_names_.size() >= 2 * class_names_swept_ + 64 && !class_names_.contains(name)) {
+    absl::erase_if(class_names_, [](const auto& e) { return e.second.expired(); });
     class_names_swept_ = class_names_.size();
   }
-  t.class_name = std::make_shared<const std::string>(name);
-  class_names_.emplace(std::move(name), t.class_name);
+  std::weak_ptr<const std::string>& slot = class_names_[name];
+  t.class_name = slot.lock();
+  if (t.class_name == nullptr) {
+    t.class_name = std::make_shared<const std::string>(std::move(name));
+    slot = t.class_name;
+  }
 }
 
 void Scheduler::AddReady(TaskRecord& t) {

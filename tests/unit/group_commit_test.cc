@@ -288,21 +288,31 @@ TEST(GroupCommitWriter, OthersQueuedBeforeTheScopeEndsCommitWithTheCallersBatchI
   EXPECT_EQ((*events)[2].event.task_id, "other2");
 }
 
+// Starts a thread that commits a batch of its own ("caller", under a
+// CallerCommit) and returns once that commit is held in `store`; `done`
+// gets its status.
+std::thread CommitHeldOnACallersThread(GroupCommitWriter& writer, testing::FaultyStore& store,
+                                       GroupCommitWriter::Done done) {
+  store.Hold();
+  std::thread caller([&writer, done = std::move(done)]() mutable {
+    GroupCommitWriter::CallerCommit here(&writer);
+    writer.Submit(EventBatch("caller"), std::move(done));
+  });
+  store.WaitUntilHolding();
+  return caller;
+}
+
 TEST(GroupCommitWriter, WhatIsQueuedDuringACallersCommitGoesToTheWriterThreadAfter) {
   MemoryStore mem;
   testing::FaultyStore store(&mem);
   GroupCommitWriter writer(&store);
   WaitUntilIdle(writer);
-  store.Hold();
   std::promise<void> caller_answered;
-  std::thread caller([&] {
-    GroupCommitWriter::CallerCommit here(&writer);
-    writer.Submit(EventBatch("caller"), [&](const absl::Status& s) {
-      EXPECT_TRUE(s.ok());
-      caller_answered.set_value();
-    });
+  // The caller's commit is in flight on its thread.
+  std::thread caller = CommitHeldOnACallersThread(writer, store, [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok());
+    caller_answered.set_value();
   });
-  store.WaitUntilHolding();  // the caller's commit is in flight on its thread
   std::promise<std::thread::id> next;
   writer.Submit(EventBatch("next"), [&](const absl::Status& s) {
     EXPECT_TRUE(s.ok());
@@ -346,13 +356,9 @@ TEST(GroupCommitWriter, StopWaitsForACallersCommit) {
   testing::FaultyStore store(&mem);
   GroupCommitWriter writer(&store);
   WaitUntilIdle(writer);
-  store.Hold();
   std::atomic<bool> answered{false};
-  std::thread caller([&] {
-    GroupCommitWriter::CallerCommit here(&writer);
-    writer.Submit(EventBatch("caller"), [&](const absl::Status& s) { answered = s.ok(); });
-  });
-  store.WaitUntilHolding();
+  std::thread caller =
+      CommitHeldOnACallersThread(writer, store, [&](const absl::Status& s) { answered = s.ok(); });
   std::thread stopper([&] { writer.Stop(); });
   store.Release();
   stopper.join();
