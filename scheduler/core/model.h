@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,136 @@ class Boxed {
 
  private:
   std::unique_ptr<T> p_;
+};
+
+// An absl::Time in 8 bytes instead of 16: whole microseconds since the
+// Unix epoch (what the stores keep), the two infinities as themselves. It
+// converts to and from absl::Time, so a record's times read and assign as
+// absl::Times; a time assigned loses what is finer than a microsecond.
+class CompactTime {
+ public:
+  constexpr CompactTime() = default;  // InfinitePast
+  CompactTime(absl::Time t)           // NOLINT: a time's stand-in
+      : us_(t == absl::InfinitePast()     ? kPast
+            : t == absl::InfiniteFuture() ? kFuture
+                                          : absl::ToUnixMicros(t)) {}
+  operator absl::Time() const {  // NOLINT: a time's stand-in
+    return us_ == kPast     ? absl::InfinitePast()
+           : us_ == kFuture ? absl::InfiniteFuture()
+                            : absl::FromUnixMicros(us_);
+  }
+  absl::Time get() const { return *this; }
+
+  // Comparisons among themselves and with absl::Time (one exact overload
+  // for each, so neither conversion is ambiguous).
+#define TASKGRID_COMPACT_TIME_COMPARE(op)                                             \
+  friend bool operator op(CompactTime a, CompactTime b) { return a.us_ op b.us_; }    \
+  friend bool operator op(CompactTime a, absl::Time b) { return absl::Time(a) op b; } \
+  friend bool operator op(absl::Time a, CompactTime b) { return a op absl::Time(b); }
+  TASKGRID_COMPACT_TIME_COMPARE(==)
+  TASKGRID_COMPACT_TIME_COMPARE(!=)
+  TASKGRID_COMPACT_TIME_COMPARE(<)
+  TASKGRID_COMPACT_TIME_COMPARE(>)
+  TASKGRID_COMPACT_TIME_COMPARE(<=)
+  TASKGRID_COMPACT_TIME_COMPARE(>=)
+#undef TASKGRID_COMPACT_TIME_COMPARE
+  friend absl::Duration operator-(CompactTime a, CompactTime b) {
+    return absl::Time(a) - absl::Time(b);
+  }
+  friend absl::Duration operator-(CompactTime a, absl::Time b) { return absl::Time(a) - b; }
+  friend absl::Duration operator-(absl::Time a, CompactTime b) { return a - absl::Time(b); }
+  friend absl::Time operator+(CompactTime a, absl::Duration d) { return absl::Time(a) + d; }
+  friend absl::Time operator-(CompactTime a, absl::Duration d) { return absl::Time(a) - d; }
+
+ private:
+  static constexpr int64_t kPast = INT64_MIN;
+  static constexpr int64_t kFuture = INT64_MAX;
+  int64_t us_ = kPast;
+};
+
+// A std::vector that costs one pointer while it is empty, as most
+// records' graph lists are: its storage is allocated with the first
+// element and freed by clear(). Iterators are pointers; any change may
+// move the elements, as with std::vector.
+template <typename T>
+class ThinVector {
+ public:
+  using value_type = T;
+  using iterator = T*;
+  using const_iterator = const T*;
+
+  ThinVector() = default;
+  ThinVector(const ThinVector& o) { *this = o; }
+  ThinVector(ThinVector&&) noexcept = default;
+  ThinVector(std::vector<T> v) { *this = std::move(v); }  // NOLINT: a vector's stand-in
+  ThinVector& operator=(const ThinVector& o) {
+    if (this != &o) v_ = o.empty() ? nullptr : std::make_unique<std::vector<T>>(*o.v_);
+    return *this;
+  }
+  ThinVector& operator=(ThinVector&&) noexcept = default;
+  ThinVector& operator=(std::vector<T> v) {
+    v_ = v.empty() ? nullptr : std::make_unique<std::vector<T>>(std::move(v));
+    return *this;
+  }
+  // The elements as a vector, for what takes one.
+  operator const std::vector<T>&() const {  // NOLINT: a vector's stand-in
+    static const std::vector<T>* const kEmpty = new std::vector<T>();
+    return v_ ? *v_ : *kEmpty;
+  }
+
+  size_t size() const { return v_ ? v_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  T* data() { return v_ ? v_->data() : nullptr; }
+  const T* data() const { return v_ ? v_->data() : nullptr; }
+  T* begin() { return data(); }
+  T* end() { return data() + size(); }
+  const T* begin() const { return data(); }
+  const T* end() const { return data() + size(); }
+  std::reverse_iterator<const T*> rbegin() const { return std::reverse_iterator<const T*>(end()); }
+  std::reverse_iterator<const T*> rend() const { return std::reverse_iterator<const T*>(begin()); }
+  T& operator[](size_t i) { return (*v_)[i]; }
+  const T& operator[](size_t i) const { return (*v_)[i]; }
+  T& front() { return v_->front(); }
+  const T& front() const { return v_->front(); }
+  T& back() { return v_->back(); }
+  const T& back() const { return v_->back(); }
+
+  void reserve(size_t n) {
+    if (n > 0) mut().reserve(n);
+  }
+  void push_back(const T& x) { mut().push_back(x); }
+  void push_back(T&& x) { mut().push_back(std::move(x)); }
+  template <typename... Args>
+  T& emplace_back(Args&&... args) {
+    return mut().emplace_back(std::forward<Args>(args)...);
+  }
+  T* insert(const T* pos, T x) {
+    const size_t i = pos - begin();
+    return &*mut().insert(mut().begin() + i, std::move(x));
+  }
+  void pop_back() {
+    v_->pop_back();
+    if (v_->empty()) v_ = nullptr;
+  }
+  T* erase(const T* pos) { return erase(pos, pos + 1); }
+  T* erase(const T* first, const T* last) {
+    if (first == last) return begin() + (first - begin());
+    const size_t i = first - begin(), j = last - begin();
+    v_->erase(v_->begin() + i, v_->begin() + j);
+    if (v_->empty()) {
+      v_ = nullptr;
+      return nullptr;
+    }
+    return data() + i;
+  }
+  void clear() { v_ = nullptr; }
+
+ private:
+  std::vector<T>& mut() {
+    if (v_ == nullptr) v_ = std::make_unique<std::vector<T>>();
+    return *v_;
+  }
+  std::unique_ptr<std::vector<T>> v_;
 };
 
 // What a task delivered by merge key has gathered: every payload, its fire
@@ -101,16 +232,16 @@ struct TaskRecord {
   v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
   int32_t attempt = 0;
   std::string agent_id;  // holder of the live attempt, if in flight
-  absl::Time create_time = absl::InfinitePast();
-  absl::Time update_time = absl::InfinitePast();
-  absl::Time next_run_time = absl::InfinitePast();  // SCHEDULED: when it turns PENDING
-  absl::Time dispatch_time = absl::InfinitePast();  // of the live attempt
-  absl::Time start_time = absl::InfinitePast();     // of the live attempt
+  CompactTime create_time;
+  CompactTime update_time;
+  CompactTime next_run_time;  // SCHEDULED: when it turns PENDING
+  CompactTime dispatch_time;  // of the live attempt
+  CompactTime start_time;     // of the live attempt
   // When it last became ready to run (PENDING, or a chain link whose
   // predecessor succeeded), until its next attempt starts: what the start
   // latency counts from. Not stored: restore takes a PENDING task's
   // update_time; InfinitePast when unknown (nothing is counted).
-  absl::Time ready_time = absl::InfinitePast();
+  CompactTime ready_time;
   std::string reason;
   // A pause is waiting for the agent to stop the live attempt.
   bool pause_requested = false;
@@ -124,7 +255,7 @@ struct TaskRecord {
   // Set while a pull worker holds the live attempt (a board claim; then
   // agent_id is the claim's owner, not an agent): when the claim ends
   // unless extended. InfinitePast: not a claim.
-  absl::Time claim_until = absl::InfinitePast();
+  CompactTime claim_until;
   // Set for a task with spec.merge_key: the payloads merged into it.
   Boxed<MergeState> merge;
   // The result of the last finished attempt: the default instance until
@@ -138,7 +269,7 @@ struct TaskRecord {
   void clear_result() { result_ = Boxed<v1::TaskResult>(); }
   Boxed<v1::TaskResult> result_;
   // Finished attempts, oldest first: the newest max_attempt_history.
-  std::vector<v1::Attempt> attempts;
+  ThinVector<v1::Attempt> attempts;
   // Finished attempts older than `attempts`, dropped to bound the history
   // (since the last reset), and how many of those were interrupted and
   // numbered above attempt_base (AttemptsUsed leaves them out, as it does
@@ -159,7 +290,7 @@ struct TaskRecord {
   }
   // A task with replicas: they, in order (its spec asks for them; they
   // are made with it). A replica: the task it is one of.
-  std::vector<TaskRecord*> replicas;
+  ThinVector<TaskRecord*> replicas;
   TaskRecord* replica_of = nullptr;
   // A task with replicas: the one that ended last (its result becomes the
   // task's).
@@ -167,25 +298,26 @@ struct TaskRecord {
   JobRecord* job = nullptr;
   // spec.depends_on resolved, and the tasks whose depends_on names this one
   // (in submit order).
-  std::vector<TaskRecord*> deps;
-  std::vector<TaskRecord*> dependents;
+  ThinVector<TaskRecord*> deps;
+  ThinVector<TaskRecord*> dependents;
   int32_t deps_unsucceeded = 0;  // deps not SUCCEEDED
   int32_t deps_unfinished = 0;   // deps not terminal
+  // Some of spec.depends_on were deleted (retention, DeleteTask) while it
+  // was finished: `deps` holds the others. Such a task cannot run again.
+  bool deps_deleted = false;
+  // A waiting chain link its agent listed as started in a Hello: the
+  // predecessor succeeded there and its result is on the way, and the
+  // link's own Accept may have been lost with a scheduler that died. It is
+  // taken as accepted the moment it stops waiting. (Beside the counts
+  // above, where it takes no room of its own.)
+  bool link_started = false;
   // A chain link sent to its agent with its predecessor, waiting there for
   // it to succeed: no slot, no ack deadline yet. And the reverse link.
   TaskRecord* chained_after = nullptr;
   TaskRecord* chain_next = nullptr;
-  // A waiting chain link its agent listed as started in a Hello: the
-  // predecessor succeeded there and its result is on the way, and the
-  // link's own Accept may have been lost with a scheduler that died. It is
-  // taken as accepted the moment it stops waiting.
-  bool link_started = false;
   // The revision of its last change (the event the table wrote for it):
   // a finished task leaves memory only once that change is committed.
   int64_t revision = 0;
-  // Some of spec.depends_on were deleted (retention, DeleteTask) while it
-  // was finished: `deps` holds the others. Such a task cannot run again.
-  bool deps_deleted = false;
 
   const std::string& id() const { return spec.id(); }
   const std::string& queue() const { return spec.queue(); }

@@ -65,7 +65,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       JobRecord& j = table_.FindOrAddJob(t.job_id(), t.seq, t.create_time);
       t.job = &j;
       j.tasks.push_back(&t);
-      j.update_time = std::max(j.update_time, t.update_time);
+      j.update_time = std::max(j.update_time, t.update_time.get());
     }
     table_.Enter(t);  // as Transition does
     if (t.state == v1::TASK_STATE_PENDING) {
