@@ -174,14 +174,20 @@ TEST(HealthWatch, AThousandWatchesTakeNoThreadEachAndArePerConnectionAndTotalCap
   EXPECT_EQ(NextStatus(watches.back().back()), HealthCheckResponse::SERVING);
 
   // Shutting the server down: every watch says NOT_SERVING, then ends.
-  c.server().Shutdown(absl::Seconds(10));
+  // The server ends each with CANCELLED; a watch whose connection closes
+  // before that status reaches the client (the shutdown's deadline passed
+  // on a loaded machine) ends UNAVAILABLE on the client's side. Either way
+  // it ends, and never OK.
+  c.server().Shutdown(absl::Seconds(30));
   int open = 0, not_serving = 0;
   for (auto& on_conn : watches) {
     for (Watch& w : on_conn) {
       ++open;
       if (NextStatus(w) == HealthCheckResponse::NOT_SERVING) ++not_serving;
       EXPECT_EQ(NextStatus(w), -1);
-      EXPECT_EQ(w.reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+      const grpc::StatusCode code = w.reader->Finish().error_code();
+      EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
+          << code;
     }
   }
   EXPECT_EQ(open, kTotal - kPerConnection + 2);
