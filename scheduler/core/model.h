@@ -308,9 +308,12 @@ struct TaskRecord {
   // A waiting chain link its agent listed as started in a Hello: the
   // predecessor succeeded there and its result is on the way, and the
   // link's own Accept may have been lost with a scheduler that died. It is
-  // taken as accepted the moment it stops waiting. (Beside the counts
-  // above, where it takes no room of its own.)
+  // taken as accepted the moment it stops waiting. (These two and id_hash
+  // sit beside the counts above, in room that would be padding.)
   bool link_started = false;
+  // The TaskTable's hash of id() (set as it files the record), so growing
+  // its index reads the record, not the id's string. Fills padding too.
+  uint32_t id_hash = 0;
   // A chain link sent to its agent with its predecessor, waiting there for
   // it to succeed: no slot, no ack deadline yet. And the reverse link.
   TaskRecord* chained_after = nullptr;
@@ -350,8 +353,8 @@ struct ColdTask {
   int64_t seq = 0;
   const std::string* queue = nullptr;  // interned by the TaskTable
   JobRecord* job = nullptr;
-  absl::Time finish = absl::InfinitePast();  // its update time (the row's update_us)
-  int32_t attempt = 0;                       // its last attempt number
+  CompactTime finish;   // its update time (the row's update_us)
+  int32_t attempt = 0;  // its last attempt number
   v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
   bool replica = false;       // one of a task's replicas (goes with its task)
   bool has_replicas = false;  // its replicas go with it

@@ -905,7 +905,7 @@ class Scheduler {
   std::deque<std::pair<int64_t, int64_t>> evict_queue_;
   // Tasks and jobs on disk waiting for their retention, by queue and kind
   // (RetentionKind), in the order they finished: (finish, seq, is a job).
-  using ExpiringSet = absl::btree_set<std::tuple<absl::Time, int64_t, bool>>;
+  using ExpiringSet = absl::btree_set<std::tuple<CompactTime, int64_t, bool>>;
   absl::flat_hash_map<std::string, std::array<ExpiringSet, 2>> expiring_;
   int64_t tasks_deleted_ = 0;
   std::vector<int64_t> warm_wanted_;

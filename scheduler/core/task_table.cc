@@ -12,13 +12,20 @@ namespace taskgrid::core {
 
 TaskRecord* TaskTable::Find(absl::string_view id) const {
   auto it = tasks_.find(id);
-  return it == tasks_.end() ? nullptr : it->second.get();
+  return it == tasks_.end() ? nullptr : it->get();
+}
+
+bool TaskTable::FileRecord(std::unique_ptr<TaskRecord>& owned) {
+  owned->id_hash = static_cast<uint32_t>(RecordHash()(owned->id()));
+  // insert leaves `owned` alone when the id is taken: the set looks the
+  // key up before it moves the element in.
+  return tasks_.insert(std::move(owned)).second;
 }
 
 TaskRecord& TaskTable::Insert(std::unique_ptr<TaskRecord> owned) {
   TaskRecord& t = *owned;
   t.seq = next_seq_++;
-  const bool inserted = tasks_.try_emplace(t.id(), std::move(owned)).second;
+  const bool inserted = FileRecord(owned);
   TASKGRID_CHECK(inserted, absl::StrCat("task ", t.id(), " was created twice"));
   by_seq_[t.seq] = &t;
   return t;
@@ -26,8 +33,7 @@ TaskRecord& TaskTable::Insert(std::unique_ptr<TaskRecord> owned) {
 
 absl::StatusOr<TaskRecord*> TaskTable::Adopt(std::unique_ptr<TaskRecord> owned) {
   TaskRecord* t = owned.get();
-  // try_emplace leaves `owned` alone when the id is taken.
-  if (!tasks_.try_emplace(t->id(), std::move(owned)).second) {
+  if (!FileRecord(owned)) {
     return absl::DataLossError(absl::StrCat("task ", t->id(), " is stored twice"));
   }
   by_seq_.emplace_hint(by_seq_.end(), t->seq, t);
@@ -217,7 +223,7 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
     JobRecord& j = *in->job;
     j.cold.push_back(row.seq);
     ++j.counts[in->state];
-    j.update_time = std::max(j.update_time, in->finish);
+    j.update_time = std::max(j.update_time, in->finish.get());
   }
   next_seq_ = std::max(next_seq_, row.seq + 1);
   return absl::OkStatus();
@@ -244,7 +250,7 @@ TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
   UnfileCold(&c);
   TaskRecord* out = t.get();
   by_seq_.emplace(out->seq, out);
-  tasks_.emplace(out->id(), std::move(t));
+  FileRecord(t);
   return out;
 }
 
