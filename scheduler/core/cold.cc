@@ -41,14 +41,14 @@ absl::Duration Scheduler::RetentionOf(const std::string& queue, bool failed) con
 
 void Scheduler::AddExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq,
                             bool job) {
-  expiring_[queue][kind].insert({finish, seq, job});
+  expiring_[queue][kind].insert({finish, seq * 2 + (job ? 1 : 0)});
 }
 
 void Scheduler::RemoveExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq,
                                bool job) {
   // Never erases the queue's entry: DeleteExpired walks the map.
   auto it = expiring_.find(queue);
-  if (it != expiring_.end()) it->second[kind].erase({finish, seq, job});
+  if (it != expiring_.end()) it->second[kind].erase({finish, seq * 2 + (job ? 1 : 0)});
 }
 
 void Scheduler::JobExpiring(const JobRecord& j, bool add) {
@@ -250,7 +250,8 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
   std::vector<int64_t> again;
   for (const auto& r : *taken) {
     const ColdTask* c = table_.FindColdBySeq(r->seq);
-    if (c != nullptr && (c->id != r->id() || c->finish != r->update_time || c->state != r->state)) {
+    if (c != nullptr &&
+        (c->id() != r->id() || c->finish != r->update_time || c->state != r->state)) {
       again.push_back(r->seq);
     }
   }
@@ -310,7 +311,7 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
 // Deleting.
 
 void Scheduler::DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids) {
-  const std::string id = c.id;
+  const std::string id(c.id());
   const bool has_replicas = c.has_replicas;
   if (!c.replica) RemoveExpiring(*c.queue, RetentionKind(c.state), c.finish, c.seq, false);
   // A unique key it held is let go of lazily: a holder that no longer
@@ -322,7 +323,7 @@ void Scheduler::DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids)
   for (int32_t n = 1;; ++n) {
     const ColdTask* r = table_.FindCold(ReplicaId(id, n));
     if (r == nullptr || !r->replica) break;
-    ids->push_back(r->id);
+    ids->push_back(std::string(r->id()));
     table_.DeleteCold(*r, &effects_.batch);
     ++tasks_deleted_;
   }
@@ -333,7 +334,7 @@ int64_t Scheduler::DeleteColdJob(JobRecord& j) {
   std::vector<std::string> replicas_of;
   for (int64_t seq : j.cold) {
     const ColdTask* c = table_.FindColdBySeq(seq);
-    if (c != nullptr && c->has_replicas) replicas_of.push_back(c->id);
+    if (c != nullptr && c->has_replicas) replicas_of.emplace_back(c->id());
   }
   int64_t n = static_cast<int64_t>(j.cold.size());
   table_.DeleteColdJob(j, &effects_.batch);  // frees `j`
@@ -421,7 +422,7 @@ absl::StatusOr<BulkResult> Scheduler::DeleteTasks(ListFilter filter) {
     if (j == nullptr) return out;
     std::vector<std::string> ids;
     for (const TaskRecord* t : j->tasks) ids.push_back(t->id());
-    for (int64_t seq : j->cold) ids.push_back(table_.FindColdBySeq(seq)->id);
+    for (int64_t seq : j->cold) ids.emplace_back(table_.FindColdBySeq(seq)->id());
     absl::StatusOr<int64_t> deleted = DeleteJob(filter.job_id);
     if (deleted.ok()) {
       out.ids = std::move(ids);
@@ -445,7 +446,7 @@ absl::StatusOr<BulkResult> Scheduler::DeleteTasks(ListFilter filter) {
       id = it->second->id();
     } else if (const ColdTask* c = table_.FindColdBySeq(seq)) {
       if (c->replica) continue;
-      id = c->id;
+      id = std::string(c->id());
     } else {
       continue;
     }
@@ -466,8 +467,9 @@ void Scheduler::DeleteExpired(absl::Time now) {
       const absl::Duration keep = RetentionOf(queue, kind == 1);
       if (keep <= absl::ZeroDuration()) continue;
       ExpiringSet& set = kinds[kind];
-      while (budget > 0 && !set.empty() && std::get<0>(*set.begin()) + keep <= now) {
-        const auto [finish, seq, is_job] = *set.begin();
+      while (budget > 0 && !set.empty() && set.begin()->first + keep <= now) {
+        const int64_t seq = set.begin()->second / 2;
+        const bool is_job = set.begin()->second % 2 == 1;
         set.erase(set.begin());
         if (is_job) {
           auto it = table_.jobs_by_seq().find(seq);

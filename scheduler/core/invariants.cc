@@ -320,11 +320,11 @@ absl::Status Scheduler::CheckInvariants() const {
   for (const auto& [queue, kinds] : expiring_) expiring += kinds[0].size() + kinds[1].size();
   size_t should_expire = 0;
   for (const auto& [seq, c] : table_.cold_by_seq()) {
-    if (c->seq != seq || table_.FindCold(c->id) != c) {
-      return fail("task ", c->id, " on disk is indexed wrongly");
+    if (c->seq != seq || table_.FindCold(c->id()) != c) {
+      return fail("task ", c->id(), " on disk is indexed wrongly");
     }
-    if (table_.Find(c->id) != nullptr) return fail("task ", c->id, " is on disk and in memory");
-    if (!IsTerminal(c->state)) return fail("task ", c->id, " on disk is ", StateName(c->state));
+    if (table_.Find(c->id()) != nullptr) return fail("task ", c->id(), " is on disk and in memory");
+    if (!IsTerminal(c->state)) return fail("task ", c->id(), " on disk is ", StateName(c->state));
     ++counts[*c->queue][c->state];
     if (c->job == nullptr && !c->replica) ++should_expire;
   }

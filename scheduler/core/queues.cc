@@ -261,8 +261,8 @@ absl::StatusOr<BulkResult> Scheduler::RetryTasks(ListFilter filter) {
       // one went back to disk in between.
       if (out.skipped++ == 0) {
         const ColdTask* c = table_.FindColdBySeq(page.seqs[i]);
-        out.skipped_reason =
-            std::string(OnDisk(c != nullptr ? c->id : absl::StrCat(page.seqs[i])).message());
+        out.skipped_reason = std::string(
+            (c != nullptr ? OnDisk(c->id()) : OnDisk(absl::StrCat(page.seqs[i]))).message());
       }
       continue;
     }

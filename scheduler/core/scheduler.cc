@@ -208,7 +208,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
           existing[i] = it->second;
           continue;
         }
-        if (const ColdTask* c = table_.FindColdBySeq(held)) return OnDisk(c->id);
+        if (const ColdTask* c = table_.FindColdBySeq(held)) return OnDisk(c->id());
         // Its holder was deleted: the key is free.
       }
       auto [it, inserted] = unique_seen.emplace(key, i);
@@ -622,7 +622,7 @@ absl::Status Scheduler::CheckDepsKept(const TaskRecord& t, absl::string_view wha
                                                     ": its dependency \"", gone, "\" was deleted"));
 }
 
-absl::Status Scheduler::OnDisk(const std::string& id) {
+absl::Status Scheduler::OnDisk(absl::string_view id) {
   // The Engine reads a task back before any operation that needs it
   // (ColdSeqs*, Warm); meeting one here means it went back to disk in
   // between, which a retry of the call gets past.

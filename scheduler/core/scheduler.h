@@ -796,7 +796,7 @@ class Scheduler {
   TaskRecord* Mutable(const std::string& id);
   absl::StatusOr<TaskRecord*> Lookup(const std::string& id);
   // UNAVAILABLE for an operation that met task `id` on disk only.
-  static absl::Status OnDisk(const std::string& id);
+  static absl::Status OnDisk(absl::string_view id);
   // FAILED_PRECONDITION when a dependency of `t` was deleted (it cannot
   // run again); `what` says what was asked ("retried").
   static absl::Status CheckDepsKept(const TaskRecord& t, absl::string_view what);
@@ -904,8 +904,10 @@ class Scheduler {
   // finished them, or 0 for one to look at again; seq), in that order.
   std::deque<std::pair<int64_t, int64_t>> evict_queue_;
   // Tasks and jobs on disk waiting for their retention, by queue and kind
-  // (RetentionKind), in the order they finished: (finish, seq, is a job).
-  using ExpiringSet = absl::btree_set<std::tuple<CompactTime, int64_t, bool>>;
+  // (RetentionKind), in the order they finished: (finish, seq * 2 + 1 for
+  // a job or + 0 for a task), 16 bytes an entry in a set that holds every
+  // finished task on disk.
+  using ExpiringSet = absl::btree_set<std::pair<CompactTime, int64_t>>;
   absl::flat_hash_map<std::string, std::array<ExpiringSet, 2>> expiring_;
   int64_t tasks_deleted_ = 0;
   std::vector<int64_t> warm_wanted_;

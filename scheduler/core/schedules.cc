@@ -309,7 +309,7 @@ bool Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
     // This fire's task exists and finished (a fire repeated after a
     // clock went back): it fired.
     s.last_fire = fire;
-    s.last_task_id = c->id;
+    s.last_task_id = std::string(c->id());
     s.last_error.clear();
     return true;
   }

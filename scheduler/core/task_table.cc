@@ -94,7 +94,7 @@ void TaskTable::ReleaseLabels(uint32_t index) {
 std::string TaskTable::CheckLabelSets() const {
   std::vector<int64_t> refs(label_sets_.size());
   for (const auto& [seq, c] : cold_by_seq_) {
-    if (c->labels >= refs.size()) return absl::StrCat("task ", c->id, " has no label set");
+    if (c->labels >= refs.size()) return absl::StrCat("task ", c->id(), " has no label set");
     ++refs[c->labels];
   }
   size_t in_use = 0;
@@ -118,7 +118,7 @@ std::string TaskTable::CheckLabelSets() const {
 }
 
 const ColdTask* TaskTable::FileCold(ColdTask c, absl::string_view labels) {
-  c.id_hash = ColdHash()(absl::string_view(c.id));
+  c.id_hash = static_cast<uint32_t>(ColdHash()(c.id()));
   ColdTask* slot;
   if (cold_free_.empty()) {
     slot = &cold_pool_.emplace_back(std::move(c));
@@ -155,7 +155,7 @@ namespace {
 
 ColdTask ColdOf(const TaskRecord& t) {
   ColdTask c;
-  c.id = t.id();
+  c.set_id(t.id());
   c.seq = t.seq;
   c.job = t.job;
   c.finish = t.update_time;
@@ -205,7 +205,7 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
     return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
   }
   ColdTask c;
-  c.id = row.id;
+  c.set_id(row.id);
   c.seq = row.seq;
   c.queue = Intern(row.queue);
   c.finish = FromUnixMicrosOrZero(row.update_us);
@@ -245,7 +245,7 @@ TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
   auto it = cold_by_seq_.find(t->seq);
   if (it == cold_by_seq_.end()) return nullptr;
   const ColdTask& c = *it->second;
-  if (c.id != t->id() || c.finish != t->update_time || c.state != t->state) return nullptr;
+  if (c.id() != t->id() || c.finish != t->update_time || c.state != t->state) return nullptr;
   t->job = c.job;
   UnfileCold(&c);
   TaskRecord* out = t.get();
@@ -271,7 +271,7 @@ bool TaskTable::WarmJob(JobRecord& j) {
 }
 
 void TaskTable::DeleteCold(const ColdTask& c, WriteBatch* batch) {
-  TASKGRID_CHECK(c.job == nullptr, absl::StrCat("task ", c.id, " is deleted with its job"));
+  TASKGRID_CHECK(c.job == nullptr, absl::StrCat("task ", c.id(), " is deleted with its job"));
   EraseCold(c, batch);
 }
 
@@ -281,7 +281,7 @@ void TaskTable::EraseCold(const ColdTask& c, WriteBatch* batch) {
   if (std::all_of(counts.begin(), counts.end(), [](int64_t n) { return n == 0; })) {
     counts_.erase(*c.queue);
   }
-  batch->deletes.push_back({c.seq, c.id});
+  batch->deletes.push_back({c.seq, std::string(c.id())});
   UnfileCold(&c);  // `c` is gone
 }
 

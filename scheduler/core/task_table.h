@@ -187,13 +187,15 @@ class TaskTable {
   // never hashes an id twice: a restart files a million of them.
   struct ColdHash {
     using is_transparent = void;
-    size_t operator()(absl::string_view id) const { return absl::Hash<absl::string_view>()(id); }
+    size_t operator()(absl::string_view id) const {
+      return static_cast<uint32_t>(absl::Hash<absl::string_view>()(id));
+    }
     size_t operator()(const ColdTask* c) const { return c->id_hash; }
   };
   struct ColdEq {
     using is_transparent = void;
     static absl::string_view Key(absl::string_view id) { return id; }
-    static absl::string_view Key(const ColdTask* c) { return c->id; }
+    static absl::string_view Key(const ColdTask* c) { return c->id(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return Key(a) == Key(b);

@@ -202,7 +202,7 @@ ListPage Scheduler::List(const ListFilter& filter) const {
   const bool with_cold = states.empty() || std::any_of(states.begin(), states.end(), [](int s) {
                            return IsTerminal(static_cast<v1::TaskState>(s));
                          });
-  auto matches = [&](const std::string& id, const std::string& queue, v1::TaskState state) {
+  auto matches = [&](absl::string_view id, const std::string& queue, v1::TaskState state) {
     return (filter.queue.empty() || queue == filter.queue) &&
            (states.empty() || states.contains(state)) && absl::StartsWith(id, filter.id_prefix);
   };
@@ -214,7 +214,7 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     return matches(t.id(), t.queue(), t.state) && HasLabels(t.spec, filter.labels);
   };
   auto matches_cold = [&](const ColdTask& c) {
-    if (!matches(c.id, *c.queue, c.state)) return false;
+    if (!matches(c.id(), *c.queue, c.state)) return false;
     const absl::string_view lines = table_.LabelsOf(c);
     return std::all_of(label_lines.begin(), label_lines.end(),
                        [&](const std::string& l) { return absl::StrContains(lines, l); });
