@@ -39,16 +39,23 @@ absl::Duration Scheduler::RetentionOf(const std::string& queue, bool failed) con
   return failed ? opts_.failed_retention : opts_.retention;
 }
 
+namespace {
+
+// An expiring entry's key: seq * 2, + 1 for a job (Scheduler::ExpiringSet).
+int64_t ExpiringKey(int64_t seq, bool job) { return seq * 2 + (job ? 1 : 0); }
+
+}  // namespace
+
 void Scheduler::AddExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq,
                             bool job) {
-  expiring_[queue][kind].insert({finish, seq * 2 + (job ? 1 : 0)});
+  expiring_[queue][kind].insert({finish, ExpiringKey(seq, job)});
 }
 
 void Scheduler::RemoveExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq,
                                bool job) {
   // Never erases the queue's entry: DeleteExpired walks the map.
   auto it = expiring_.find(queue);
-  if (it != expiring_.end()) it->second[kind].erase({finish, seq * 2 + (job ? 1 : 0)});
+  if (it != expiring_.end()) it->second[kind].erase({finish, ExpiringKey(seq, job)});
 }
 
 void Scheduler::JobExpiring(const JobRecord& j, bool add) {
@@ -323,7 +330,7 @@ void Scheduler::DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids)
   for (int32_t n = 1;; ++n) {
     const ColdTask* r = table_.FindCold(ReplicaId(id, n));
     if (r == nullptr || !r->replica) break;
-    ids->push_back(std::string(r->id()));
+    ids->emplace_back(r->id());
     table_.DeleteCold(*r, &effects_.batch);
     ++tasks_deleted_;
   }

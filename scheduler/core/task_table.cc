@@ -16,7 +16,7 @@ TaskRecord* TaskTable::Find(absl::string_view id) const {
 }
 
 bool TaskTable::FileRecord(std::unique_ptr<TaskRecord>& owned) {
-  owned->id_hash = static_cast<uint32_t>(RecordHash()(owned->id()));
+  owned->id_hash = HashId(owned->id());
   // insert leaves `owned` alone when the id is taken: the set looks the
   // key up before it moves the element in.
   return tasks_.insert(std::move(owned)).second;
@@ -118,7 +118,7 @@ std::string TaskTable::CheckLabelSets() const {
 }
 
 const ColdTask* TaskTable::FileCold(ColdTask c, absl::string_view labels) {
-  c.id_hash = static_cast<uint32_t>(ColdHash()(c.id()));
+  c.id_hash = HashId(c.id());
   ColdTask* slot;
   if (cold_free_.empty()) {
     slot = &cold_pool_.emplace_back(std::move(c));

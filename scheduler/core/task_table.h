@@ -158,49 +158,38 @@ class TaskTable {
   // the set), so a million tasks do not hold a second copy of every id, and
   // a slot is one pointer (a map's slot of view and pointer took three: a
   // restart of a million tasks held 34 MB more).
-  // The hash is 32 bits, kept in the record (TaskRecord::id_hash): growing
-  // the set then reads each record once instead of following its id to
-  // the string (a restart grows it ~20 times).
-  struct RecordHash {
+  // Both id indexes (records in memory, tasks on disk) hash an id to 32
+  // bits and keep that hash in the element (its `id_hash`): growing an
+  // index then reads each element once instead of following its id to the
+  // string (a restart grows them ~20 times). Found by id (transparent).
+  static uint32_t HashId(absl::string_view id) {
+    return static_cast<uint32_t>(absl::Hash<absl::string_view>()(id));
+  }
+  template <typename P>
+  struct IdHash {
     using is_transparent = void;
-    size_t operator()(absl::string_view id) const {
-      return static_cast<uint32_t>(absl::Hash<absl::string_view>()(id));
-    }
-    size_t operator()(const std::unique_ptr<TaskRecord>& t) const { return t->id_hash; }
+    size_t operator()(absl::string_view id) const { return HashId(id); }
+    size_t operator()(const P& p) const { return p->id_hash; }
   };
-  // Sets t.id_hash and files `owned`; false (and `owned` left alone) when
-  // the id is taken.
-  bool FileRecord(std::unique_ptr<TaskRecord>& owned);
-  struct RecordEq {
+  template <typename P>
+  struct IdEq {
     using is_transparent = void;
     static absl::string_view Key(absl::string_view id) { return id; }
-    static absl::string_view Key(const std::unique_ptr<TaskRecord>& t) { return t->id(); }
+    static absl::string_view Key(const P& p) { return p->id(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return Key(a) == Key(b);
     }
   };
-  absl::flat_hash_set<std::unique_ptr<TaskRecord>, RecordHash, RecordEq> tasks_;
+  // Sets owned->id_hash and files `owned`; false (and `owned` left alone)
+  // when the id is taken.
+  bool FileRecord(std::unique_ptr<TaskRecord>& owned);
+  absl::flat_hash_set<std::unique_ptr<TaskRecord>, IdHash<std::unique_ptr<TaskRecord>>,
+                      IdEq<std::unique_ptr<TaskRecord>>>
+      tasks_;
   // Tasks on disk only, found by id and by seq. The entries live in a pool
   // (stable addresses, no allocation of its own per entry; a deleted one's
-  // slot is used again) and the id index keeps their hashes, so growing it
-  // never hashes an id twice: a restart files a million of them.
-  struct ColdHash {
-    using is_transparent = void;
-    size_t operator()(absl::string_view id) const {
-      return static_cast<uint32_t>(absl::Hash<absl::string_view>()(id));
-    }
-    size_t operator()(const ColdTask* c) const { return c->id_hash; }
-  };
-  struct ColdEq {
-    using is_transparent = void;
-    static absl::string_view Key(absl::string_view id) { return id; }
-    static absl::string_view Key(const ColdTask* c) { return c->id(); }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Key(a) == Key(b);
-    }
-  };
+  // slot is used again).
   // Files `c` with its labels (EncodeLabels) in the indexes, from the pool;
   // nullptr (nothing filed) when its id is on disk already.
   const ColdTask* FileCold(ColdTask c, absl::string_view labels);
@@ -208,7 +197,7 @@ class TaskTable {
   void UnfileCold(const ColdTask* c);
   std::deque<ColdTask> cold_pool_;
   std::vector<ColdTask*> cold_free_;  // slots of cold_pool_ not in use
-  absl::flat_hash_set<ColdTask*, ColdHash, ColdEq> cold_;
+  absl::flat_hash_set<ColdTask*, IdHash<ColdTask*>, IdEq<ColdTask*>> cold_;
   absl::btree_map<int64_t, const ColdTask*> cold_by_seq_;
   // Label sets of tasks on disk, each kept once however many tasks carry
   // it, and freed with the last of them (tasks labelled one by one would
