@@ -258,7 +258,7 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
   for (const auto& r : *taken) {
     const ColdTask* c = table_.FindColdBySeq(r->seq);
     if (c != nullptr &&
-        (c->id() != r->id() || c->finish != r->update_time || c->state != r->state)) {
+        (c->id() != r->id() || c->finish != r->update_time || c->state() != r->state)) {
       again.push_back(r->seq);
     }
   }
@@ -278,7 +278,7 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
     if (c->job != nullptr) {
       if (jobs.insert(c->job).second) JobExpiring(*c->job, /*add=*/false);
     } else if (!c->replica) {
-      RemoveExpiring(*c->queue, RetentionKind(c->state), c->finish, c->seq, false);
+      RemoveExpiring(*c->queue, RetentionKind(c->state()), c->finish, c->seq, false);
     }
   }
   std::vector<TaskRecord*> warmed;
@@ -320,7 +320,7 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
 void Scheduler::DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids) {
   const std::string id(c.id());
   const bool has_replicas = c.has_replicas;
-  if (!c.replica) RemoveExpiring(*c.queue, RetentionKind(c.state), c.finish, c.seq, false);
+  if (!c.replica) RemoveExpiring(*c.queue, RetentionKind(c.state()), c.finish, c.seq, false);
   // A unique key it held is let go of lazily: a holder that no longer
   // exists holds nothing (AddTasks).
   table_.DeleteCold(c, &effects_.batch);

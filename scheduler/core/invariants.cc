@@ -319,13 +319,18 @@ absl::Status Scheduler::CheckInvariants() const {
   size_t expiring = 0;
   for (const auto& [queue, kinds] : expiring_) expiring += kinds[0].size() + kinds[1].size();
   size_t should_expire = 0;
-  for (const auto& [seq, c] : table_.cold_by_seq()) {
-    if (c->seq != seq || table_.FindCold(c->id()) != c) {
+  int64_t last_seq = 0;
+  for (TaskTable::ColdRef r : table_.cold_by_seq()) {
+    const ColdTask* c = &table_.cold(r);
+    if (c->seq <= last_seq || table_.FindColdBySeq(c->seq) != c || table_.FindCold(c->id()) != c) {
       return fail("task ", c->id(), " on disk is indexed wrongly");
     }
+    last_seq = c->seq;
     if (table_.Find(c->id()) != nullptr) return fail("task ", c->id(), " is on disk and in memory");
-    if (!IsTerminal(c->state)) return fail("task ", c->id(), " on disk is ", StateName(c->state));
-    ++counts[*c->queue][c->state];
+    if (!IsTerminal(c->state())) {
+      return fail("task ", c->id(), " on disk is ", StateName(c->state()));
+    }
+    ++counts[*c->queue][c->state()];
     if (c->job == nullptr && !c->replica) ++should_expire;
   }
   if (const std::string bad = table_.CheckLabelSets(); !bad.empty()) return fail(bad);
@@ -353,7 +358,7 @@ absl::Status Scheduler::CheckInvariants() const {
     for (int64_t seq : j->cold) {
       const ColdTask* c = table_.FindColdBySeq(seq);
       if (c == nullptr || c->job != j.get()) return fail("job ", id, " lost task seq ", seq);
-      ++jc[c->state];
+      ++jc[c->state()];
     }
     if (jc != j->counts) return fail("job ", id, " counts its tasks wrongly");
     if (j->size() == 0) return fail("job ", id, " has no task");

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -351,28 +352,49 @@ struct JobRecord {
 // read the row back; an operation that changes it reads it back into
 // memory first (Scheduler::Warm).
 struct ColdTask {
+  ColdTask() : replica(false), has_replicas(false) {}
+
   // Its id. The characters are kept on their own, with the size beside
   // the other small members: 24 bytes less than a std::string, in a table
-  // that may hold millions of these.
-  absl::string_view id() const { return absl::string_view(id_chars.get(), id_size); }
-  void set_id(absl::string_view id) {
-    id_chars = std::make_unique<char[]>(id.size());
-    std::copy(id.begin(), id.end(), id_chars.get());
-    id_size = static_cast<uint32_t>(id.size());
+  // that may hold millions of these. An id of kLongId characters or more
+  // (none since ids have a limit, but a table may be older) keeps its
+  // size in the buffer's first eight bytes instead.
+  absl::string_view id() const {
+    if (id_size != kLongId) return absl::string_view(id_chars.get(), id_size);
+    size_t size;
+    std::memcpy(&size, id_chars.get(), sizeof(size));
+    return absl::string_view(id_chars.get() + sizeof(size), size);
   }
+  void set_id(absl::string_view id) {
+    if (id.size() < kLongId) {
+      id_chars = std::make_unique<char[]>(id.size());
+      std::copy(id.begin(), id.end(), id_chars.get());
+      id_size = static_cast<uint16_t>(id.size());
+      return;
+    }
+    const size_t size = id.size();
+    id_chars = std::make_unique<char[]>(sizeof(size) + size);
+    std::memcpy(id_chars.get(), &size, sizeof(size));
+    std::copy(id.begin(), id.end(), id_chars.get() + sizeof(size));
+    id_size = kLongId;
+  }
+  // A finished state, in a byte.
+  v1::TaskState state() const { return static_cast<v1::TaskState>(state_code); }
+  void set_state(v1::TaskState s) { state_code = static_cast<uint8_t>(s); }
 
+  static constexpr uint16_t kLongId = 0xffff;
   std::unique_ptr<char[]> id_chars;
   int64_t seq = 0;
   const std::string* queue = nullptr;  // interned by the TaskTable
   JobRecord* job = nullptr;
-  CompactTime finish;   // its update time (the row's update_us)
-  int32_t attempt = 0;  // its last attempt number
-  v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
-  uint32_t labels = 0;        // its label set, interned by the TaskTable (0: none)
-  uint32_t id_size = 0;       // of id_chars
-  uint32_t id_hash = 0;       // the TaskTable's hash of id(), kept for its index's rehashes
-  bool replica = false;       // one of a task's replicas (goes with its task)
-  bool has_replicas = false;  // its replicas go with it
+  CompactTime finish;    // its update time (the row's update_us)
+  int32_t attempt = 0;   // its last attempt number
+  uint32_t labels = 0;   // its label set, interned by the TaskTable (0: none)
+  uint32_t id_hash = 0;  // the TaskTable's hash of id(), kept for its index's rehashes
+  uint16_t id_size = 0;  // of id_chars, or kLongId
+  uint8_t state_code = v1::TASK_STATE_UNSPECIFIED;
+  bool replica : 1;       // one of a task's replicas (goes with its task)
+  bool has_replicas : 1;  // its replicas go with it
 };
 
 // A schedule id leaves room in a task id (kMaxIdLength) for the fire

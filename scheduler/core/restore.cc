@@ -43,7 +43,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
         return absl::DataLossError(absl::StrCat("task ", owned->id(), " is stored twice"));
       }
       if (c->job == nullptr && !c->replica) {
-        RemoveExpiring(*c->queue, RetentionKind(c->state), c->finish, c->seq, false);
+        RemoveExpiring(*c->queue, RetentionKind(c->state()), c->finish, c->seq, false);
       }
       table_.UnadoptCold(owned->seq);
     }

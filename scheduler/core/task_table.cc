@@ -58,7 +58,25 @@ const std::string* TaskTable::Intern(const std::string& queue) {
 
 const ColdTask* TaskTable::FindCold(absl::string_view id) const {
   auto it = cold_.find(id);
-  return it == cold_.end() ? nullptr : *it;
+  return it == cold_.end() ? nullptr : &cold_pool_[*it];
+}
+
+TaskTable::ColdRef TaskTable::ColdPool::Add(ColdTask c) {
+  ColdRef r;
+  if (!free_.empty()) {
+    r.slot = free_.back();
+    free_.pop_back();
+  } else {
+    if ((used_ & kChunkMask) == 0) chunks_.push_back(std::make_unique<ColdTask[]>(kChunkMask + 1));
+    r.slot = used_++;
+  }
+  (*this)[r] = std::move(c);
+  return r;
+}
+
+void TaskTable::ColdPool::Free(ColdRef r) {
+  (*this)[r] = ColdTask();  // lets go of its id's buffer
+  free_.push_back(r.slot);
 }
 
 uint32_t TaskTable::InternLabels(absl::string_view labels) {
@@ -93,9 +111,10 @@ void TaskTable::ReleaseLabels(uint32_t index) {
 
 std::string TaskTable::CheckLabelSets() const {
   std::vector<int64_t> refs(label_sets_.size());
-  for (const auto& [seq, c] : cold_by_seq_) {
-    if (c->labels >= refs.size()) return absl::StrCat("task ", c->id(), " has no label set");
-    ++refs[c->labels];
+  for (ColdRef r : cold_by_seq_) {
+    const ColdTask& c = cold_pool_[r];
+    if (c.labels >= refs.size()) return absl::StrCat("task ", c.id(), " has no label set");
+    ++refs[c.labels];
   }
   size_t in_use = 0;
   for (uint32_t i = 1; i < label_sets_.size(); ++i) {
@@ -119,36 +138,29 @@ std::string TaskTable::CheckLabelSets() const {
 
 const ColdTask* TaskTable::FileCold(ColdTask c, absl::string_view labels) {
   c.id_hash = HashId(c.id());
-  ColdTask* slot;
-  if (cold_free_.empty()) {
-    slot = &cold_pool_.emplace_back(std::move(c));
-  } else {
-    slot = cold_free_.back();
-    cold_free_.pop_back();
-    *slot = std::move(c);
-  }
-  if (!cold_.insert(slot).second) {
-    *slot = ColdTask();
-    cold_free_.push_back(slot);
+  const ColdRef r = cold_pool_.Add(std::move(c));
+  if (!cold_.insert(r).second) {
+    cold_pool_.Free(r);
     return nullptr;
   }
-  cold_by_seq_.emplace_hint(cold_by_seq_.end(), slot->seq, slot);
-  slot->labels = InternLabels(labels);
-  return slot;
+  cold_by_seq_.insert(cold_by_seq_.end(), r);
+  ColdTask& in = cold_pool_[r];
+  in.labels = InternLabels(labels);
+  return &in;
 }
 
 void TaskTable::UnfileCold(const ColdTask* c) {
-  ColdTask* slot = const_cast<ColdTask*>(c);
-  ReleaseLabels(slot->labels);
-  cold_by_seq_.erase(slot->seq);
-  cold_.erase(slot);
-  *slot = ColdTask();  // lets go of its id's buffer
-  cold_free_.push_back(slot);
+  auto it = cold_by_seq_.find(c->seq);
+  const ColdRef r = *it;
+  ReleaseLabels(c->labels);
+  cold_by_seq_.erase(it);
+  cold_.erase(r);
+  cold_pool_.Free(r);
 }
 
 const ColdTask* TaskTable::FindColdBySeq(int64_t seq) const {
   auto it = cold_by_seq_.find(seq);
-  return it == cold_by_seq_.end() ? nullptr : it->second;
+  return it == cold_by_seq_.end() ? nullptr : &cold_pool_[*it];
 }
 
 namespace {
@@ -160,7 +172,7 @@ ColdTask ColdOf(const TaskRecord& t) {
   c.job = t.job;
   c.finish = t.update_time;
   c.attempt = t.attempt;
-  c.state = t.state;
+  c.set_state(t.state);
   c.replica = !t.spec.replica_of().empty();
   c.has_replicas = ReplicaCount(t.spec) > 0;
   return c;
@@ -210,7 +222,7 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
   c.queue = Intern(row.queue);
   c.finish = FromUnixMicrosOrZero(row.update_us);
   c.attempt = row.attempt;
-  c.state = static_cast<v1::TaskState>(row.state);
+  c.set_state(static_cast<v1::TaskState>(row.state));
   c.replica = row.replica;
   c.has_replicas = row.has_replicas;
   if (!row.job_id.empty()) {
@@ -218,11 +230,11 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
   }
   const ColdTask* in = FileCold(std::move(c), row.labels);
   if (in == nullptr) return absl::DataLossError(absl::StrCat("task ", row.id, " is stored twice"));
-  ++counts_[*in->queue][in->state];
+  ++counts_[*in->queue][in->state()];
   if (in->job != nullptr) {
     JobRecord& j = *in->job;
     j.cold.push_back(row.seq);
-    ++j.counts[in->state];
+    ++j.counts[in->state()];
     j.update_time = std::max(j.update_time, in->finish.get());
   }
   next_seq_ = std::max(next_seq_, row.seq + 1);
@@ -232,20 +244,20 @@ absl::Status TaskTable::AdoptCold(const TaskRow& row) {
 void TaskTable::UnadoptCold(int64_t seq) {
   const ColdTask* c = FindColdBySeq(seq);
   if (c == nullptr) return;
-  --counts_[*c->queue][c->state];
+  --counts_[*c->queue][c->state()];
   if (c->job != nullptr) {
     JobRecord& j = *c->job;
-    --j.counts[c->state];
+    --j.counts[c->state()];
     j.cold.erase(std::remove(j.cold.begin(), j.cold.end(), seq), j.cold.end());
   }
   UnfileCold(c);
 }
 
 TaskRecord* TaskTable::Warm(std::unique_ptr<TaskRecord> t) {
-  auto it = cold_by_seq_.find(t->seq);
-  if (it == cold_by_seq_.end()) return nullptr;
-  const ColdTask& c = *it->second;
-  if (c.id() != t->id() || c.finish != t->update_time || c.state != t->state) return nullptr;
+  const ColdTask* found = FindColdBySeq(t->seq);
+  if (found == nullptr) return nullptr;
+  const ColdTask& c = *found;
+  if (c.id() != t->id() || c.finish != t->update_time || c.state() != t->state) return nullptr;
   t->job = c.job;
   UnfileCold(&c);
   TaskRecord* out = t.get();
@@ -277,7 +289,7 @@ void TaskTable::DeleteCold(const ColdTask& c, WriteBatch* batch) {
 
 void TaskTable::EraseCold(const ColdTask& c, WriteBatch* batch) {
   Counts& counts = counts_[*c.queue];
-  --counts[c.state];
+  --counts[c.state()];
   if (std::all_of(counts.begin(), counts.end(), [](int64_t n) { return n == 0; })) {
     counts_.erase(*c.queue);
   }

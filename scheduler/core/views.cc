@@ -214,7 +214,7 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     return matches(t.id(), t.queue(), t.state) && HasLabels(t.spec, filter.labels);
   };
   auto matches_cold = [&](const ColdTask& c) {
-    if (!matches(c.id(), *c.queue, c.state)) return false;
+    if (!matches(c.id(), *c.queue, c.state())) return false;
     const absl::string_view lines = table_.LabelsOf(c);
     return std::all_of(label_lines.begin(), label_lines.end(),
                        [&](const std::string& l) { return absl::StrContains(lines, l); });
@@ -271,8 +271,8 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     auto h = std::make_reverse_iterator(hot.lower_bound(before));
     auto c = with_cold ? std::make_reverse_iterator(cold.lower_bound(before)) : cold.rend();
     while (h != hot.rend() || c != cold.rend()) {
-      const bool from_hot = c == cold.rend() || (h != hot.rend() && h->first > c->first);
-      if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
+      const bool from_hot = c == cold.rend() || (h != hot.rend() && h->first > table_.cold(*c).seq);
+      if (from_hot ? !take((h++)->second) : !take_cold(table_.cold(*c++))) break;
     }
   } else {
     // Submit order across both: whichever of the two comes next.
@@ -281,8 +281,8 @@ ListPage Scheduler::List(const ListFilter& filter) const {
     auto h = hot.upper_bound(filter.after_seq);
     auto c = with_cold ? cold.upper_bound(filter.after_seq) : cold.end();
     while (h != hot.end() || c != cold.end()) {
-      const bool from_hot = c == cold.end() || (h != hot.end() && h->first < c->first);
-      if (from_hot ? !take((h++)->second) : !take_cold(*(c++)->second)) break;
+      const bool from_hot = c == cold.end() || (h != hot.end() && h->first < table_.cold(*c).seq);
+      if (from_hot ? !take((h++)->second) : !take_cold(table_.cold(*c++))) break;
     }
   }
   // The total: from the counts by queue and state, unless the filter asks
@@ -297,7 +297,7 @@ ListPage Scheduler::List(const ListFilter& filter) const {
   } else if (!filter.id_prefix.empty() || !filter.labels.empty()) {
     for (const auto& [seq, t] : table_.by_seq()) count_hot(t);
     if (with_cold) {
-      for (const auto& [seq, c] : table_.cold_by_seq()) count_cold(*c);
+      for (TaskTable::ColdRef r : table_.cold_by_seq()) count_cold(table_.cold(r));
     }
   } else {
     auto add = [&](const TaskTable::Counts& counts) {

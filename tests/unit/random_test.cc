@@ -184,7 +184,7 @@ class Walk {
       ASSERT_NE(c, nullptr) << "acknowledged task " << id << " is lost";
       if (Pick(20) != 0) continue;
       on_disk.push_back(c->seq);
-      states.push_back(c->state);
+      states.push_back(c->state());
     }
     auto stored = store_->ReadTasks(on_disk);
     ASSERT_TRUE(stored.ok()) << stored.status();

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 // A namespace of its own: some of its file-local names are also another test
 // file's, and the files of a test binary compile together (cmake/TaskgridTest.cmake).
 namespace taskgrid::core::task_table_test {
@@ -109,6 +111,48 @@ TEST(TaskTable, RetentionPrunesThroughTheNewestRevisionOlderThanTheCutoff) {
   EXPECT_EQ(table.oldest_revision(), 11);
   EXPECT_EQ(table.PruneBefore(kT0 + absl::Seconds(3)), 11);
   EXPECT_EQ(table.oldest_revision(), 12);
+}
+
+TEST(TaskTable, TasksOnDiskAreFoundByIdAndSeqAcrossPoolChunksAndFreedSlots) {
+  // More tasks than one chunk of the pool holds (4,096), every other one
+  // deleted and the freed slots taken again by later tasks: each stays
+  // found by id and by seq, and the index by seq keeps submit order.
+  TaskTable table;
+  WriteBatch batch;
+  constexpr int kTasks = 5000;
+  auto finish = [&](const std::string& id) {
+    TaskRecord& t = table.Insert(Record(id));
+    t.spec.mutable_labels()->insert({"n", id});
+    table.Apply(t, v1::TASK_STATE_PENDING, "submitted", kT0, nullptr, &batch);
+    table.Apply(t, v1::TASK_STATE_CANCELLED, "cancelled", kT0, nullptr, &batch);
+    table.Evict(t);
+  };
+  for (int i = 0; i < kTasks; ++i) finish(absl::StrCat("t", i));
+  ASSERT_EQ(table.cold_size(), size_t{kTasks});
+  for (int i = 0; i < kTasks; i += 2) {
+    const ColdTask* c = table.FindCold(absl::StrCat("t", i));
+    ASSERT_NE(c, nullptr);
+    table.DeleteCold(*c, &batch);
+  }
+  EXPECT_EQ(table.FindCold("t0"), nullptr);
+  EXPECT_EQ(table.FindColdBySeq(1), nullptr);
+  for (int i = 0; i < kTasks / 2; ++i) finish(absl::StrCat("u", i));
+  ASSERT_EQ(table.cold_size(), size_t{kTasks});
+  int64_t last = 0;
+  for (TaskTable::ColdRef r : table.cold_by_seq()) {
+    const ColdTask& c = table.cold(r);
+    EXPECT_GT(c.seq, last);
+    last = c.seq;
+    EXPECT_EQ(table.FindColdBySeq(c.seq), &c);
+    EXPECT_EQ(table.FindCold(c.id()), &c);
+    EXPECT_EQ(c.state(), v1::TASK_STATE_CANCELLED);
+    EXPECT_EQ(table.LabelsOf(c), absl::StrCat("\nn=", c.id(), "\n"));
+  }
+  EXPECT_EQ(last, kTasks + kTasks / 2);
+  EXPECT_EQ(table.FindCold("t1")->seq, 2);
+  EXPECT_EQ(table.FindCold("u0")->seq, kTasks + 1);
+  EXPECT_EQ(table.CountsOf("q")[v1::TASK_STATE_CANCELLED], kTasks);
+  EXPECT_EQ(table.CheckLabelSets(), "");
 }
 
 }  // namespace
