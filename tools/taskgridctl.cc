@@ -575,8 +575,12 @@ int Run(int argc, char** argv) {
       topic = words[1];
       if (words.size() > 2) sub = words[2];
     }
-    if (topic.empty() || topic == "help") {
+    if (topic.empty()) {
       std::cout << UsageText();
+      return kExitOk;
+    }
+    if (topic == "reference") {
+      std::cout << taskgrid::ctl::ReferenceMarkdown();
       return kExitOk;
     }
     if (topic == "job" || topic == "board" || topic == "queue" || topic == "schedule") {

@@ -1,4 +1,5 @@
 """The binaries as a new user meets them: --help, and bad flags."""
+import difflib
 import os
 import re
 import socket
@@ -32,6 +33,31 @@ class BinariesTest(unittest.TestCase):
         for flag in ("--scheduler", "--slots", "--labels", "--id", "--max_output_bytes",
                      "--step_supervisor"):
             self.assertIn(flag, out)
+
+    def test_cli_reference_page_is_what_help_prints(self):
+        """docs/cli.md is `taskgridctl help reference`, and each of its
+        command sections is what `taskgridctl help NAME` prints: one source
+        for the page and the help."""
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        page_path = os.path.join(root, "docs", "cli.md")
+        with open(page_path, encoding="utf-8") as f:
+            page = f.read()
+        res = run(binary("TASKGRID_CTL"), "help", "reference")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        if res.stdout != page:
+            diff = "".join(difflib.unified_diff(
+                page.splitlines(keepends=True), res.stdout.splitlines(keepends=True),
+                "docs/cli.md", "taskgridctl help reference"))
+            self.fail("docs/cli.md is not what taskgridctl prints; write it again with "
+                      "`taskgridctl help reference > docs/cli.md`:\n" + diff[:4000])
+        sections = re.findall(r"^## ([^\n]+)\n\n```text\n(.*?)```\n", page, re.M | re.S)
+        usage = run(binary("TASKGRID_CTL"), "help").stdout
+        listed = re.findall(r"^  (\S.*)\n      \S", usage, re.M)
+        self.assertEqual(len(sections), len(listed), "a section per command taskgridctl help lists")
+        for name, body in sections:
+            res = run(binary("TASKGRID_CTL"), "help", *name.split(" "))
+            self.assertEqual(res.returncode, 0, name)
+            self.assertEqual(res.stdout, body, "taskgridctl help " + name)
 
     def test_version_names_the_build_and_help_no_build_paths(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -681,7 +681,8 @@ key waits. Prints "ID STATE".)txt"},
        "This text, or the details of one command",
        "taskgridctl help submit",
        {},
-       ""},
+       R"txt(`taskgridctl help reference` prints all of it, this overview and every
+command's details, as one Markdown page: docs/cli.md is that page.)txt"},
   };
   return *commands;
 }
@@ -780,6 +781,21 @@ std::string CommandHelp(const Command& c) {
   absl::StrAppend(&out,
                   "\nGlobal flags: --addr=HOST:PORT --json --timeout=DUR --tls_ca, --tls_cert, "
                   "--tls_key, --token_file (see taskgridctl help)\n");
+  return out;
+}
+
+std::string ReferenceMarkdown() {
+  std::string out =
+      "# taskgridctl reference\n\n"
+      "Every command of `taskgridctl`, as `taskgridctl help` and\n"
+      "`taskgridctl help COMMAND` print them. This page is generated:\n"
+      "`taskgridctl help reference > docs/cli.md` writes it again, and a test\n"
+      "fails when it differs from what the built `taskgridctl` prints.\n\n"
+      "```text\n";
+  absl::StrAppend(&out, UsageText(), "```\n");
+  for (const Command& c : Commands()) {
+    absl::StrAppend(&out, "\n## ", c.name, "\n\n```text\n", CommandHelp(c), "```\n");
+  }
   return out;
 }
 

@@ -43,5 +43,8 @@ std::string QueueUsageText();
 std::string ScheduleUsageText();
 // `taskgridctl help NAME`.
 std::string CommandHelp(const Command& c);
+// `taskgridctl help reference`: the overview and every command's help as
+// one Markdown page (docs/cli.md).
+std::string ReferenceMarkdown();
 
 }  // namespace taskgrid::ctl
