@@ -1,4 +1,4 @@
-// The transition table (README, "What happens to a task"). Scheduler::Transition is the
+// The transition table (docs/tasks.md, "What happens to a task"). Scheduler::Transition is the
 // one function that changes a task's state, and it asks this table first.
 //
 // TASK_STATE_UNSPECIFIED stands for "not yet submitted" as a from-state.

@@ -1,7 +1,7 @@
 // The scheduler's /metrics page: an EngineMetrics snapshot written in the
 // Prometheus text exposition format (common/prometheus.h). Every metric
-// the scheduler exposes is named here, once; README.md's "Metrics"
-// section lists them.
+// the scheduler exposes is named here, once; docs/dashboard-and-metrics.md's
+// "Metrics" section lists them.
 //
 // gRPC-free and thread-free: a pure function of the snapshot.
 #pragma once

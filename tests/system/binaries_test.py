@@ -125,7 +125,7 @@ class BinariesTest(unittest.TestCase):
                 what="the scheduler to say it serves without TLS")
 
     def test_scheduler_and_agent_take_their_defaults_from_the_environment(self):
-        # As the README's restart section relies on: TASKGRID_ADDR and
+        # As the guide's restart section relies on: TASKGRID_ADDR and
         # TASKGRID_DATA_DIR stand in for --listen, --scheduler and --data_dir.
         with tempfile.TemporaryDirectory() as d:
             with socket.socket() as probe:  # a free port, released for the scheduler

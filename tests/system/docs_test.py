@@ -163,6 +163,29 @@ class DocsTest(unittest.TestCase):
         self.assertFalse(matches(["a"], ["a", "b"]))
         self.assertFalse(matches(["a (b)"], ["a b"]))
 
+    def test_every_link_between_pages_resolves(self):
+        """Each relative link of README.md and docs/*.md names a file that
+        exists, and a heading of it when it has an #anchor."""
+        def anchors(path):
+            with open(path, encoding="utf-8") as f:
+                text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+            return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                    for h in re.findall(r"^#+ (.*)$", text, re.M)}
+        broken = []
+        for path in pages():
+            with open(path, encoding="utf-8") as f:
+                text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+            for target in re.findall(r"\]\(([^)\s]+)\)", text):
+                if re.match(r"[a-z]+:", target):
+                    continue  # http:, https:, mailto:
+                file, _, anchor = target.partition("#")
+                full = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+                if not os.path.exists(full):
+                    broken.append(f"{os.path.relpath(path, ROOT)}: {target} (no such file)")
+                elif anchor and full.endswith(".md") and anchor not in anchors(full):
+                    broken.append(f"{os.path.relpath(path, ROOT)}: {target} (no such heading)")
+        self.assertEqual(broken, [])
+
     def test_every_page_runs_as_shown(self):
         ran = 0
         for path in pages():

@@ -1,4 +1,4 @@
-"""The README's curl examples of the HTTP/JSON API, run as written against
+"""The guide's curl examples of the HTTP/JSON API (docs/clients.md), run as written against
 the real binaries: the block marked "<!-- runnable: http-api -->" is cut
 into its commands (a line ending in a backslash goes on), each run with
 bash against this test's scheduler (its HTTP port in place of the quick
@@ -67,7 +67,7 @@ def commands(lines):
 
 class HttpApiTest(unittest.TestCase):
     def test_the_readme_curl_examples_work_as_written(self):
-        prelude, cmds = commands(runnable_block(os.path.join(ROOT, "README.md"), MARKER))
+        prelude, cmds = commands(runnable_block(os.path.join(ROOT, "docs", "clients.md"), MARKER))
         self.assertGreaterEqual(len(cmds), 5)
         with harness.Cluster() as c:
             port = c.start_with_http()

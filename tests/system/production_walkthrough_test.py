@@ -1,6 +1,7 @@
-"""System test of the README's production set-up, run from deploy/ itself.
+"""System test of the guide's production set-up (docs/production.md), run
+from deploy/ itself.
 
-The README's "Running it for real" installs deploy/make-certs.sh's files,
+Its "Running it for real" installs deploy/make-certs.sh's files,
 deploy/*.flags and deploy/taskgrid-*.service; this test runs what those
 files say, read from them rather than copied, so the walkthrough and the
 files cannot drift apart:
@@ -21,9 +22,9 @@ files cannot drift apart:
     submits a task that runs on an agent; the dashboard, its API and
     /metrics answer over HTTPS with the client certificate and a token, and
     refuse a request without a token;
-  - the README's Prometheus scrape config (HTTPS, tls_config, a token file)
+  - the guide's Prometheus scrape config (HTTPS, tls_config, a token file)
     scrapes /metrics with the files it names;
-  - every flag that --help lists is in the README's flag tables.
+  - every flag that --help lists is in the guide's flag tables (docs/production.md).
 
 Needs openssl. Run through ctest (system.production_walkthrough), or by
 hand with TASKGRID_SCHEDULER, TASKGRID_AGENT and TASKGRID_CTL set.
@@ -97,7 +98,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
         cls.root = os.path.join(d, "root")  # stands for / in the units' paths
         cls.pki = pki = os.path.join(d, "pki")
 
-        # Certificates, as the README makes them: agent ids are host names.
+        # Certificates, as the guide makes them: agent ids are host names.
         res = subprocess.run(["bash", os.path.join(DEPLOY, "make-certs.sh"), pki, *AGENTS],
                              capture_output=True, text=True, timeout=60)
         if res.returncode != 0:
@@ -146,7 +147,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
         for agent_id in AGENTS:
             cls.agents[agent_id] = cls.start_agent(agent_id)
 
-    # --- the machinery: what systemd and the README's install steps do ---
+    # --- the machinery: what systemd and the guide's install steps do ---
 
     @classmethod
     def path(cls, absolute):
@@ -197,7 +198,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
 
     @classmethod
     def start_agent(cls, agent_id):
-        """The README's install on host `agent_id`: its certificate and
+        """The guide's install on host `agent_id`: its certificate and
         token under the names the unit loads, agent.flags as shipped but
         for the port."""
         host_etc = cls.path(f"/hosts/{agent_id}/etc/taskgrid")
@@ -246,7 +247,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
             print(f"----- {proc.log_path}\n{proc.log()[-4000:]}")
 
     def ctl(self, *args, token="ci"):
-        """taskgridctl as the README's client set-up has it: the variables."""
+        """taskgridctl as the guide's client set-up has it: the variables."""
         c = os.path.join(self.dir, "client")
         env = dict(os.environ, TASKGRID_ADDR=f"localhost:{self.port}",
                    TASKGRID_TLS_CA=os.path.join(self.pki, "ca.pem"),
@@ -287,14 +288,14 @@ class ProductionWalkthroughTest(unittest.TestCase):
             loaded = {c.split(":", 1)[0] for c in unit.get("LoadCredential", [])}
             used = set(re.findall(r"\$\{CREDENTIALS_DIRECTORY\}/([\w.-]+)", unit["ExecStart"][0]))
             self.assertEqual(used, loaded)
-        # The README's production section installs every file the units read.
-        readme = harness.read_text(os.path.join(ROOT, "README.md"))
+        # The guide's production page installs every file the units read.
+        readme = harness.read_text(os.path.join(ROOT, "docs", "production.md"))
         section = readme[readme.index("## Running it for real"):readme.index("| scheduler flag |")]
         for unit in (sched, agent):
             files = [c.split(":", 1)[1] for c in unit.get("LoadCredential", [])]
             files += re.findall(r"=(/etc/[\w./-]+)", unit["ExecStart"][0])
             for path in files:
-                self.assertIn(path, section, "the README never installs a file a unit reads")
+                self.assertIn(path, section, "the guide never installs a file a unit reads")
         # The head's certificate names this machine, as clients may dial it.
         res = subprocess.run(["openssl", "x509", "-in", os.path.join(self.pki, "head.pem"),
                               "-noout", "-ext", "subjectAltName"],
@@ -358,14 +359,14 @@ class ProductionWalkthroughTest(unittest.TestCase):
         self.assertEqual(status, 403, body[:500])
         self.assertEqual(json.loads(body)["code"], "PERMISSION_DENIED", body[:500])
 
-    def test_5_the_readmes_prometheus_config_scrapes_it(self):
-        readme = harness.read_text(os.path.join(ROOT, "README.md"))
-        section = readme[readme.index("## Metrics"):readme.index("## Other clients")]
+    def test_5_the_guides_prometheus_config_scrapes_it(self):
+        readme = harness.read_text(os.path.join(ROOT, "docs", "dashboard-and-metrics.md"))
+        section = readme[readme.index("## Metrics"):]
         config = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
         self.assertRegex(config, r"scheme: https")
         files = dict(re.findall(r"(\w+_file): (\S+)", config))
         self.assertEqual(set(files), {"ca_file", "cert_file", "key_file", "credentials_file"})
-        # The files it names are the ones the README copies for Prometheus:
+        # The files it names are the ones the guide copies for Prometheus:
         # the walkthrough's CA, client certificate and key, and reader token.
         ours = {"ca.pem": os.path.join(self.pki, "ca.pem"),
                 "client.pem": os.path.join(self.pki, "client.pem"),
@@ -373,7 +374,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
                 "prometheus.token": os.path.join(self.dir, "client", "prometheus.token")}
         local = {key: ours[os.path.basename(path)] for key, path in files.items()}
         for path in files.values():
-            self.assertIn(os.path.basename(path), section, "the README never copies " + path)
+            self.assertIn(os.path.basename(path), section, "the guide never copies " + path)
         target = re.search(r'targets: \["([^"]+)"\]', config).group(1)
         self.assertEqual(target.rsplit(":", 1)[0], self.http_listen_host)
         context = ssl.create_default_context(cafile=local["ca_file"])
@@ -385,8 +386,8 @@ class ProductionWalkthroughTest(unittest.TestCase):
             self.assertEqual(res.status, 200)
             self.assertIn("taskgrid_build_info", res.read().decode())
 
-    def test_6_every_flag_is_in_the_readme_tables(self):
-        readme = harness.read_text(os.path.join(ROOT, "README.md"))
+    def test_6_every_flag_is_in_the_guides_tables(self):
+        readme = harness.read_text(os.path.join(ROOT, "docs", "production.md"))
         for binary, header in (("TASKGRID_SCHEDULER", "| scheduler flag |"),
                                ("TASKGRID_AGENT", "| agent flag |")):
             start = readme.index(header)
@@ -396,7 +397,7 @@ class ProductionWalkthroughTest(unittest.TestCase):
             flags = re.findall(r"^    --(\w+) \(", res.stdout + res.stderr, re.M)
             self.assertTrue(flags, res.stdout + res.stderr)
             missing = [f for f in flags if not re.search(rf"`--{f}`", table)]
-            self.assertEqual(missing, [], f"flags of {binary} missing from the README's table")
+            self.assertEqual(missing, [], f"flags of {binary} missing from the guide's table")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ acts by clicks and checks each change on the page and through
 taskgridctl. A second scheduler serves HTTPS with bearer tokens: the page
 asks for a token, a reader is refused an action, an admin is not.
 
-TASKGRID_SCREENSHOTS=DIR writes a PNG of each page to DIR (the README's
+TASKGRID_SCREENSHOTS=DIR writes a PNG of each page to DIR (the guide's
 docs/dashboard/ come from it). Needs node, /usr/bin/chromium and
 playwright-core in .taskgrid/web (deploy/install-deps.sh --web,
 deploy/install-web.sh); without them the test is skipped, unless

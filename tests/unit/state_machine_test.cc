@@ -10,8 +10,8 @@ namespace {
 
 using namespace v1;  // NOLINT: state names read better bare here
 
-// The states of the README's "What happens to a task", written out edge by edge, independently of
-// the code.
+// The states of docs/tasks.md's "What happens to a task", written out edge by edge, independently
+// of the code.
 const std::set<std::pair<TaskState, TaskState>>& Allowed() {
   static const auto* kAllowed = new std::set<std::pair<TaskState, TaskState>>{
       // submit
