@@ -24,6 +24,10 @@ Each page gets a scheduler (its own data directory and port; the
 `taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
 `local-agent`, with 4 slots, and runs in a temporary directory holding a
 copy of examples/.
+
+Run through ctest (system.docs), or by hand with TASKGRID_SCHEDULER,
+TASKGRID_AGENT and TASKGRID_CTL set; TASKGRID_DOCS_PAGES=docs/jobs.md runs
+one page.
 """
 import os
 import re
@@ -46,9 +50,14 @@ MARK = "__taskgrid_docs_test_done__"
 
 
 def pages():
+    """README.md and docs/*.md; only those named in $TASKGRID_DOCS_PAGES
+    (comma-separated, relative to the repository) when it is set."""
     found = [os.path.join(ROOT, "README.md")]
     docs = os.path.join(ROOT, "docs")
     found += sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md"))
+    only = [p for p in os.environ.get("TASKGRID_DOCS_PAGES", "").split(",") if p]
+    if only:
+        found = [p for p in found if os.path.relpath(p, ROOT) in only]
     return found
 
 
