@@ -154,6 +154,8 @@ class Shell:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=10)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
 
 
 class DocsTest(unittest.TestCase):
