@@ -79,7 +79,7 @@ def examples(text):
             command = line[2:]
             while command.endswith("\\"):
                 i += 1
-                command = command[:-1] + "\n" + lines[i]
+                command += "\n" + lines[i]
             heredoc = re.search(r"<<-?'?(\w+)'?", command)
             if heredoc:
                 while lines[i] != heredoc.group(1):
@@ -164,7 +164,7 @@ class DocsTest(unittest.TestCase):
         """The parser and matcher themselves, on a page made up here."""
         page = ("x\n```console\n$ echo a \\\n  b\na b\n$ true\n$ false\n[exit 1]\n"
                 "$ cat <<'END'\n$ x\nEND\n$ x\n```\n```bash\n$ not run\n```\n")
-        self.assertEqual(examples(page), [(3, "echo a \n  b", ["a b"]), (6, "true", []),
+        self.assertEqual(examples(page), [(3, "echo a \\\n  b", ["a b"]), (6, "true", []),
                                           (7, "false", ["[exit 1]"]),
                                           (9, "cat <<'END'\n$ x\nEND", []), (12, "x", [])])
         self.assertTrue(matches(["id t...-... PENDING", "..."], ["id t1-2 PENDING", "x", "y"]))
@@ -173,6 +173,21 @@ class DocsTest(unittest.TestCase):
         self.assertFalse(matches(["hello SUCCEEDED"], ["hello FAILED"]))
         self.assertFalse(matches(["a"], ["a", "b"]))
         self.assertFalse(matches(["a (b)"], ["a b"]))
+
+    def test_shell_runs_a_continued_command_as_one(self):
+        """A command continued with a backslash runs as one command, and a
+        page's shell keeps its variables from one command to the next."""
+        work = tempfile.mkdtemp(prefix="taskgrid-docs-shell-")
+        shell = Shell(work, dict(os.environ))
+        try:
+            [(_, command, shown)] = examples("```console\n$ echo a \\\n  b\na b\n```\n")
+            self.assertEqual(shell.run(command), (0, shown))
+            self.assertEqual(shell.run("x=1"), (0, []))
+            self.assertEqual(shell.run("echo $x; exit_with() { return $1; }; exit_with 3"),
+                             (3, ["1"]))
+        finally:
+            shell.close()
+            shutil.rmtree(work, ignore_errors=True)
 
     def test_every_link_between_pages_resolves(self):
         """Each relative link of README.md and docs/*.md names a file that
