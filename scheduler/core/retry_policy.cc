@@ -98,7 +98,8 @@ AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, co
   const int32_t max = MaxAttemptsOf(t, opts);
   if (attempts_used >= max) {
     return {Next::kFailed, absl::InfinitePast(),
-            absl::StrCat(why, "; all ", max, " attempts used")};
+            max == 1 ? absl::StrCat(why, "; its only attempt used")
+                     : absl::StrCat(why, "; all ", max, " attempts used")};
   }
   // A lost attempt (agent gone, hand-over not confirmed) says nothing about
   // the task: it counts, but is re-queued at once rather than backed off.

@@ -561,7 +561,8 @@ class NoAgentTest(CliTestCase):
         self.ok("submit", "--id=wc1", f"--queue={self.queue}", "--builtin=noop")
         self.ok("cancel", "wc1")
         res = self.ctl("wait", "wc1")
-        self.assertEqual((res.returncode, res.stdout), (3, "wc1 CANCELLED\n"), res.stderr)
+        self.assertEqual((res.returncode, res.stdout), (3, "wc1 CANCELLED  cancelled by request\n"),
+                         res.stderr)
         got = json.loads(self.fails_out(3, "--json", "wait", "wc1"))
         self.assertEqual((got["done"], got["task"]["state"]), (True, "TASK_STATE_CANCELLED"))
         # Several tasks: one JSON document per line.
@@ -968,11 +969,13 @@ class WithAgentTest(CliTestCase):
         self.ok("submit", "--id=wf1", f"--queue={self.queue}", "--max_attempts=1",
                 "--builtin=fail", "--", "7")
         res = self.ctl("wait", "wf1", "--wait_timeout=30s")
-        self.assertEqual((res.returncode, res.stdout), (3, "wf1 FAILED\n"), res.stderr)
+        # The line says why, two spaces after the state.
+        failed = "wf1 FAILED  attempt 1 on agent a1 failed: builtin fail; its only attempt used\n"
+        self.assertEqual((res.returncode, res.stdout), (3, failed), res.stderr)
         # One failed among succeeded ones: still 3.
         self.ok("submit", "--id=wf2", f"--queue={self.queue}", "--builtin=noop")
         res = self.ctl("wait", "wf2", "wf1")
-        self.assertEqual((res.returncode, res.stdout), (3, "wf2 SUCCEEDED\nwf1 FAILED\n"))
+        self.assertEqual((res.returncode, res.stdout), (3, "wf2 SUCCEEDED\n" + failed))
 
     def test_wait_running_times_out(self):
         self.ok("submit", "--id=wr1", f"--queue={self.queue}", "--builtin=sleep", "--", "60")
@@ -986,7 +989,8 @@ class WithAgentTest(CliTestCase):
         self.assertLess(elapsed, 15)
         self.ok("cancel", "wr1")
         res = self.ctl("wait", "wr1", "--wait_timeout=30s")
-        self.assertEqual((res.returncode, res.stdout), (3, "wr1 CANCELLED\n"), res.stderr)
+        self.assertEqual((res.returncode, res.stdout), (3, "wr1 CANCELLED  cancelled by request\n"),
+                         res.stderr)
 
     def test_submit_wait(self):
         q = self.queue

@@ -79,6 +79,37 @@ TEST(CtlOutput, DetailSaysWhenOlderAttemptsWereNotKept) {
               ContainsRegex("\nAttempts \\(the newest 1; 2 older not kept\\):\n"));
 }
 
+TEST(CtlOutput, AStepThatDidNotExitShowsNoExitCode) {
+  // A timed-out step was killed: the result's -1 is "no exit code", not an
+  // exit code a program could return.
+  v1::Task t = RunningTask();
+  t.set_state(v1::TASK_STATE_FAILED);
+  t.mutable_result()->set_outcome(v1::OUTCOME_TIMED_OUT);
+  t.mutable_result()->set_exit_code(-1);
+  v1::Attempt* a = t.add_attempts();
+  a->set_attempt(4);
+  a->set_agent_id("a1");
+  *a->mutable_result() = t.result();
+  EXPECT_THAT(FormatTaskDetail(t), ContainsRegex("\n  Exit code: -\n"));
+  EXPECT_THAT(FormatTaskDetail(t), ContainsRegex("\n4 +a1 +TIMED_OUT +- "));
+  t.mutable_result()->set_outcome(v1::OUTCOME_FAILED);
+  t.mutable_result()->set_exit_code(2);
+  EXPECT_THAT(FormatTaskDetail(t), ContainsRegex("\n  Exit code: 2\n"));
+}
+
+TEST(CtlOutput, AWaitLineSaysWhyATaskDidNotSucceed) {
+  v1::Task t = RunningTask();
+  t.set_reason("attempt 4 on agent a1 failed: step 0 exited with code 2;\nits only attempt used");
+  EXPECT_EQ(FormatWaitLine(t, /*done=*/false), "t1 RUNNING");
+  t.set_state(v1::TASK_STATE_FAILED);
+  EXPECT_EQ(FormatWaitLine(t, /*done=*/true),
+            "t1 FAILED  attempt 4 on agent a1 failed: step 0 exited with code 2; its only attempt "
+            "used");
+  t.set_state(v1::TASK_STATE_SUCCEEDED);
+  t.set_reason("attempt 4 on agent a1 succeeded");
+  EXPECT_EQ(FormatWaitLine(t, /*done=*/true), "t1 SUCCEEDED");
+}
+
 TEST(CtlOutput, DetailShowsAnHttpStepAsItsMethodAndUrl) {
   v1::Task t = RunningTask();
   v1::Step* post = t.mutable_spec()->add_steps();

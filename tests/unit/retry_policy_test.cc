@@ -108,6 +108,13 @@ TEST_F(RetryPolicyTest, TheLastAllowedAttemptFails) {
   EXPECT_THAT(a.reason, HasSubstr("all 3 attempts used"));
 }
 
+TEST_F(RetryPolicyTest, ASingleAttemptFailsSayingItWasTheOnlyOne) {
+  opts_.default_max_attempts = 1;
+  const AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);
+  EXPECT_EQ(a.next, Next::kFailed);
+  EXPECT_THAT(a.reason, HasSubstr("; its only attempt used"));
+}
+
 TEST_F(RetryPolicyTest, AFailureBacksOffGrowingToTheMaxLessTheJitter) {
   t_.attempt = 3;  // the third failed: 1 s * 2^2
   AfterAttempt a = Decide(v1::OUTCOME_FAILED, {}, /*used=*/1);

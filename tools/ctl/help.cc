@@ -132,12 +132,13 @@ Prints ID, QUEUE and STATE of each task; --json prints the SubmitTasksResponse.)
        "taskgridctl wait report-42 --wait_timeout=10m",
        {"wait_timeout"},
        R"(Waits for each task in turn until it is SUCCEEDED, FAILED or CANCELLED,
-then prints "ID STATE". --wait_timeout=DUR bounds the whole wait (default: no
-limit); past it, wait prints where each task stands.
+then prints "ID STATE"; a task that did not succeed has its reason on the
+same line, two spaces after the state. --wait_timeout=DUR bounds the whole
+wait (default: no limit); past it, wait prints where each task stands.
 
 Exit status:
   0  every task SUCCEEDED
-  3  a task ended FAILED or CANCELLED (`taskgridctl get ID` says why)
+  3  a task ended FAILED or CANCELLED (`taskgridctl get ID` shows its attempts)
   4  --wait_timeout passed before every task finished
   1  the scheduler refused (e.g. NOT_FOUND) or could not be reached
 

@@ -128,9 +128,14 @@ std::string CutLabel(absl::string_view label, int64_t cut) {
   return absl::StrCat(label, " (truncated: ", cut, " earlier bytes cut)");
 }
 
-bool HasExitCode(v1::Outcome o) {
-  return o == v1::OUTCOME_SUCCEEDED || o == v1::OUTCOME_FAILED || o == v1::OUTCOME_TIMED_OUT ||
-         o == v1::OUTCOME_CANCELLED;
+// The exit code of a result, or "-" when there is none: the attempt never
+// ran a step to its end, or the step did not exit normally (-1: a timeout,
+// a signal, a step stopped by a cancel).
+std::string ExitCodeText(const v1::TaskResult& r) {
+  const v1::Outcome o = r.outcome();
+  const bool ran = o == v1::OUTCOME_SUCCEEDED || o == v1::OUTCOME_FAILED ||
+                   o == v1::OUTCOME_TIMED_OUT || o == v1::OUTCOME_CANCELLED;
+  return ran && r.exit_code() >= 0 ? absl::StrCat(r.exit_code()) : "-";
 }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
@@ -270,6 +275,14 @@ std::string FormatEvent(const v1::TaskEvent& ev) {
                                  "  ", from, " -> ", core::StateName(ev.to_state()), "  attempt ",
                                  ev.attempt(), "  agent ", OrDash(ev.agent_id()));
   if (!ev.reason().empty()) absl::StrAppend(&out, "  ", OneLine(ev.reason()));
+  return out;
+}
+
+std::string FormatWaitLine(const v1::Task& t, bool done) {
+  std::string out = absl::StrCat(t.spec().id(), " ", core::StateName(t.state()));
+  if (done && t.state() != v1::TASK_STATE_SUCCEEDED && !t.reason().empty()) {
+    absl::StrAppend(&out, "  ", OneLine(t.reason()));
+  }
   return out;
 }
 
@@ -456,7 +469,7 @@ std::string FormatTaskDetail(const v1::Task& t) {
     out += "Result:\n";
     std::string body;
     Field(&body, "Outcome", OutcomeName(r.outcome()), 11);
-    Field(&body, "Exit code", HasExitCode(r.outcome()) ? absl::StrCat(r.exit_code()) : "-", 11);
+    Field(&body, "Exit code", ExitCodeText(r), 11);
     if (spec.steps_size() > 1) Field(&body, "Step", absl::StrCat(r.step()), 11);
     Field(&body, "Error", OrDash(OneLine(r.error())), 11);
     Output(&body, CutLabel("Stdout", r.stdout_cut_bytes()), r.stdout_tail());
@@ -484,8 +497,7 @@ std::string FormatTaskDetail(const v1::Task& t) {
       outcome = ar.outcome() == v1::OUTCOME_UNSPECIFIED ? "interrupted"
                                                         : absl::StrCat(outcome, " (interrupted)");
     }
-    table.AddRow({absl::StrCat(a.attempt()), OrDash(a.agent_id()), outcome,
-                  HasExitCode(ar.outcome()) ? absl::StrCat(ar.exit_code()) : "-",
+    table.AddRow({absl::StrCat(a.attempt()), OrDash(a.agent_id()), outcome, ExitCodeText(ar),
                   FormatTime(a.start_time()), FormatTime(a.finish_time()),
                   Shorten(OrDash(OneLine(ar.error())), 60)});
   }

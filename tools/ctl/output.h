@@ -65,6 +65,11 @@ std::string Shorten(const std::string& s, size_t max);
 // (one line) only when there is one.
 std::string FormatEvent(const v1::TaskEvent& ev);
 
+// One line of `wait` (no newline): "ID STATE", and for a finished task that
+// did not succeed its reason (one line) two spaces after, so that ID and
+// STATE stay the first two words.
+std::string FormatWaitLine(const v1::Task& t, bool done);
+
 // The table of `submit`: ID, QUEUE, STATE.
 std::string FormatSubmitted(const v1::SubmitTasksResponse& resp);
 

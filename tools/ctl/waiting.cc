@@ -315,7 +315,7 @@ int Client::WaitAll(std::vector<v1::Task>* tasks, absl::Duration wait_timeout, b
     } else if (task.state() != v1::TASK_STATE_SUCCEEDED) {
       failed = true;
     }
-    if (print_lines) std::cout << id << " " << core::StateName(task.state()) << "\n" << std::flush;
+    if (print_lines) std::cout << FormatWaitLine(task, resp.done()) << "\n" << std::flush;
   }
   if (!unfinished.empty()) {
     std::cerr << "note: --wait_timeout=" << absl::FormatDuration(wait_timeout)
