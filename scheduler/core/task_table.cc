@@ -1,6 +1,7 @@
 #include "scheduler/core/task_table.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,6 +68,10 @@ TaskTable::ColdRef TaskTable::ColdPool::Add(ColdTask c) {
     r.slot = free_.back();
     free_.pop_back();
   } else {
+    // A slot number is 32 bits: 4 billion tasks on disk, far past what one
+    // table holds (it would need ~220 GB for the entries alone).
+    TASKGRID_CHECK(used_ < std::numeric_limits<uint32_t>::max(),
+                   "the pool of tasks on disk is full");
     if ((used_ & kChunkMask) == 0) chunks_.push_back(std::make_unique<ColdTask[]>(kChunkMask + 1));
     r.slot = used_++;
   }

@@ -213,27 +213,38 @@ class TaskTable {
   static uint32_t HashId(absl::string_view id) {
     return static_cast<uint32_t>(absl::Hash<absl::string_view>()(id));
   }
-  template <typename P>
+  // Both id indexes' hash and equality, one template: `Entry` maps an
+  // element of the index to the entry that holds the id and its hash.
+  template <typename Element, typename Entry>
   struct IdHash {
     using is_transparent = void;
+    Entry entry;
     size_t operator()(absl::string_view id) const { return HashId(id); }
-    size_t operator()(const P& p) const { return p->id_hash; }
+    size_t operator()(const Element& e) const { return entry(e).id_hash; }
   };
-  template <typename P>
+  template <typename Element, typename Entry>
   struct IdEq {
     using is_transparent = void;
-    static absl::string_view Key(absl::string_view id) { return id; }
-    static absl::string_view Key(const P& p) { return p->id(); }
+    Entry entry;
+    absl::string_view Key(absl::string_view id) const { return id; }
+    absl::string_view Key(const Element& e) const { return entry(e).id(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
       return Key(a) == Key(b);
     }
   };
+  struct OwnedRecord {
+    const TaskRecord& operator()(const std::unique_ptr<TaskRecord>& p) const { return *p; }
+  };
+  struct PooledCold {
+    const ColdPool* pool;
+    const ColdTask& operator()(ColdRef r) const { return (*pool)[r]; }
+  };
   // Sets owned->id_hash and files `owned`; false (and `owned` left alone)
   // when the id is taken.
   bool FileRecord(std::unique_ptr<TaskRecord>& owned);
-  absl::flat_hash_set<std::unique_ptr<TaskRecord>, IdHash<std::unique_ptr<TaskRecord>>,
-                      IdEq<std::unique_ptr<TaskRecord>>>
+  absl::flat_hash_set<std::unique_ptr<TaskRecord>, IdHash<std::unique_ptr<TaskRecord>, OwnedRecord>,
+                      IdEq<std::unique_ptr<TaskRecord>, OwnedRecord>>
       tasks_;
   // Tasks on disk only, found by id (the same hash as tasks_, through the
   // slot) and by seq.
@@ -242,25 +253,10 @@ class TaskTable {
   const ColdTask* FileCold(ColdTask c, absl::string_view labels);
   // Takes `c` out of the indexes; its slot goes back to the pool.
   void UnfileCold(const ColdTask* c);
-  struct ColdIdHash {
-    using is_transparent = void;
-    const ColdPool* pool;
-    size_t operator()(absl::string_view id) const { return HashId(id); }
-    size_t operator()(ColdRef r) const { return (*pool)[r].id_hash; }
-  };
-  struct ColdIdEq {
-    using is_transparent = void;
-    const ColdPool* pool;
-    absl::string_view Key(absl::string_view id) const { return id; }
-    absl::string_view Key(ColdRef r) const { return (*pool)[r].id(); }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Key(a) == Key(b);
-    }
-  };
   ColdPool cold_pool_;  // before the indexes, which point at it
-  absl::flat_hash_set<ColdRef, ColdIdHash, ColdIdEq> cold_{0, ColdIdHash{&cold_pool_},
-                                                           ColdIdEq{&cold_pool_}};
+  absl::flat_hash_set<ColdRef, IdHash<ColdRef, PooledCold>, IdEq<ColdRef, PooledCold>> cold_{
+      0, IdHash<ColdRef, PooledCold>{PooledCold{&cold_pool_}},
+      IdEq<ColdRef, PooledCold>{PooledCold{&cold_pool_}}};
   ColdBySeq cold_by_seq_{ColdSeqLess{&cold_pool_}};
   // Label sets of tasks on disk, each kept once however many tasks carry
   // it, and freed with the last of them (tasks labelled one by one would
