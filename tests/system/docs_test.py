@@ -20,10 +20,18 @@ A console block is what a terminal shows:
   no lines after it may print anything.
 - A command must exit 0, unless its last shown line is "[exit N]".
 
-Each page gets a scheduler (its own data directory and port; the
-`taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
+Each page gets a scheduler (its own data directory, gRPC and HTTP ports;
+the `taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
 `local-agent`, with 4 slots, and runs in a temporary directory holding a
-copy of examples/.
+copy of examples/. The quick start's addresses in a command,
+127.0.0.1:7070 (gRPC) and 127.0.0.1:7080 (HTTP), stand for the page's own.
+
+Not console blocks, so not run here: the commands of a machine's set-up
+(installing packages, building, systemd units, root's files), which
+system.production_walkthrough runs from deploy/'s own files; a PostgreSQL
+server's set-up, which system.postgres runs with a server of its own; and
+the benchmark's hour-long workloads (tools/bench runs them,
+docs/performance.md shows the results).
 
 Run through ctest (system.docs), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set; TASKGRID_DOCS_PAGES=docs/jobs.md runs
@@ -227,8 +235,9 @@ class DocsTest(unittest.TestCase):
 
     def run_page(self, name, page):
         with harness.Cluster() as cluster:
-            cluster.start_scheduler()
+            http_port = cluster.start_with_http()
             cluster.start_agent("local-agent", slots=4)
+            addresses = {"127.0.0.1:7070": cluster.addr, "127.0.0.1:7080": f"127.0.0.1:{http_port}"}
             work = os.path.join(cluster.dir, "work")
             shutil.copytree(os.path.join(ROOT, "examples"), os.path.join(work, "examples"))
             env = dict(os.environ)
@@ -247,7 +256,9 @@ class DocsTest(unittest.TestCase):
                     if shown and re.fullmatch(r"\[exit \d+\]", shown[-1].strip()):
                         want_exit = int(shown[-1].strip()[6:-1])
                         shown = shown[:-1]
-                    status, printed = shell.run(command)
+                    status, printed = shell.run(
+                        re.sub("|".join(map(re.escape, addresses)),
+                               lambda m: addresses[m.group(0)], command))
                     where = f"{name}:{line}: $ {command}"
                     self.assertEqual(status, want_exit,
                                      f"{where}\nexited {status}, printed:\n" + "\n".join(printed))
