@@ -246,6 +246,7 @@ class DocsTest(unittest.TestCase):
             env["PATH"] = os.pathsep.join(sorted(bins) + [env.get("PATH", "/usr/bin:/bin")])
             env["TASKGRID_ADDR"] = cluster.addr
             env["HOME"] = work
+            env["TMPDIR"] = work  # agents a page starts work under it, not a shared /tmp
             env.pop("TASKGRID_TOKEN_FILE", None)
             shell = Shell(work, env)
             try:

@@ -199,6 +199,10 @@ class Cluster:
         if labels:
             argv.append(f"--labels={labels}")
         argv += list(extra_flags)
+        if not any(f.startswith("--work_dir=") for f in argv):
+            # Its own, not /tmp/taskgrid-agent-<id>, which an agent of the same
+            # id in a test running alongside would share.
+            argv.append(f"--work_dir={os.path.join(self.dir, 'work-' + agent_id)}")
         agent = Process(argv, os.path.join(self.dir, f"agent-{agent_id}.log"), env=env)
         self.agents[agent_id] = agent
         self._all.append(agent)
