@@ -29,9 +29,13 @@ copy of examples/. The quick start's addresses in a command,
 Not console blocks, so not run here: the commands of a machine's set-up
 (installing packages, building, systemd units, root's files), which
 system.production_walkthrough runs from deploy/'s own files; a PostgreSQL
-server's set-up, which system.postgres runs with a server of its own; and
-the benchmark's hour-long workloads (tools/bench runs them,
-docs/performance.md shows the results).
+server's set-up, which system.postgres runs with a server of its own; the
+Python and TypeScript packages' installs and examples, which
+system.python_package, system.python_client and system.typescript_client
+run; grpcurl's calls (Debian has no grpcurl; the page's `buf curl` calls
+are the same requests, run here with deploy/install-buf.sh's buf, named by
+$TASKGRID_BUF); and the benchmark's hour-long workloads (tools/bench runs
+them, docs/performance.md shows the results).
 
 Run through ctest (system.docs), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set; TASKGRID_DOCS_PAGES=docs/jobs.md runs
@@ -243,6 +247,9 @@ class DocsTest(unittest.TestCase):
             env = dict(os.environ)
             bins = {os.path.dirname(binary(b))
                     for b in ("TASKGRID_CTL", "TASKGRID_SCHEDULER", "TASKGRID_AGENT")}
+            buf = os.environ.get("TASKGRID_BUF", "")
+            if buf:  # deploy/install-buf.sh's, for the pages' `buf curl`
+                bins.add(os.path.dirname(buf))
             env["PATH"] = os.pathsep.join(sorted(bins) + [env.get("PATH", "/usr/bin:/bin")])
             env["TASKGRID_ADDR"] = cluster.addr
             env["HOME"] = work
