@@ -153,7 +153,8 @@ class Shell:
                 raise TimeoutError(f"no end within {COMMAND_TIMEOUT}s")
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("the shell ended")
+                raise RuntimeError("the shell ended (bash leaves on a syntax error: a line "
+                                   "that goes on to the next must end in a backslash)")
         with open(out, errors="replace") as f:
             printed = f.read()
         if printed.endswith("\n"):
