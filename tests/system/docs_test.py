@@ -24,7 +24,8 @@ Each page gets a scheduler (its own data directory, gRPC and HTTP ports;
 the `taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
 `local-agent`, with 4 slots, and runs in a temporary directory holding a
 copy of examples/. The quick start's addresses in a command,
-127.0.0.1:7070 (gRPC) and 127.0.0.1:7080 (HTTP), stand for the page's own.
+127.0.0.1:7070 (gRPC) and 127.0.0.1:7080 (HTTP), stand for the page's own,
+and the page's own in what a command prints read as the quick start's.
 
 Not console blocks, so not run here: the commands of a machine's set-up
 (installing packages, building, systemd units, root's files), which
@@ -127,6 +128,11 @@ def matches(shown, printed):
     return at(0, 0)
 
 
+def swap(text, addresses):
+    """`text` with each address that is a key of `addresses` replaced by its value."""
+    return re.sub("|".join(map(re.escape, addresses)), lambda m: addresses[m.group(0)], text)
+
+
 class Shell:
     """One bash for a page: commands run in order, each one's output to a file."""
 
@@ -186,6 +192,9 @@ class DocsTest(unittest.TestCase):
         self.assertFalse(matches(["hello SUCCEEDED"], ["hello FAILED"]))
         self.assertFalse(matches(["a"], ["a", "b"]))
         self.assertFalse(matches(["a (b)"], ["a b"]))
+        ours = {"127.0.0.1:7070": "127.0.0.1:41234", "127.0.0.1:7080": "127.0.0.1:41235"}
+        self.assertEqual(swap("curl 127.0.0.1:7080/x --addr=127.0.0.1:7070", ours),
+                         "curl 127.0.0.1:41235/x --addr=127.0.0.1:41234")
 
     def test_shell_runs_a_continued_command_as_one(self):
         """A command continued with a backslash runs as one command, and a
@@ -243,6 +252,7 @@ class DocsTest(unittest.TestCase):
             http_port = cluster.start_with_http()
             cluster.start_agent("local-agent", slots=4)
             addresses = {"127.0.0.1:7070": cluster.addr, "127.0.0.1:7080": f"127.0.0.1:{http_port}"}
+            back = {ours: quick for quick, ours in addresses.items()}
             work = os.path.join(cluster.dir, "work")
             shutil.copytree(os.path.join(ROOT, "examples"), os.path.join(work, "examples"))
             env = dict(os.environ)
@@ -265,9 +275,8 @@ class DocsTest(unittest.TestCase):
                     if shown and re.fullmatch(r"\[exit \d+\]", shown[-1].strip()):
                         want_exit = int(shown[-1].strip()[6:-1])
                         shown = shown[:-1]
-                    status, printed = shell.run(
-                        re.sub("|".join(map(re.escape, addresses)),
-                               lambda m: addresses[m.group(0)], command))
+                    status, printed = shell.run(swap(command, addresses))
+                    printed = [swap(p, back) for p in printed]
                     where = f"{name}:{line}: $ {command}"
                     self.assertEqual(status, want_exit,
                                      f"{where}\nexited {status}, printed:\n" + "\n".join(printed))
