@@ -22,10 +22,11 @@ A console block is what a terminal shows:
 
 Each page gets a scheduler (its own data directory, gRPC and HTTP ports;
 the `taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
-`local-agent`, with 4 slots, and runs in a temporary directory holding a
-copy of examples/. The quick start's addresses in a command,
-127.0.0.1:7070 (gRPC) and 127.0.0.1:7080 (HTTP), stand for the page's own,
-and the page's own in what a command prints read as the quick start's.
+`local-agent`, with 4 slots, and runs in a temporary directory that holds a
+copy of examples/ and deploy/ (a link), as the repository does. The quick
+start's addresses in a command, 127.0.0.1:7070 (gRPC) and 127.0.0.1:7080
+(HTTP), stand for the page's own, and the page's own in what a command
+prints read as the quick start's.
 
 Not console blocks, so not run here: the commands of a machine's set-up
 (installing packages, building, systemd units, root's files), which
@@ -255,6 +256,7 @@ class DocsTest(unittest.TestCase):
             back = {ours: quick for quick, ours in addresses.items()}
             work = os.path.join(cluster.dir, "work")
             shutil.copytree(os.path.join(ROOT, "examples"), os.path.join(work, "examples"))
+            os.symlink(os.path.join(ROOT, "deploy"), os.path.join(work, "deploy"))
             env = dict(os.environ)
             bins = {os.path.dirname(binary(b))
                     for b in ("TASKGRID_CTL", "TASKGRID_SCHEDULER", "TASKGRID_AGENT")}
