@@ -40,21 +40,18 @@
 
 namespace {
 
-using taskgrid::ctl::BoardUsageText;
 using taskgrid::ctl::Command;
 using taskgrid::ctl::CommandHelp;
 using taskgrid::ctl::Commands;
 using taskgrid::ctl::FindCommand;
-using taskgrid::ctl::JobUsageText;
+using taskgrid::ctl::GroupUsageText;
 using taskgrid::ctl::kBoardCommands;
 using taskgrid::ctl::kExitOk;
 using taskgrid::ctl::kExitUsage;
 using taskgrid::ctl::kJobCommands;
 using taskgrid::ctl::kQueueCommands;
 using taskgrid::ctl::kScheduleCommands;
-using taskgrid::ctl::QueueUsageText;
 using taskgrid::ctl::ReadInput;
-using taskgrid::ctl::ScheduleUsageText;
 using taskgrid::ctl::UsageText;
 namespace v1 = taskgrid::v1;
 
@@ -583,12 +580,9 @@ int Run(int argc, char** argv) {
       std::cout << taskgrid::ctl::ReferenceMarkdown();
       return kExitOk;
     }
-    if (topic == "job" || topic == "board" || topic == "queue" || topic == "schedule") {
+    if (const std::string group = GroupUsageText(topic); !group.empty()) {
       if (sub.empty()) {
-        std::cout << (topic == "job"     ? JobUsageText()
-                      : topic == "board" ? BoardUsageText()
-                      : topic == "queue" ? QueueUsageText()
-                                         : ScheduleUsageText());
+        std::cout << group;
         return kExitOk;
       }
       topic = absl::StrCat(topic, " ", sub);

@@ -53,7 +53,10 @@ class BinariesTest(unittest.TestCase):
         sections = re.findall(r"^## ([^\n]+)\n\n```text\n(.*?)```\n", page, re.M | re.S)
         usage = run(binary("TASKGRID_CTL"), "help").stdout
         listed = re.findall(r"^  (\S.*)\n      \S", usage, re.M)
-        self.assertEqual(len(sections), len(listed), "a section per command taskgridctl help lists")
+        groups = {line.split(" ")[0] for line in listed if re.match(r"\w+ [a-z]", line)}
+        self.assertEqual(groups, {"job", "board", "queue", "schedule"})
+        self.assertEqual(len(sections), len(listed) + len(groups),
+                         "a section per command taskgridctl help lists, and per group")
         for name, body in sections:
             res = run(binary("TASKGRID_CTL"), "help", *name.split(" "))
             self.assertEqual(res.returncode, 0, name)

@@ -253,10 +253,18 @@ TEST(CtlHelp, EveryCommandIsListedFoundAndExplained) {
     EXPECT_EQ(FindCommand(c.name), &c);
     EXPECT_THAT(usage, ::testing::HasSubstr(c.synopsis));
     EXPECT_THAT(CommandHelp(c), ::testing::HasSubstr(c.example));
-    EXPECT_EQ(absl::StartsWith(c.name, "job "),
-              JobUsageText().find(c.synopsis) != std::string::npos);
+    // A command of a group ("job submit") is listed by its group's help,
+    // and by no other group's.
+    const absl::string_view name = c.name;
+    const size_t space = name.find(' ');
+    for (const char* group : {"job", "board", "queue", "schedule"}) {
+      EXPECT_EQ(space != absl::string_view::npos && name.substr(0, space) == group,
+                absl::StrContains(GroupUsageText(group), absl::StrCat("\n  ", c.synopsis, "\n")))
+          << group;
+    }
   }
   EXPECT_EQ(FindCommand("frobnicate"), nullptr);
+  EXPECT_EQ(GroupUsageText("submit"), "");
 }
 
 TEST(CtlHelp, SubmitTakesAndExplainsTheReplicaFlags) {
@@ -312,7 +320,8 @@ TEST(CtlOutput, SchedulesShowTheirTriggerStateAndFires) {
   // `taskgridctl help schedule` lists exactly the schedule commands.
   for (const Command& c : Commands()) {
     EXPECT_EQ(absl::StartsWith(c.name, "schedule "),
-              ScheduleUsageText().find(absl::StrCat("\n  ", c.synopsis, "\n")) != std::string::npos)
+              GroupUsageText("schedule").find(absl::StrCat("\n  ", c.synopsis, "\n")) !=
+                  std::string::npos)
         << c.name;
   }
 }

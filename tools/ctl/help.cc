@@ -729,9 +729,9 @@ std::string UsageText() {
 
 namespace {
 
-// The commands of a group (job, board, queue), as UsageText lists them.
-std::string GroupUsageText(absl::string_view group, absl::string_view intro,
-                           absl::string_view also) {
+// The first line, the commands of `group` as UsageText lists them, and the
+// last lines.
+std::string GroupText(absl::string_view group, absl::string_view intro, absl::string_view also) {
   std::string out = absl::StrCat(intro, "\n\nCommands:\n");
   for (const Command& c : Commands()) {
     if (!absl::StartsWith(c.name, absl::StrCat(group, " "))) continue;
@@ -744,35 +744,33 @@ std::string GroupUsageText(absl::string_view group, absl::string_view intro,
 
 }  // namespace
 
-std::string JobUsageText() {
-  return GroupUsageText(
-      "job", "Jobs: tasks joined by depends_on, submitted all or nothing and steered as one.",
-      "Also: list --job=JOB and watch --job=JOB show the tasks of one job.\n");
-}
-
-std::string BoardUsageText() {
-  return GroupUsageText(
-      "board",
-      "The board (pull mode): workers claim ready tasks of a queue, then complete,\n"
-      "abandon or trash each claim. See also clients/python/pull_worker.py.",
-      "");
-}
-
-std::string QueueUsageText() {
-  return GroupUsageText(
-      "queue",
-      "Queue controls: pause a queue, limit how many of its tasks run at once and how\n"
-      "many start per second. They hold for agents and pull workers alike, are\n"
-      "stored, and survive a restart.",
-      "Also: stats shows each queue's controls; cancel --queue=Q and retry --queue=Q\n"
-      "change a queue's tasks by filter.\n");
-}
-
-// `taskgridctl help schedule`: the schedule commands, as in UsageText.
-std::string ScheduleUsageText() {
-  return GroupUsageText(
-      "schedule",
-      "Schedules (periodic tasks): each fire creates a task, id SCHEDULE:YYYYMMDDTHHMMSSZ.", "");
+std::string GroupUsageText(absl::string_view group) {
+  if (group == "job") {
+    return GroupText(
+        "job", "Jobs: tasks joined by depends_on, submitted all or nothing and steered as one.",
+        "Also: list --job=JOB and watch --job=JOB show the tasks of one job.\n");
+  }
+  if (group == "board") {
+    return GroupText("board",
+                     "The board (pull mode): workers claim ready tasks of a queue, then complete,\n"
+                     "abandon or trash each claim. See also clients/python/pull_worker.py.",
+                     "");
+  }
+  if (group == "queue") {
+    return GroupText(
+        "queue",
+        "Queue controls: pause a queue, limit how many of its tasks run at once and how\n"
+        "many start per second. They hold for agents and pull workers alike, are\n"
+        "stored, and survive a restart.",
+        "Also: stats shows each queue's controls; cancel --queue=Q and retry --queue=Q\n"
+        "change a queue's tasks by filter.\n");
+  }
+  if (group == "schedule") {
+    return GroupText(
+        "schedule",
+        "Schedules (periodic tasks): each fire creates a task, id SCHEDULE:YYYYMMDDTHHMMSSZ.", "");
+  }
+  return "";
 }
 
 std::string CommandHelp(const Command& c) {
@@ -794,7 +792,15 @@ std::string ReferenceMarkdown() {
       "fails when it differs from what the built `taskgridctl` prints.\n\n"
       "```text\n";
   absl::StrAppend(&out, UsageText(), "```\n");
+  std::string group;  // of the commands so far
   for (const Command& c : Commands()) {
+    // A group's own section (help job) comes before its first command's.
+    const absl::string_view name = c.name;
+    const std::string first(name.substr(0, name.find(' ')));
+    if (first != name && first != group) {
+      group = first;
+      absl::StrAppend(&out, "\n## ", group, "\n\n```text\n", GroupUsageText(group), "```\n");
+    }
     absl::StrAppend(&out, "\n## ", c.name, "\n\n```text\n", CommandHelp(c), "```\n");
   }
   return out;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace taskgrid::ctl {
 
 // "States: SCHEDULED BLOCKED ...", from the API's enum.
@@ -33,14 +35,9 @@ const std::vector<Command>& Commands();
 const Command* FindCommand(const std::string& name);
 // `taskgridctl help`.
 std::string UsageText();
-// `taskgridctl help job`: the job commands.
-std::string JobUsageText();
-// `taskgridctl help board`: the board commands.
-std::string BoardUsageText();
-// `taskgridctl help queue`: the queue commands.
-std::string QueueUsageText();
-// `taskgridctl help schedule`: the schedule commands.
-std::string ScheduleUsageText();
+// `taskgridctl help GROUP` for a group of commands (job, board, queue,
+// schedule): what it is for and its commands; "" when GROUP is none.
+std::string GroupUsageText(absl::string_view group);
 // `taskgridctl help NAME`.
 std::string CommandHelp(const Command& c);
 // `taskgridctl help reference`: the overview and every command's help as
