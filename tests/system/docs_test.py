@@ -20,13 +20,14 @@ A console block is what a terminal shows:
   no lines after it may print anything.
 - A command must exit 0, unless its last shown line is "[exit N]".
 
-Each page gets a scheduler (its own data directory, gRPC and HTTP ports;
-the `taskgridctl` and binaries on PATH, $TASKGRID_ADDR set) and one agent,
-`local-agent`, with 4 slots, and runs in a temporary directory that holds a
-copy of examples/ and deploy/ (a link), as the repository does. The quick
-start's addresses in a command, 127.0.0.1:7070 (gRPC) and 127.0.0.1:7080
-(HTTP), stand for the page's own, and the page's own in what a command
-prints read as the quick start's.
+Each page gets what the quick start (deploy/quickstart.sh) runs: a
+scheduler (its own data directory, gRPC and HTTP ports; the `taskgridctl`
+and binaries on PATH, $TASKGRID_ADDR set) and one agent, `local-agent`,
+with 2 slots. It runs in a temporary directory that holds a copy of
+examples/ and deploy/ (a link), as the repository does. The quick start's
+addresses in a command, 127.0.0.1:7070 (gRPC) and 127.0.0.1:7080 (HTTP),
+stand for the page's own, and the page's own in what a command prints
+read as the quick start's.
 
 Not console blocks, so not run here: the commands of a machine's set-up
 (installing packages, building, systemd units, root's files), which
@@ -251,7 +252,7 @@ class DocsTest(unittest.TestCase):
     def run_page(self, name, page):
         with harness.Cluster() as cluster:
             http_port = cluster.start_with_http()
-            cluster.start_agent("local-agent", slots=4)
+            cluster.start_agent("local-agent", slots=2)  # as deploy/quickstart.sh starts it
             addresses = {"127.0.0.1:7070": cluster.addr, "127.0.0.1:7080": f"127.0.0.1:{http_port}"}
             back = {ours: quick for quick, ours in addresses.items()}
             work = os.path.join(cluster.dir, "work")
