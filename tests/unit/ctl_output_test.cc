@@ -110,6 +110,23 @@ TEST(CtlOutput, AWaitLineSaysWhyATaskDidNotSucceed) {
   EXPECT_EQ(FormatWaitLine(t, /*done=*/true), "t1 SUCCEEDED");
 }
 
+TEST(CtlOutput, StatsShowEachQueuesShareAndADashForAQueueOwedNone) {
+  v1::GetQueueStatsResponse resp;
+  v1::QueueStats* a = resp.add_queues();
+  a->set_queue("batch");
+  a->set_share(0.25);
+  a->set_fair_share(0.5);
+  v1::QueueStats* b = resp.add_queues();
+  b->set_queue("idle");
+  const std::string out = FormatStats(resp);
+  EXPECT_THAT(out, ContainsRegex("\nbatch +0 +- +25% of 50%\n"));
+  EXPECT_THAT(out, ContainsRegex("\nidle +0 +- +-\n"));
+  // No queue is owed a share: no SHARE column at all.
+  a->set_fair_share(0);
+  a->set_share(0);
+  EXPECT_THAT(FormatStats(resp), Not(HasSubstr("SHARE")));
+}
+
 TEST(CtlOutput, DetailShowsAnHttpStepAsItsMethodAndUrl) {
   v1::Task t = RunningTask();
   v1::Step* post = t.mutable_spec()->add_steps();

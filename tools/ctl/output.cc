@@ -369,8 +369,12 @@ std::string FormatStats(const v1::GetQueueStatsResponse& resp) {
     }
     if (claims) row.push_back(absl::StrCat(q.claimed()));
     if (shares) {
-      // Held now, of what its weight gives it: "33% of 50%".
-      row.push_back(absl::StrFormat("%.0f%% of %.0f%%", 100 * q.share(), 100 * q.fair_share()));
+      // Held now, of what its weight gives it: "33% of 50%"; "-" for a
+      // queue that neither holds nor is owed anything.
+      row.push_back(
+          q.share() == 0 && q.fair_share() == 0
+              ? std::string("-")
+              : absl::StrFormat("%.0f%% of %.0f%%", 100 * q.share(), 100 * q.fair_share()));
     }
     if (controls) {
       std::string c = QueueControlsText(q.settings());
