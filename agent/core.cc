@@ -13,6 +13,17 @@ namespace taskgrid::agent {
 namespace {
 constexpr char kVersion[] = "0.1.0";
 
+// The step supervisors' fence (supervisor::kFence) is the lease plus this:
+// after the agent stops its steps itself, and well before the scheduler
+// may move them (a second or more after the lease).
+constexpr absl::Duration kSupervisorFenceMargin = absl::Milliseconds(500);
+// A lease that moved on by less than this is not told (each ack moves it
+// by a heartbeat interval; contact without a lease, by every message).
+constexpr absl::Duration kFenceStep = absl::Milliseconds(500);
+// Told at once when it moved back by more than this (a stream that ended
+// cuts it); less is the jitter of reading two clocks.
+constexpr absl::Duration kFenceJitter = absl::Milliseconds(50);
+
 CoreOptions WithDefaults(CoreOptions opts) {
   if (opts.exec.work_dir.empty()) opts.exec.work_dir = DefaultWorkDir(opts.id);
   if (opts.clock == nullptr) opts.clock = RealClock::Get();
@@ -74,11 +85,25 @@ std::shared_ptr<LiveOutput> AgentCore::live_output(const std::string& task_id,
 
 std::shared_ptr<TaskRun> AgentCore::MakeRun(v1::Assignment a) const {
   ExecutorOptions exec = opts_.exec;
+  exec.fence_ns = fence_ns_;
   // The smaller of our own cap and the scheduler's.
   if (welcome_max_output_bytes_ > 0) {
     exec.max_output_bytes = std::min(exec.max_output_bytes, welcome_max_output_bytes_);
   }
   return std::make_shared<TaskRun>(std::move(a), exec);
+}
+
+void AgentCore::TellFenceLocked() {
+  // On this host's CLOCK_MONOTONIC, which the supervisors read.
+  const absl::Duration left = lease_.FenceAt() + kSupervisorFenceMargin - Now();
+  const int64_t fence = absl::ToInt64Nanoseconds(RealClock::Get()->Monotonic() + left);
+  const int64_t told = fence_ns_->load(std::memory_order_relaxed);
+  if (told != 0 && fence < told + absl::ToInt64Nanoseconds(kFenceStep) &&
+      fence > told - absl::ToInt64Nanoseconds(kFenceJitter)) {
+    return;
+  }
+  fence_ns_->store(fence, std::memory_order_relaxed);
+  for (const std::shared_ptr<TaskRun>& run : slots_.Runs()) run->Wake();
 }
 
 int AgentCore::StopAllLocked(StopCause cause, const std::string& note) {
@@ -225,7 +250,10 @@ int AgentCore::TakeBackKept() {
       const absl::Duration until = absl::Nanoseconds(k.kept.hold_until_monotonic_ns());
       // Ours until then, welcomed or not: the scheduler holds them longer.
       lease_.KeptUntil(Now() + (until - real_now));
-      auto run = std::make_shared<TaskRun>(std::move(k), opts_.exec);
+      TellFenceLocked();
+      ExecutorOptions exec = opts_.exec;
+      exec.fence_ns = fence_ns_;
+      auto run = std::make_shared<TaskRun>(std::move(k), std::move(exec));
       slots_.Adopt(run);
       runs.push_back(std::move(run));
       ++threads_;
@@ -295,6 +323,7 @@ v1::AgentMessage AgentCore::StreamStarted() {
   welcomed_ = false;
   silence_ended_ = false;
   lease_.HelloSent(Now());
+  TellFenceLocked();
   return hello;
 }
 
@@ -302,6 +331,7 @@ bool AgentCore::SchedulerRefused() {
   std::lock_guard<std::mutex> lock(mu_);
   const bool before = lease_.HoldingForRestart();
   lease_.Refused();
+  TellFenceLocked();
   WakeTimerLocked();
   return !before && lease_.HoldingForRestart() && slots_.AnyUnstopped();
 }
@@ -314,6 +344,7 @@ void AgentCore::SchedulerNotRestarting() {
         "longer held for its restart");
   }
   lease_.RestartRuledOut();
+  TellFenceLocked();
   WakeTimerLocked();
 }
 
@@ -332,6 +363,7 @@ bool AgentCore::StreamEnded() {
   // Left for not answering: whatever the outage is, it is not a restart
   // that refuses connections.
   if (silence_ended_) lease_.RestartRuledOut();
+  TellFenceLocked();
   // Whoever followed output here asks again on the next stream.
   watches_.Clear();
   stream_open_ = false;
@@ -344,6 +376,7 @@ void AgentCore::Handle(const v1::SchedulerMessage& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     lease_.Heard(Now());
+    TellFenceLocked();
   }
   switch (msg.msg_case()) {
     case v1::SchedulerMessage::kWelcome:
@@ -395,6 +428,7 @@ void AgentCore::OnWelcome(const v1::Welcome& welcome) {
     lease_.Welcomed(Now(), FromProto(welcome.stop_on_lost_after()),
                     FromProto(welcome.heartbeat_lease()));
     lease_.SetRestartGrace(FromProto(welcome.restart_grace()));
+    TellFenceLocked();
     welcome_max_output_bytes_ = welcome.max_output_bytes();
     draining = drain_.draining();
     welcomed_ = true;
@@ -408,6 +442,7 @@ void AgentCore::OnWelcome(const v1::Welcome& welcome) {
 void AgentCore::OnHeartbeatAck(const v1::HeartbeatAck& ack) {
   std::lock_guard<std::mutex> lock(mu_);
   lease_.HeartbeatAcked(FromProto(ack.heartbeat_lease()));
+  TellFenceLocked();
   const absl::Duration interval = FromProto(ack.heartbeat_interval());
   if (interval > absl::ZeroDuration() && interval != heartbeat_interval_) {
     spdlog::info("heartbeat interval now {} (was {}), as the scheduler asks",
@@ -642,6 +677,7 @@ absl::Duration AgentCore::Tick() {
       }
       if (restart_asked_.has_value()) due = std::min(due, *restart_asked_ + kRestartAnswerWait);
     }
+    TellFenceLocked();
     timer_due_ = due;
   }
   if (drain_instead.has_value()) {

@@ -39,6 +39,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -188,6 +189,9 @@ class AgentCore {
   // Wakes the timer to look again, because something it decides by
   // changed (and whoever waits on cv_). Needs mu_.
   void WakeTimerLocked();
+  // Tells the runs' step supervisors the lease (fence_ns_) when it moved
+  // enough to matter. Needs mu_.
+  void TellFenceLocked();
   // Wakes whoever waits on cv_ for tasks or acknowledgements; the timer too
   // only when that may end a drain. Needs mu_.
   void NotifyLocked();
@@ -209,8 +213,11 @@ class AgentCore {
   // would cost a context switch per task on a busy agent).
   std::condition_variable cv_;
   std::condition_variable timer_cv_;
-  Slots slots_;                                           // guarded by mu_
-  Lease lease_;                                           // guarded by mu_
+  Slots slots_;  // guarded by mu_
+  Lease lease_;  // guarded by mu_
+  // lease_.FenceAt() for the step supervisors (ExecutorOptions::fence_ns):
+  // on CLOCK_MONOTONIC, with kSupervisorFenceMargin. Written under mu_.
+  const std::shared_ptr<std::atomic<int64_t>> fence_ns_ = std::make_shared<std::atomic<int64_t>>(0);
   DrainPlan drain_;                                       // guarded by mu_
   OutputWatches watches_;                                 // guarded by mu_
   std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release

@@ -376,6 +376,14 @@ bool TaskRun::cancelled() const {
   return cancelled_;
 }
 
+void TaskRun::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+}
+
 void TaskRun::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) return;
@@ -629,6 +637,12 @@ void TaskRun::SetStops(int index, internal::StopControl* ctl, absl::Duration ste
 
 TaskRun::StepEnd TaskRun::Stopped(StopReason reason, int index) const {
   if (reason == StopReason::kCancelled) return StepEnd{v1::OUTCOME_CANCELLED, -1, "cancelled"};
+  if (reason == StopReason::kFenced) {
+    return StepEnd{v1::OUTCOME_CANCELLED, -1,
+                   absl::StrCat("step ", index,
+                                " was stopped by its supervisor: the agent let its lease with the "
+                                "scheduler pass without running (frozen?)")};
+  }
   return StepEnd{v1::OUTCOME_TIMED_OUT, -1, StopError(reason, index, assignment_)};
 }
 
@@ -689,6 +703,7 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   internal::ChildControl ctl;
   SetStops(index, &ctl);
   ctl.kill_grace = opts_.kill_grace;
+  ctl.fence_ns = opts_.fence_ns.get();
   ctl.on_pid = [this, index](pid_t pid) {
     pid_.store(pid);
     if (pid != 0) {
@@ -709,6 +724,7 @@ TaskRun::StepEnd TaskRun::AttachExecStep(int index, OutputTail* out, OutputTail*
   step_start_ = Now() - step_elapsed;
   SetStops(index, &ctl, step_elapsed);
   ctl.kill_grace = opts_.kill_grace;
+  ctl.fence_ns = opts_.fence_ns.get();
   SetDetach(index, out, err, &ctl);
   const int fd = std::exchange(kept_fd_, -1);
   const internal::ChildExit ex = internal::AttachChild(fd, ctl, out, err);
@@ -723,6 +739,7 @@ TaskRun::StepEnd TaskRun::ExitEnd(int index, const internal::ChildExit& ex) {
   }
   RemoveKept();  // a detach the step's end overtook
   if (!ex.start_error.empty()) return StepEnd::Failed(-1, prefix + ex.start_error);
+  if (ex.stopped_by == StopReason::kFenced) fenced_.store(true);
   if (ex.stopped_by != StopReason::kNone) return Stopped(ex.stopped_by, index);
   if (WIFEXITED(ex.wait_status)) {
     const int code = WEXITSTATUS(ex.wait_status);

@@ -87,6 +87,11 @@ struct ExecutorOptions {
   // The taskgrid-step-supervisor binary every exec step runs under. Empty:
   // FindStepSupervisor(); an exec step fails to start when there is none.
   std::string step_supervisor;
+  // The agent's lease on CLOCK_MONOTONIC (ns; 0: none), which each exec
+  // step's supervisor is told (supervisor::kFence) and kills the step at
+  // unless it moves on. The agent changes it, then Wake()s the runs. Null:
+  // no fence.
+  std::shared_ptr<const std::atomic<int64_t>> fence_ns;
 };
 
 // The taskgrid-step-supervisor next to this process's own binary, else the
@@ -158,6 +163,13 @@ class TaskRun {
   void Detach(int64_t hold_until_ns);
   // Run() returned because the attempt was kept (its result is not one).
   bool detached() const { return detached_.load(); }
+  // Wakes the running exec step to tell its supervisor the agent's lease
+  // again (ExecutorOptions::fence_ns changed).
+  void Wake();
+  // Run() returned because the step's supervisor killed it when the
+  // agent's lease passed (supervisor::kFence): OUTCOME_CANCELLED, but the
+  // agent did not stop it; it let its lease pass without running.
+  bool fenced() const { return fenced_.load(); }
   // The pid of the step process running now (also its process group id), or
   // 0. For tests and logs.
   pid_t current_pid() const;
@@ -219,6 +231,7 @@ class TaskRun {
   std::atomic<bool> ran_{false};
   std::atomic<pid_t> pid_{0};
   std::atomic<bool> detached_{false};
+  std::atomic<bool> fenced_{false};
   // A kept attempt taken back: where it was, and its supervisor's socket.
   std::optional<taskgrid::v1::KeptAttempt> kept_;
   int kept_fd_ = -1;

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -364,6 +365,31 @@ std::string OutputTail::Take() {
   return out;
 }
 
+namespace {
+
+// Tells the supervisor on `fd` the agent's lease when it is not what was
+// told last (`*told`).
+void TellFence(int fd, const ChildControl& ctl, int64_t* told) {
+  if (ctl.fence_ns == nullptr) return;
+  const int64_t fence = ctl.fence_ns->load(std::memory_order_relaxed);
+  if (fence == *told) return;
+  sv::Command c;
+  memset(&c, 0, sizeof(c));
+  c.type = sv::kFence;
+  c.deadline_ns = fence;
+  if (sv::SendAll(fd, &c, sizeof(c))) *told = fence;
+}
+
+// The supervisor ended because the lease it was told passed: the step was
+// killed with everything it started (and the agent did not stop it).
+bool FencePassed(int64_t told) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return told > 0 && static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec >= told;
+}
+
+}  // namespace
+
 ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* out,
                    OutputTail* err) {
   ChildExit result;
@@ -482,6 +508,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   // A detach asked for and sent: waiting for the supervisor's answer.
   bool detach_sent = false;
   bool detach_tried = false;
+  int64_t fence_told = 0;
   FrameReader answers;
   for (;;) {
     const absl::Duration now = Now();
@@ -508,6 +535,8 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       KillGroup(pid, SIGKILL);
       killed = true;
     }
+    // Once a detach was asked, the next agent's lease is the one that counts.
+    if (!detach_tried) TellFence(lifeline_w.get(), ctl, &fence_told);
     if (HasEnded(supervisor)) break;
 
     absl::Duration wake_at = absl::InfiniteDuration();
@@ -565,6 +594,10 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
 
   // The supervisor killed what the step left running before it ended.
   while (waitpid(supervisor, &result.wait_status, 0) < 0 && errno == EINTR) {
+  }
+  if (result.stopped_by == StopReason::kNone && WIFEXITED(result.wait_status) &&
+      WEXITSTATUS(result.wait_status) == 128 + SIGKILL && FencePassed(fence_told)) {
+    result.stopped_by = StopReason::kFenced;
   }
   if (ctl.on_pid) ctl.on_pid(0);
   in_w.Reset();
@@ -626,6 +659,7 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
   absl::Duration kill_at = absl::InfiniteDuration();
   bool killed = false;
   bool detach_sent = false;
+  int64_t fence_told = 0;
   auto send_command = [&sock](sv::Command c) { return sv::SendAll(sock.get(), &c, sizeof(c)); };
   for (;;) {
     const absl::Duration now = Now();
@@ -652,6 +686,7 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
       send_command(kill_cmd);
       killed = true;
     }
+    if (!detach_sent) TellFence(sock.get(), ctl, &fence_told);
     absl::Duration wake_at = absl::InfiniteDuration();
     if (result.stopped_by == StopReason::kNone) {
       wake_at = ctl.deadline;
@@ -703,6 +738,10 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
       }
     }
     if (!open) {
+      if (result.stopped_by == StopReason::kNone && FencePassed(fence_told)) {
+        result.stopped_by = StopReason::kFenced;  // it killed the step's tree, and exited
+        return result;
+      }
       result.start_error = "its step supervisor ended without saying how the step ended";
       return result;
     }

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -51,7 +52,9 @@ class OutputTail {
 };
 
 // Why a step was stopped from outside.
-enum class StopReason { kNone, kCancelled, kStepTimeout, kAttemptTimeout };
+// kFenced: the step's supervisor killed it when the agent's lease passed
+// (supervisor::kFence), the agent not having run to stop it itself.
+enum class StopReason { kNone, kCancelled, kStepTimeout, kAttemptTimeout, kFenced };
 
 // What to run. Every string is free of NUL bytes (the caller checks).
 struct ChildSpec {
@@ -107,6 +110,10 @@ struct ChildControl : StopControl {
   // returns: what was read of the output since `detach` was asked (a
   // re-attached step's frames still in flight) goes into what is kept.
   std::function<void()> detached;
+  // The agent's lease (CLOCK_MONOTONIC ns; 0: none), told to the
+  // supervisor (kFence) when the step starts and whenever it changed by a
+  // wake. Null: no fence.
+  const std::atomic<int64_t>* fence_ns = nullptr;
 };
 
 struct ChildExit {

@@ -153,6 +153,12 @@ Slots::Ended Slots::Finish(const std::shared_ptr<TaskRun>& run, v1::TaskResult r
     note = std::move(it->second.note);
     used_ -= it->second.slots;
     running_.erase(it);
+    // Its supervisor stopped it at the agent's lease, which the agent let
+    // pass without running: as if the agent had fenced itself in time.
+    if (cause == StopCause::kNone && run->fenced()) {
+      cause = StopCause::kFenced;
+      note = "stopped by its step supervisor: the agent did not run past its lease (frozen?)";
+    }
   }
   // A task that ended on its own just before the agent stopped it keeps its
   // real result.

@@ -36,6 +36,12 @@
 // with the same commands (kTerm and kKill to stop the step, kDetach for
 // another restart). No agent by the deadline: the step's whole tree is
 // killed, as if the agent had died then.
+//
+// An agent that is alive but does not run (SIGSTOP) keeps its lifeline
+// open, so EOF cannot stop its steps. The agent therefore tells each
+// supervisor its lease (kFence, moved on as the scheduler renews it); a
+// supervisor whose fence passes kills the step's tree (and exits as
+// killed); the agent, once it runs again, finds its fence passed.
 #pragma once
 
 #include <errno.h>
@@ -83,6 +89,13 @@ enum CommandType : int32_t {
   kDetach = 1,
   kTerm = 2,  // SIGTERM (and SIGCONT) to the step's group
   kKill = 3,  // SIGKILL to the step's group
+  // The agent's lease: unless a later kFence moves it, the step's whole
+  // tree is killed at `deadline_ns` (CLOCK_MONOTONIC), as if the agent had
+  // died then. It stops the steps of an agent that cannot (frozen by
+  // SIGSTOP, or starved) before the scheduler gives their tasks to another
+  // agent; a running agent stops them itself first. Not while a kDetach
+  // holds the step: its own deadline rules. 0: no fence.
+  kFence = 4,
 };
 struct Command {
   int32_t type;

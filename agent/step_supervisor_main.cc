@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
   int listen_fd = -1;
   sv::Command detach;
   bool detach_set = false;
+  int64_t fence_ns = 0;  // the agent's lease (kFence); 0: none
   bool step_done = false;
   int step_status = 0;
   int64_t drain_until = 0;  // once the step ended: how long to wait for output EOF
@@ -378,6 +379,7 @@ int main(int argc, char** argv) {
           if (listen_fd < 0) continue;
           detach = c;
           detach_set = true;
+          fence_ns = 0;  // the next agent's lease, if one comes, is its own
           // From now on the output is kept here, not sent: the agent took
           // what it had into the kept file before it asked.
           for (Tail& t : tails) t.cap = static_cast<size_t>(c.tail_bytes > 0 ? c.tail_bytes : 0);
@@ -387,6 +389,8 @@ int main(int argc, char** argv) {
           kill(-step, SIGCONT);
         } else if (c.type == sv::kKill && !step_done) {
           kill(-step, SIGKILL);
+        } else if (c.type == sv::kFence) {
+          fence_ns = c.deadline_ns;
         }
       }
     }
@@ -435,6 +439,12 @@ int main(int argc, char** argv) {
     }
     int timeout_ms = -1;
     const int64_t now = MonotonicNs();
+    // An agent that lets its lease pass without moving it is not running
+    // (frozen): by now the scheduler may give the task to another agent.
+    if (mode == kAttached && !detach_set && fence_ns > 0 && !step_done) {
+      if (now >= fence_ns) end_all();
+      timeout_ms = static_cast<int>(std::min<int64_t>((fence_ns - now) / 1000000 + 1, 3600 * 1000));
+    }
     if (mode == kDetached) {
       if (now >= detach.deadline_ns) end_all();  // nobody came back for it
       timeout_ms = static_cast<int>(

@@ -764,6 +764,90 @@ TEST(KeptRun, NoAgentByTheDeadlineKillsTheWholeStep) {
   EXPECT_THAT(Entries(work.path()), ::testing::ElementsAre("kept")) << "its directory went too";
 }
 
+// --- The agent's lease, told to the supervisors (supervisor::kFence) ---
+
+TEST(StepSupervisor, ALeaseThatPassesStopsTheWholeStepAsFenced) {
+  // What stops the steps of an agent that does not run (SIGSTOP): the run
+  // here is the agent, and it never moves the lease on.
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = "setsid sh -c 'echo $$ > \"$0/gc\"; exec sleep 600' '" + d +
+                             "' & echo $$ > '" + d + "/pid'; sleep 600";
+  ExecutorOptions opts = Options();
+  auto fence = std::make_shared<std::atomic<int64_t>>(MonotonicNsIn(absl::Milliseconds(700)));
+  opts.fence_ns = fence;
+  TaskRun run(Assignment({Sh(script)}), opts);
+  const Bounded b = RunBounded(run, absl::Seconds(30));
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_CANCELLED) << b.result.error();
+  EXPECT_THAT(b.result.error(), HasSubstr("stopped by its supervisor"));
+  EXPECT_TRUE(run.fenced());
+  const pid_t step = ReadPid(d + "/pid"), gc = ReadPid(d + "/gc");
+  ASSERT_GT(step, 0);
+  ASSERT_GT(gc, 0);
+  EXPECT_TRUE(WaitFor([&] { return IsGone(step) && IsGone(gc); }))
+      << "the step or its grandchild in a new session outlived the lease";
+  for (pid_t p : {step, gc}) {
+    if (!IsGone(p)) kill(p, SIGKILL);
+  }
+}
+
+TEST(StepSupervisor, ALeaseMovedOnKeepsTheStepRunning) {
+  // The lease is moved on (and the run woken to tell it) until the step
+  // has outlived the first one by far; then the step ends on its own.
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = "echo $$ > '" + d + "/pid'; " + AwaitFile(d + "/go") + "echo done";
+  ExecutorOptions opts = Options();
+  auto fence = std::make_shared<std::atomic<int64_t>>(MonotonicNsIn(absl::Seconds(2)));
+  opts.fence_ns = fence;
+  TaskRun run(Assignment({Sh(script)}), opts);
+  const Bounded b = RunBounded(run, absl::Seconds(30), [&](TaskRun& r) {
+    ASSERT_TRUE(WaitFor([&] { return ReadPid(d + "/pid") > 0; }));
+    const int64_t first = fence->load();
+    // Past the first lease by a second, moving it on each time.
+    while (RealClock::Get()->Monotonic() < absl::Nanoseconds(first) + absl::Seconds(1)) {
+      fence->store(MonotonicNsIn(absl::Seconds(3)));
+      r.Wake();
+      ASSERT_FALSE(WaitFor([&] { return IsGone(ReadPid(d + "/pid")); }, absl::Milliseconds(100)))
+          << "the step died with its lease moved on";
+    }
+    Touch(d + "/go");
+  });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED) << b.result.error();
+  EXPECT_EQ(b.result.stdout_tail(), "done\n");
+  EXPECT_FALSE(run.fenced());
+}
+
+TEST(KeptRun, AKeptStepOutlivesTheLeaseOfTheAgentThatKeptIt) {
+  // The first agent's lease passes while the step is kept: the hold rules
+  // then, and the next agent's lease after it.
+  TempDir dir, work;
+  const std::string d = dir.path();
+  const std::string script = "echo $$ > '" + d + "/pid'; " + AwaitFile(d + "/go") + "echo kept";
+  ExecutorOptions first_opts = InDir(work.path());
+  auto first_fence = std::make_shared<std::atomic<int64_t>>(MonotonicNsIn(absl::Seconds(1)));
+  first_opts.fence_ns = first_fence;
+  TaskRun first(Assignment({Sh(script)}), first_opts);
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  const pid_t step = ReadPid(d + "/pid");
+  const absl::Duration passed = absl::Nanoseconds(first_fence->load()) + absl::Milliseconds(300);
+  ASSERT_FALSE(WaitFor([&] { return IsGone(step); }, passed - RealClock::Get()->Monotonic()))
+      << "the kept step died at the lease of the agent that kept it";
+
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(work.path(), &dropped);
+  ASSERT_EQ(kept.size(), 1u);
+  ExecutorOptions second_opts = InDir(work.path());
+  second_opts.fence_ns = std::make_shared<std::atomic<int64_t>>(MonotonicNsIn(absl::Seconds(60)));
+  TaskRun second(std::move(kept[0]), second_opts);
+  const Bounded b = RunBounded(second, absl::Seconds(20), [&](TaskRun&) { Touch(d + "/go"); });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED) << b.result.error();
+  EXPECT_EQ(b.result.stdout_tail(), "kept\n");
+}
+
 TEST(StepSupervisor, RefusesToRunByHand) {
   const std::string supervisor = FindStepSupervisor();
   ASSERT_FALSE(supervisor.empty());

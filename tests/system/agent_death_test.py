@@ -94,6 +94,51 @@ class AgentDeathTest(unittest.TestCase):
                   f"{(last_tick1 - kill_time) * 1000:.0f} ms after it); the task started again "
                   f"{start2 - kill_time:.1f} s after the kill", flush=True)
 
+    def test_a_frozen_agents_steps_die_before_the_task_moves(self):
+        """SIGSTOP of an agent: it cannot stop its steps itself, and its
+        lifeline stays open; the step supervisors stop them when the lease
+        the agent told them passes, before the scheduler gives the task to
+        another agent. Continued, the agent goes on without them."""
+        with Cluster() as c:
+            c.start_scheduler()
+            c.start_agent("frozen", slots=1)
+            d = os.path.join(c.dir, "steps")
+            os.mkdir(d)
+            spec = {"id": "survivor-of-freeze", "queue": "agent-freeze",
+                    "steps": [{"exec": {"argv": ["sh", "-c", STEP, "step", d]}}]}
+            c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
+            wait_until(lambda: written(f"{d}/gc.1") and written(f"{d}/step.1")
+                       and written(f"{d}/ticks.1"), what="attempt 1's processes")
+            step1, gc1 = int(written(f"{d}/step.1")), int(written(f"{d}/gc.1"))
+            self.pids += [step1, gc1]
+            c.start_agent("thawed-heir", slots=1)
+            wait_until(lambda: len(c.agents_info()) == 2, what="the heir to connect")
+
+            frozen = c.agents["frozen"]
+            stop_time = time.time()
+            frozen.signal(signal.SIGSTOP)
+            try:
+                wait_until(lambda: written(f"{d}/start.2"), timeout=90,
+                           what="attempt 2 to start on the heir")
+                start2 = float(written(f"{d}/start.2"))
+                # Before attempt 2 began, attempt 1 and what it started were
+                # gone, the agent still frozen.
+                last_tick1 = float(written(f"{d}/ticks.1").split()[-1])
+                self.assertLess(last_tick1, start2, "attempt 1 still ran when attempt 2 started")
+                self.assertFalse(alive(step1) or alive(gc1), "attempt 1 outlived the move")
+            finally:
+                frozen.signal(signal.SIGCONT)
+            c.wait_state("survivor-of-freeze", ["SUCCEEDED"], timeout=60)
+            task = c.task("survivor-of-freeze")
+            self.assertEqual([a["agent_id"] for a in task["attempts"]], ["frozen", "thawed-heir"])
+            # Thawed, the agent learns its attempt is gone, and stays up.
+            wait_until(lambda: c.agents_info().get("frozen", {}).get("state") == "AGENT_STATE_ACTIVE",
+                       timeout=60, what="the thawed agent to be back")
+            self.assertTrue(frozen.alive(), frozen.log()[-3000:])
+            print(f"\n[agent_death] SIGSTOP of an agent: its step's last tick "
+                  f"{last_tick1 - stop_time:.1f} s after the stop, attempt 2 started "
+                  f"{start2 - stop_time:.1f} s after it", flush=True)
+
 
 if __name__ == "__main__":
     unittest.main()
