@@ -1010,7 +1010,10 @@ class WithAgentTest(CliTestCase):
         res, _ = self.submit_file(json.dumps(tasks), "--wait")
         self.assertEqual(res.returncode, 3, res.stdout + res.stderr)
         self.assertEqual(res.stdout.splitlines()[-3:],
-                         ["sw-ok SUCCEEDED", "sw-bad FAILED", "sw-ok2 SUCCEEDED"])
+                         ["sw-ok SUCCEEDED",
+                          "sw-bad FAILED  attempt 1 on agent a1 failed: builtin fail; its only "
+                          "attempt used",
+                          "sw-ok2 SUCCEEDED"])
         # All good: 0. --json: one SubmitTasksResponse with the final states.
         res, _ = self.submit_file(json.dumps([self.noop_spec("sw-j1"), self.noop_spec("sw-j2")]),
                                   "--wait", "--json", "--wait_timeout=30s")
