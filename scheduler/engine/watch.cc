@@ -73,6 +73,7 @@ void Watch::Offer(const std::vector<v1::TaskEvent>& events, int64_t through) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || !failed_.ok()) return;
+    ++offers_;
     offered_ = std::max(offered_, through);
     if (replaying_) {
       // Already in the store: the replay reads them. Wake a replay that
@@ -109,6 +110,7 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
   std::vector<v1::TaskEvent> out;
   for (;;) {
     int64_t from;
+    uint64_t offers_before;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!failed_.ok()) return failed_;
@@ -121,6 +123,7 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
         return out;
       }
       from = cursor_;
+      offers_before = offers_;
     }
     // Replay: everything committed is in the store (Offer comes after the
     // commit), so read on from the cursor. No lock is held: offers that
@@ -160,6 +163,9 @@ absl::StatusOr<std::vector<v1::TaskEvent>> Watch::Next(size_t max) {
       return out;
     }
     if (chunk->empty() && cursor_ < offered_ && out.empty()) {
+      // An Offer that came while we read (it did not wake us: we were not
+      // idle) says its commit has landed: read again.
+      if (offers_ != offers_before) continue;
       // The commit through offered_ has not landed yet: its Offer wakes us.
       idle_ = true;
       return out;

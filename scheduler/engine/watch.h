@@ -87,6 +87,7 @@ class Watch {
   bool replaying_ = true;                   // guarded by mu_: reading history from the store
   int64_t cursor_;                          // guarded by mu_: every revision <= cursor_ is handled
   int64_t offered_ = 0;                     // guarded by mu_: highest revision offered
+  uint64_t offers_ = 0;                     // guarded by mu_: Offer calls so far
   int64_t sent_ = 0;                        // guarded by mu_: highest revision the client got
   bool idle_ = false;                       // guarded by mu_: the reactor waits for a wake
   bool closed_ = false;                     // guarded by mu_

@@ -10,7 +10,7 @@
 
 namespace taskgrid::store {
 
-class MemoryStore final : public Store {
+class MemoryStore : public Store {
  public:
   absl::Status Apply(const core::WriteBatch& batch) override;
   absl::StatusOr<int64_t> CountTasks() override;

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "scheduler/store/memory_store.h"
 
@@ -127,6 +129,44 @@ TEST(Watch, ACommitQueuedBeforeTheWatchStartedIsReadOnceItLands) {
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{3, 4}));
   Commit(store, w, 5, 5);  // live from here
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{5}));
+}
+
+// A store that, once armed, runs `after_read` right after a read: a commit
+// that lands and is offered while a replay reads.
+class RacingStore : public store::MemoryStore {
+ public:
+  std::function<void()> after_read;
+  absl::StatusOr<std::vector<store::StoredEvent>> ReadEvents(int64_t after, int limit) override {
+    auto out = MemoryStore::ReadEvents(after, limit);
+    if (after_read) std::exchange(after_read, nullptr)();
+    return out;
+  }
+};
+
+TEST(Watch, ACommitOfferedWhileTheReplayReadsIsNotMissed) {
+  // Revision 3 is in flight when the watch starts. Its commit lands and is
+  // offered just after a read found nothing: that offer woke nobody (the
+  // watch was not idle yet), so the watch must not go idle waiting for it.
+  RacingStore store;
+  core::WriteBatch first;
+  first.events = {Row(1), Row(2)};
+  ASSERT_TRUE(store.Apply(first).ok());
+  int wakes = 0;
+  Watch w(
+      {}, 0, &store, 1000, [&] { ++wakes; }, /*must_replay_through=*/3);
+  auto next = w.Next(100);
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->size(), 2u);
+  store.after_read = [&] {
+    core::WriteBatch late;
+    late.events = {Row(3)};
+    ASSERT_TRUE(store.Apply(late).ok());
+    w.Offer({Watch::ToEvent({3, Row(3)})}, 3);
+  };
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{3}));
+  EXPECT_EQ(wakes, 0);
+  Commit(store, w, 4, 4);  // live from here
+  EXPECT_EQ(Drain(w), (std::vector<int64_t>{4}));
 }
 
 void Prune(store::MemoryStore& store, int64_t through) {
