@@ -236,6 +236,26 @@ class DocsTest(unittest.TestCase):
                     broken.append(f"{os.path.relpath(path, ROOT)}: {target} (no such heading)")
         self.assertEqual(broken, [])
 
+    def test_no_two_pages_submit_one_id_differently(self):
+        """A reader who follows the pages one after another on one scheduler
+        must not meet ALREADY_EXISTS: a task id that two pages submit is
+        submitted by the same command on both (a submit of the same spec is
+        answered with the task)."""
+        submits = {}  # id: {command: page}
+        for path in pages():
+            with open(path, encoding="utf-8") as f:
+                page = examples(f.read())
+            for _, command, _ in page:
+                if "taskgridctl submit" not in command and '"id"' not in command:
+                    continue
+                for task_id in re.findall(r'--id[= ]([\w:.-]+)|"id": ?"([\w:.-]+)"', command):
+                    task_id = task_id[0] or task_id[1]
+                    spec = re.sub(r" --wait(_timeout=\S+)?\b", "", command)  # not the spec
+                    submits.setdefault(task_id, {})[spec] = os.path.relpath(path, ROOT)
+        clashes = {task_id: sorted(set(by.values())) for task_id, by in submits.items()
+                   if len(by) > 1 and len(set(by.values())) > 1}
+        self.assertEqual(clashes, {})
+
     def test_every_page_runs_as_shown(self):
         ran = 0
         for path in pages():
