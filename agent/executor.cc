@@ -228,10 +228,7 @@ void TaskRun::Detach(int64_t hold_until_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   if (detach_until_ns_ != 0 || hold_until_ns <= 0) return;
   detach_until_ns_ = hold_until_ns;
-  if (wake_fd_ >= 0) {
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
-  }
+  WakeLocked();
 }
 
 bool TaskRun::WriteKept(int index, const std::string& name, absl::Duration step_start,
@@ -376,12 +373,16 @@ bool TaskRun::cancelled() const {
   return cancelled_;
 }
 
-void TaskRun::Wake() {
-  std::lock_guard<std::mutex> lock(mu_);
+void TaskRun::WakeLocked() {
   if (wake_fd_ >= 0) {
     const uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
   }
+}
+
+void TaskRun::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  WakeLocked();
 }
 
 void TaskRun::Cancel() {
@@ -389,10 +390,7 @@ void TaskRun::Cancel() {
   if (cancelled_) return;
   cancelled_ = true;
   cv_.notify_all();
-  if (wake_fd_ >= 0) {
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
-  }
+  WakeLocked();
 }
 
 v1::TaskResult TaskRun::Run() {

@@ -221,6 +221,8 @@ class TaskRun {
   absl::Duration StepDeadline(int index, bool* is_attempt,
                               absl::Duration step_elapsed = absl::ZeroDuration()) const;
   bool cancelled() const;
+  // Makes a step waiting on wake_fd_ look again (if one runs). Needs mu_.
+  void WakeLocked();
 
   const taskgrid::v1::Assignment assignment_;
   const ExecutorOptions opts_;

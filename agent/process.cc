@@ -11,7 +11,6 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -382,11 +381,7 @@ void TellFence(int fd, const ChildControl& ctl, int64_t* told) {
 
 // The supervisor ended because the lease it was told passed: the step was
 // killed with everything it started (and the agent did not stop it).
-bool FencePassed(int64_t told) {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return told > 0 && static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec >= told;
-}
+bool FencePassed(int64_t told) { return told > 0 && absl::ToInt64Nanoseconds(Now()) >= told; }
 
 }  // namespace
 

@@ -45,25 +45,31 @@ class AgentDeathTest(unittest.TestCase):
             except ProcessLookupError:
                 pass
 
+    def run_step_then_add_heir(self, c, first, heir, task_id, queue):
+        """Starts the scheduler and agent `first`, runs STEP as `task_id` on
+        it until attempt 1's step and grandchild tick, then connects agent
+        `heir`. Returns the steps' directory and attempt 1's two pids."""
+        c.start_scheduler()
+        c.start_agent(first, slots=1)
+        d = os.path.join(c.dir, "steps")
+        os.mkdir(d)
+        spec = {"id": task_id, "queue": queue,
+                "steps": [{"exec": {"argv": ["sh", "-c", STEP, "step", d]}}]}
+        c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
+        wait_until(lambda: written(f"{d}/gc.1") and written(f"{d}/step.1")
+                   and written(f"{d}/ticks.1"), what="attempt 1's processes")
+        step1, gc1 = int(written(f"{d}/step.1")), int(written(f"{d}/gc.1"))
+        self.pids += [step1, gc1]
+        c.start_agent(heir, slots=1)
+        wait_until(lambda: len(c.agents_info()) == 2, what="the heir to connect")
+        return d, step1, gc1
+
     def test_kill9_agent_kills_its_steps_before_the_task_moves(self):
         with Cluster() as c:
-            c.start_scheduler()
-            c.start_agent("doomed", slots=1)
-            d = os.path.join(c.dir, "steps")
-            os.mkdir(d)
-            spec = {"id": "survivor-of-kill", "queue": "agent-death",
-                    "steps": [{"exec": {"argv": ["sh", "-c", STEP, "step", d]}}]}
-            c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
-
-            # Attempt 1 runs on the doomed agent, its grandchild ticking.
-            wait_until(lambda: written(f"{d}/gc.1") and written(f"{d}/step.1")
-                       and written(f"{d}/ticks.1"), what="attempt 1's processes")
-            step1, gc1 = int(written(f"{d}/step.1")), int(written(f"{d}/gc.1"))
-            self.pids += [step1, gc1]
+            d, step1, gc1 = self.run_step_then_add_heir(c, "doomed", "heir", "survivor-of-kill",
+                                                        "agent-death")
             self.assertTrue(alive(step1) and alive(gc1))
             self.assertNotEqual(os.getsid(gc1), os.getsid(step1), "the grandchild left the session")
-            c.start_agent("heir", slots=1)
-            wait_until(lambda: len(c.agents_info()) == 2, what="the heir to connect")
 
             kill_time = time.time()
             c.agents["doomed"].kill9()
@@ -100,19 +106,8 @@ class AgentDeathTest(unittest.TestCase):
         the agent told them passes, before the scheduler gives the task to
         another agent. Continued, the agent goes on without them."""
         with Cluster() as c:
-            c.start_scheduler()
-            c.start_agent("frozen", slots=1)
-            d = os.path.join(c.dir, "steps")
-            os.mkdir(d)
-            spec = {"id": "survivor-of-freeze", "queue": "agent-freeze",
-                    "steps": [{"exec": {"argv": ["sh", "-c", STEP, "step", d]}}]}
-            c.ctl("submit", "-f", "-", input=json.dumps([spec]), check=True)
-            wait_until(lambda: written(f"{d}/gc.1") and written(f"{d}/step.1")
-                       and written(f"{d}/ticks.1"), what="attempt 1's processes")
-            step1, gc1 = int(written(f"{d}/step.1")), int(written(f"{d}/gc.1"))
-            self.pids += [step1, gc1]
-            c.start_agent("thawed-heir", slots=1)
-            wait_until(lambda: len(c.agents_info()) == 2, what="the heir to connect")
+            d, step1, gc1 = self.run_step_then_add_heir(c, "frozen", "thawed-heir",
+                                                        "survivor-of-freeze", "agent-freeze")
 
             frozen = c.agents["frozen"]
             stop_time = time.time()
