@@ -229,7 +229,8 @@ replicas one by one.)"},
        "Release a PAUSED task (it becomes PENDING and runs again)",
        "taskgridctl resume report-42",
        {},
-       ""},
+       R"(Prints "ID STATE" with the state the change left it in: DISPATCHED when
+an agent had a free slot and took it at once, as retry and reset do.)"},
       {"watch",
        "watch [--queue=Q] [--id=ID,...] [--state=S,...] [--job=JOB] [--after=REVISION] "
        "[--count=N] [--follow]",
