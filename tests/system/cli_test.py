@@ -603,6 +603,9 @@ class NoAgentTest(CliTestCase):
         self.assertEqual(res.stdout, "")
         self.assertRegex(res.stderr, r"^error: OUT_OF_RANGE: ")
         self.assertIn("Watch without --after", res.stderr)
+        # Where to resume: the newest change, and nothing was pruned.
+        self.assertRegex(res.stderr, r"resume after revision \d+ \(its newest change\)")
+        self.assertNotIn("pruned", res.stderr)
 
     def test_watch_live_and_ctrl_c(self):
         q = self.queue
@@ -1166,7 +1169,8 @@ class WatchHistoryTest(CliTestCase):
         self.assertIn("--event_retention", res.stderr)
         # Where to resume comes from the scheduler's metadata: past the
         # revision asked for, and the command it prints works.
-        m = re.search(r"resume after revision (\d+)", res.stderr)
+        m = re.search(r"resume after revision (\d+) \(what was pruned before it is lost\)",
+                      res.stderr)
         self.assertIsNotNone(m, res.stderr)
         self.assertGreaterEqual(int(m.group(1)), first)
         self.assertIn(f"taskgridctl watch --after={m.group(1)}", res.stderr)

@@ -462,9 +462,12 @@ int Client::Watch(const WatchOptions& o) {
         break;
       case grpc::StatusCode::OUT_OF_RANGE:
         if (const std::optional<int64_t> hint = ResumeAfter(ctx); hint.has_value()) {
+          // Behind the asked-for revision: it was ahead of the newest
+          // (another scheduler's, or a typo), and nothing was lost.
+          const bool ahead = after.has_value() && *hint < *after;
           std::cerr << "The scheduler says to resume after revision " << *hint
-                    << " (what was pruned before it is lost):\n  "
-                    << WatchCommand(hint, o.filter_flags) << "\n";
+                    << (ahead ? " (its newest change)" : " (what was pruned before it is lost)")
+                    << ":\n  " << WatchCommand(hint, o.filter_flags) << "\n";
         }
         std::cerr << "Watch without --after for the changes from now on, or with --after=0 for "
                      "all the history the scheduler keeps (its --event_retention).\n";
