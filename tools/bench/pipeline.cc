@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,7 +73,10 @@ class Pipeline : public std::enable_shared_from_this<Pipeline> {
         first_error_ = s;
         stop_ = true;
       }
-      cv_.notify_all();
+      // Only when WaitUntil's condition may hold: a wake per call cost the
+      // waiting thread a context switch per call, CPU the scheduler on the
+      // same cores then lacked.
+      if (completed_ == total_ || (stop_ && outstanding_ == 0)) cv_.notify_all();
     }
     Launch();
   }
@@ -114,18 +118,67 @@ absl::Status SubmitPipelined(v1::TaskService::Stub* stub, int64_t count, int bat
                              absl::Duration timeout,
                              const std::function<v1::TaskSpec(int64_t)>& make) {
   const int64_t calls = (count + batch - 1) / batch;
-  return RunPipelined(absl::StrCat("SubmitTasks (", count, " tasks, ", batch, " per call)"), calls,
-                      in_flight, timeout,
-                      [stub, count, batch, make](int64_t i, grpc::ClientContext* ctx,
-                                                 std::function<void(const grpc::Status&)> done) {
-                        auto req = std::make_shared<v1::SubmitTasksRequest>();
-                        for (int64_t j = i * batch; j < count && j < (i + 1) * batch; ++j) {
-                          *req->add_tasks() = make(j);
-                        }
-                        auto resp = std::make_shared<v1::SubmitTasksResponse>();
-                        stub->async()->SubmitTasks(ctx, req.get(), resp.get(),
-                                                   [req, resp, done](grpc::Status s) { done(s); });
-                      });
+  if (calls <= 0) return absl::OkStatus();
+  const std::string what = absl::StrCat("SubmitTasks (", count, " tasks, ", batch, " per call)");
+  // On a completion queue that this thread polls: each answer is read by
+  // the thread that starts the next call. On the callback API every answer
+  // went through gRPC's callback threads, a context switch or two per call
+  // on the cores the scheduler shares.
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::SubmitTasksRequest req;
+    v1::SubmitTasksResponse resp;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::SubmitTasksResponse>> reader;
+  };
+  grpc::CompletionQueue cq;
+  std::set<Call*> open;
+  int64_t next = 0, completed = 0;
+  grpc::Status first_error;
+  auto launch = [&] {
+    auto* c = new Call;
+    for (int64_t j = next * batch; j < count && j < (next + 1) * batch; ++j) {
+      *c->req.add_tasks() = make(j);
+    }
+    ++next;
+    SetDeadline(&c->ctx, kCallDeadline);
+    c->reader = stub->AsyncSubmitTasks(&c->ctx, c->req, &cq);
+    c->reader->Finish(&c->resp, &c->status, c);
+    open.insert(c);
+  };
+  for (int k = 0; k < in_flight && next < calls; ++k) launch();
+  const absl::Time deadline = absl::Now() + timeout;
+  bool cancelled = false;
+  while (!open.empty()) {
+    void* tag = nullptr;
+    bool ok = false;
+    // Cancelled, each open call ends within its own deadline at the latest.
+    const auto wait_until = absl::ToChronoTime(cancelled ? absl::InfiniteFuture() : deadline);
+    const grpc::CompletionQueue::NextStatus r = cq.AsyncNext(&tag, &ok, wait_until);
+    if (r == grpc::CompletionQueue::TIMEOUT) {
+      for (Call* c : open) c->ctx.TryCancel();
+      cancelled = true;
+      continue;
+    }
+    if (r != grpc::CompletionQueue::GOT_EVENT) break;  // not shut down before the loop ends
+    auto* c = static_cast<Call*>(tag);
+    open.erase(c);
+    ++completed;
+    if (!c->status.ok() && first_error.ok()) first_error = c->status;
+    delete c;
+    if (first_error.ok() && !cancelled && next < calls) launch();
+  }
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) delete static_cast<Call*>(tag);
+  if (cancelled) {
+    return absl::DeadlineExceededError(absl::StrCat(what, ": only ", completed, " of ", calls,
+                                                    " calls completed within ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  if (!first_error.ok()) return RpcError(what, first_error);
+  return absl::OkStatus();
 }
 
 }  // namespace taskgrid::bench

@@ -1,6 +1,8 @@
-// Many unary calls with a fixed number in flight, through gRPC's callback
-// client API: when one completes (on a gRPC thread), the next starts.
-// Used for W1's 64-in-flight submits and for filling tables quickly.
+// Many unary calls with a fixed number in flight: when one completes, the
+// next starts. RunPipelined runs any call through gRPC's callback client
+// API; SubmitPipelined runs SubmitTasks on a completion queue that the
+// caller's thread polls (W1's 64 in flight and batches, W2's and W8's
+// submits, filling tables).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -28,7 +30,8 @@ absl::Status RunPipelined(const std::string& what, int64_t total, int in_flight,
                           absl::Duration timeout, const StartCallFn& start);
 
 // SubmitTasks of `count` tasks made by make(i), `batch` per call, `in_flight`
-// calls at once.
+// calls at once, as RunPipelined (stops at the first failure; cancels what is
+// open after `timeout`).
 absl::Status SubmitPipelined(v1::TaskService::Stub* stub, int64_t count, int batch, int in_flight,
                              absl::Duration timeout,
                              const std::function<v1::TaskSpec(int64_t)>& make);
