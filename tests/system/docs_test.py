@@ -37,8 +37,10 @@ Python and TypeScript packages' installs and examples, which
 system.python_package, system.python_client and system.typescript_client
 run; grpcurl's calls (Debian has no grpcurl; the page's `buf curl` calls
 are the same requests, run here with deploy/install-buf.sh's buf, named by
-$TASKGRID_BUF); and the benchmark's hour-long workloads (tools/bench runs
-them, docs/performance.md shows the results).
+$TASKGRID_BUF); the quick start itself and its restart of a killed
+scheduler (README.md), which system.quickstart runs with the build's
+binaries; and the benchmark's hour-long workloads (tools/bench runs them,
+docs/performance.md shows the results).
 
 Run through ctest (system.docs), or by hand with TASKGRID_SCHEDULER,
 TASKGRID_AGENT and TASKGRID_CTL set; TASKGRID_DOCS_PAGES=docs/jobs.md runs
