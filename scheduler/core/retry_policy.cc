@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::core {
@@ -58,6 +59,27 @@ absl::Duration BackoffOf(const TaskRecord& t, const SchedulerOptions& opts, doub
   return d;
 }
 
+namespace {
+constexpr absl::string_view kByRequest = "cancelled by request";
+constexpr absl::string_view kRequested = "cancel requested";
+constexpr absl::string_view kWaitingFor = "; waiting for agent ";
+}  // namespace
+
+std::string CancellingReason(const std::string& why, const std::string& agent_id) {
+  return absl::StrCat(why == kByRequest ? kRequested : absl::string_view(why), kWaitingFor,
+                      agent_id);
+}
+
+std::string CancelledReason(const std::string& cancelling_reason) {
+  absl::string_view why = cancelling_reason;
+  if (const size_t at = why.rfind(kWaitingFor); at != absl::string_view::npos) {
+    why = why.substr(0, at);
+  }
+  // A reason of another shape (from an older scheduler) says the least.
+  if (why.empty() || why == kRequested || why == cancelling_reason) return std::string(kByRequest);
+  return std::string(why);
+}
+
 AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, const AttemptEnd& end,
                                 int32_t attempts_used, const SchedulerOptions& opts, absl::Time now,
                                 const std::function<double()>& draw) {
@@ -68,7 +90,7 @@ AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, co
       return {Next::kSucceeded, absl::InfinitePast(),
               what + " succeeded before the cancel reached it"};
     }
-    return {Next::kCancelled, absl::InfinitePast(), "cancelled by request"};
+    return {Next::kCancelled, absl::InfinitePast(), CancelledReason(t.reason)};
   }
   if (r.outcome() == v1::OUTCOME_SUCCEEDED) {
     return {Next::kSucceeded, absl::InfinitePast(), what + " succeeded"};

@@ -50,6 +50,14 @@ struct AfterAttempt {
   std::string reason;
 };
 
+// A running task being cancelled reads, while its agent stops it, why it
+// is cancelled and whom it waits for ("cancel requested; waiting for agent
+// a1", "not needed: task t succeeded; waiting for agent a1"); once
+// stopped, why it was ("cancelled by request", "not needed: task t
+// succeeded"). The reason is what carries the why across a restart.
+std::string CancellingReason(const std::string& why, const std::string& agent_id);
+std::string CancelledReason(const std::string& cancelling_reason);
+
 // A failed result marked `permanent` ends the task FAILED whatever attempts
 // are left, as does an exit code the retry policy calls not retryable.
 // `t` has its history and result updated (t.result is the attempt's) and

@@ -372,8 +372,7 @@ void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
       t.pause_requested = false;  // cancel wins over a pause under way
       t.requeue_requested = false;
       const bool waiting = t.chained_after != nullptr;
-      Transition(t, v1::TASK_STATE_CANCELLING,
-                 absl::StrCat("cancel requested; waiting for agent ", t.agent_id));
+      Transition(t, v1::TASK_STATE_CANCELLING, CancellingReason(reason, t.agent_id));
       SendCancel(t);
       if (waiting || t.claimed()) {
         // A chain link that has not started: the agent drops it on the

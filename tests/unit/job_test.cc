@@ -385,8 +385,11 @@ TEST_F(JobTest, CancelJobCascadesToEveryNonTerminalTask) {
   EXPECT_EQ(State("outside"), v1::TASK_STATE_DISPATCHED);
   EXPECT_THAT(Cancels(Take(), conn), ::testing::UnorderedElementsAre("b", "c"));
   EXPECT_EQ(JobState("dia"), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Task("b").reason, "job cancelled by request; waiting for agent w");
   Result(conn, "b", 1, v1::OUTCOME_CANCELLED);
   Result(conn, "c", 1, v1::OUTCOME_CANCELLED);
+  // The running ones end with the reason the waiting ones got at once.
+  EXPECT_EQ(Task("b").reason, "job cancelled by request");
   EXPECT_EQ(JobState("dia"), v1::JOB_STATE_CANCELLED);
   EXPECT_TRUE(sched_.CancelJob("dia").ok());  // idempotent
   EXPECT_EQ(sched_.CancelJob("nope").status().code(), absl::StatusCode::kNotFound);
