@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -22,6 +21,7 @@
 #include "taskgrid/v1/agent_service.grpc.pb.h"
 #include "taskgrid/v1/cluster_service.grpc.pb.h"
 #include "tests/integration/cluster.h"
+#include "tests/testing/await.h"
 
 namespace taskgrid::testing {
 namespace {
@@ -537,11 +537,10 @@ TEST(Scheduler, SubmitsInFlightAsTheServerStopsAreEachAnsweredAndNoAcknowledgedO
   int found = 0;
   for (const auto& ids : acknowledged) {
     for (const std::string& id : ids) {
-      std::promise<absl::StatusOr<v1::Task>> got;
       v1::GetTaskRequest req;
       req.set_id(id);
-      c.engine().GetTask(req, [&](absl::StatusOr<v1::Task> t) { got.set_value(std::move(t)); });
-      const absl::StatusOr<v1::Task> t = got.get_future().get();
+      const absl::StatusOr<v1::Task> t =
+          Await<v1::Task>([&](auto done) { c.engine().GetTask(req, std::move(done)); });
       EXPECT_TRUE(t.ok()) << id << ": " << t.status();
       if (t.ok()) ++found;
     }

@@ -16,7 +16,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import binary, wait_until  # noqa: E402
+from harness import binary, processes_with, wait_until  # noqa: E402
 
 # Every figure each workload must report, and what its value must be.
 POSITIVE = "positive"
@@ -55,24 +55,6 @@ def bench_binary():
     return path
 
 
-def processes_with(marker):
-    """Pids of live processes whose environment holds `marker` (every process
-    the bench starts inherits it: scheduler, agents, their task steps)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker.encode() in f.read():
-                    with open(f"/proc/{entry}/stat") as s:
-                        if s.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            found.append(int(entry))
-        except OSError:
-            pass
-    return found
-
-
 class BenchTest(unittest.TestCase):
 
     def setUp(self):
@@ -83,7 +65,7 @@ class BenchTest(unittest.TestCase):
         self.env[key] = value
 
     def tearDown(self):
-        for pid in processes_with(self.marker):
+        for pid in processes_with(self.marker, "environ"):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -92,10 +74,10 @@ class BenchTest(unittest.TestCase):
 
     def assert_nothing_left(self, work_dir):
         deadline = time.monotonic() + 10
-        left = processes_with(self.marker)
+        left = processes_with(self.marker, "environ")
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = processes_with(self.marker)
+            left = processes_with(self.marker, "environ")
         self.assertEqual(left, [], "processes started by the bench outlived it")
         self.assertEqual(os.listdir(work_dir), [], "the bench left temporary directories")
 

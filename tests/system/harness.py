@@ -72,6 +72,22 @@ def alive(pid):
         return False
 
 
+def processes_with(text, where="cmdline"):
+    """Pids of live processes whose /proc/PID/`where` (cmdline, environ)
+    holds `text`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/{where}", "rb") as f:
+                if text.encode() in f.read() and alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
 class Process:
     """One spawned binary with its log file."""
 

@@ -28,14 +28,17 @@ core::EventRow Row(int64_t revision, const std::string& task = "t",
 }
 
 // Commits events to the store, then offers them, as the Engine does.
-void Commit(store::MemoryStore& store, Watch& w, int64_t from, int64_t to) {
+// Revisions from..to land in the store (not offered to any watch).
+void Land(store::MemoryStore& store, int64_t from, int64_t to) {
   core::WriteBatch b;
-  std::vector<v1::TaskEvent> offered;
-  for (int64_t r = from; r <= to; ++r) {
-    b.events.push_back(Row(r));
-    offered.push_back(Watch::ToEvent({r, Row(r)}));
-  }
+  for (int64_t r = from; r <= to; ++r) b.events.push_back(Row(r));
   ASSERT_TRUE(store.Apply(b).ok());
+}
+
+void Commit(store::MemoryStore& store, Watch& w, int64_t from, int64_t to) {
+  Land(store, from, to);
+  std::vector<v1::TaskEvent> offered;
+  for (int64_t r = from; r <= to; ++r) offered.push_back(Watch::ToEvent({r, Row(r)}));
   w.Offer(offered);
 }
 
@@ -114,16 +117,12 @@ TEST(Watch, ACommitQueuedBeforeTheWatchStartedIsReadOnceItLands) {
   // the watch existed, so they are never offered as events, only as "landed
   // through 4". The watch must wait for them, not go live without them.
   store::MemoryStore store;
-  core::WriteBatch first;
-  first.events = {Row(1), Row(2)};
-  ASSERT_TRUE(store.Apply(first).ok());
+  Land(store, 1, 2);
   int wakes = 0;
   Watch w(
       {}, 0, &store, 1000, [&] { ++wakes; }, /*must_replay_through=*/4);
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{1, 2}));
-  core::WriteBatch late;
-  late.events = {Row(3), Row(4)};
-  ASSERT_TRUE(store.Apply(late).ok());
+  Land(store, 3, 4);
   w.Offer({}, 4);
   EXPECT_EQ(wakes, 1);
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{3, 4}));
@@ -148,9 +147,7 @@ TEST(Watch, ACommitOfferedWhileTheReplayReadsIsNotMissed) {
   // offered just after a read found nothing: that offer woke nobody (the
   // watch was not idle yet), so the watch must not go idle waiting for it.
   RacingStore store;
-  core::WriteBatch first;
-  first.events = {Row(1), Row(2)};
-  ASSERT_TRUE(store.Apply(first).ok());
+  Land(store, 1, 2);
   int wakes = 0;
   Watch w(
       {}, 0, &store, 1000, [&] { ++wakes; }, /*must_replay_through=*/3);
@@ -158,9 +155,7 @@ TEST(Watch, ACommitOfferedWhileTheReplayReadsIsNotMissed) {
   ASSERT_TRUE(next.ok());
   ASSERT_EQ(next->size(), 2u);
   store.after_read = [&] {
-    core::WriteBatch late;
-    late.events = {Row(3)};
-    ASSERT_TRUE(store.Apply(late).ok());
+    Land(store, 3, 3);
     w.Offer({Watch::ToEvent({3, Row(3)})}, 3);
   };
   EXPECT_EQ(Drain(w), (std::vector<int64_t>{3}));
