@@ -241,11 +241,9 @@ class Client:
         `states` by name ("FAILED") or value; `id_prefix`: only ids starting
         with it; `labels`: only tasks carrying every one (TaskSpec.labels)."""
         token = ""
-        enum = [s if isinstance(s, int) else task_pb2.TaskState.Value(
-            s if s.startswith("TASK_STATE_") else "TASK_STATE_" + s.upper()) for s in states]
         while True:
             resp = self.call("TaskService", "ListTasks", task_service_pb2.ListTasksRequest(
-                queue=queue, states=enum, job_id=job_id, id_prefix=id_prefix,
+                queue=queue, states=_task_states(states), job_id=job_id, id_prefix=id_prefix,
                 labels=labels or {}, newest_first=newest_first, page_size=page_size,
                 page_token=token),
                 repeatable=True)
@@ -310,6 +308,157 @@ class Client:
             finally:
                 stream.cancel()
 
+    def pause(self, task_id: str) -> task_pb2.Task:
+        """Keeps the task from running until resume(): a waiting one is
+        PAUSED at once; a running one once its agent has stopped the attempt
+        (pause_requested until then; that attempt does not count against
+        max_attempts)."""
+        return self.call("TaskService", "PauseTask",
+                         task_service_pb2.PauseTaskRequest(id=task_id), repeatable=True)
+
+    def resume(self, task_id: str) -> task_pb2.Task:
+        """A PAUSED task back to PENDING (SCHEDULED while its not_before is
+        ahead)."""
+        return self.call("TaskService", "ResumeTask",
+                         task_service_pb2.ResumeTaskRequest(id=task_id), repeatable=True)
+
+    def reset(self, task_id: str) -> task_pb2.Task:
+        """A finished task back to PENDING as if new: its attempt budget and
+        history start over (attempt numbers go on)."""
+        return self.call("TaskService", "ResetTask", task_service_pb2.ResetTaskRequest(id=task_id))
+
+    def output(self, task_id: str, *, follow: bool = False, stream: Union[str, int] = ""
+               ) -> Iterator[task_service_pb2.StreamTaskOutputResponse]:
+        """The task's output (a generator of StreamTaskOutputResponse):
+        KIND_OUTPUT messages carry `data`, bytes [offset, offset + len) of
+        what `attempt` wrote on `stream`; KIND_ATTEMPT_STARTED and
+        KIND_ATTEMPT_ENDED say whose output follows and how it ended;
+        KIND_END comes last, with the task's `state`. Without `follow`: what
+        there is now (a finished task's stored tails, a running attempt's
+        newest output). With `follow`: until the task is finished, across
+        attempts; a stream that breaks (a restart, a failover) is opened
+        again, and what was yielded before is not yielded twice; it gives up
+        after failover_for seconds without a stream. `stream`: "stdout" or
+        "stderr" only."""
+        which = stream if isinstance(stream, int) else (
+            task_pb2.OutputStream.Value("OUTPUT_STREAM_" + stream.upper()) if stream else 0)
+        req = task_service_pb2.StreamTaskOutputRequest(id=task_id, follow=follow, stream=which)
+        kind = task_service_pb2.StreamTaskOutputResponse
+        sent: Dict[tuple, int] = {}  # (attempt, stream) -> end of what was yielded
+        started, ended = set(), set()
+        deadline = None
+        while True:
+            call = self._stubs["TaskService"].StreamTaskOutput(
+                req, timeout=None if follow else self.timeout)
+            try:
+                for r in call:
+                    deadline = None
+                    if r.kind == kind.KIND_OUTPUT:
+                        key = (r.attempt, r.stream)
+                        done = sent.get(key, 0)
+                        end = r.offset + len(r.data)
+                        if end <= done:
+                            continue  # sent again after a reconnect
+                        if r.offset < done:
+                            r.data = r.data[done - r.offset:]
+                            r.offset = done
+                        sent[key] = end
+                    elif r.kind == kind.KIND_ATTEMPT_STARTED:
+                        if r.attempt in started:
+                            continue
+                        started.add(r.attempt)
+                    elif r.kind == kind.KIND_ATTEMPT_ENDED:
+                        if r.attempt in ended:
+                            continue
+                        ended.add(r.attempt)
+                    yield r
+                    if r.kind == kind.KIND_END:
+                        return
+                return
+            except grpc.RpcError as err:
+                fail = TaskgridError(err.code(), err.details() or "",
+                                     "TaskService/StreamTaskOutput")
+                if not follow or err.code() not in _STREAM_BROKEN:
+                    raise fail from None
+                now = time.monotonic()
+                deadline = deadline or now + self.failover_for
+                if now >= deadline:
+                    raise fail from None
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._follow(err)
+                time.sleep(0.2)
+            finally:
+                call.cancel()
+
+    def cancel_tasks(self, *, queue: str = "", job_id: str = "",
+                     states: Sequence[Union[str, int]] = ()
+                     ) -> task_service_pb2.BulkTasksResponse:
+        """Cancels every task of `queue` and/or `job_id` (in `states`, if
+        given), a page per call until none is left; the answer holds every id
+        cancelled, and how many were skipped and the first reason why."""
+        return self._bulk("CancelTasks", queue, job_id, states, repeatable=True)
+
+    def retry_tasks(self, *, queue: str = "", job_id: str = "",
+                    states: Sequence[Union[str, int]] = ()
+                    ) -> task_service_pb2.BulkTasksResponse:
+        """Retries the FAILED and CANCELLED tasks selected, as cancel_tasks."""
+        return self._bulk("RetryTasks", queue, job_id, states, repeatable=False)
+
+    def delete_tasks(self, *, queue: str = "", job_id: str = "",
+                     states: Sequence[Union[str, int]] = ()
+                     ) -> task_service_pb2.BulkTasksResponse:
+        """Deletes the finished tasks selected, as cancel_tasks."""
+        return self._bulk("DeleteTasks", queue, job_id, states, repeatable=True)
+
+    def _bulk(self, method: str, queue: str, job_id: str, states: Sequence[Union[str, int]],
+              repeatable: bool) -> task_service_pb2.BulkTasksResponse:
+        req = task_service_pb2.BulkTasksRequest(queue=queue, job_id=job_id,
+                                                states=_task_states(states))
+        total = task_service_pb2.BulkTasksResponse()
+        while True:
+            resp = self.call("TaskService", method, req, repeatable=repeatable)
+            total.ids.extend(resp.ids)
+            total.skipped += resp.skipped
+            total.skipped_reason = total.skipped_reason or resp.skipped_reason
+            if not resp.next_page_token:
+                return total
+            req.page_token = resp.next_page_token
+
+    # --- queues ---
+
+    def queues(self, queue: str = "", *, with_history: bool = False
+               ) -> List[task_service_pb2.QueueStats]:
+        """Each queue's counts by state, settings and what holds it back (or
+        `queue`'s alone); `with_history`: also what it did minute by minute
+        over the last hour (QueueStats.history)."""
+        return list(self.call("TaskService", "GetQueueStats",
+                              task_service_pb2.GetQueueStatsRequest(
+                                  queue=queue, with_history=with_history),
+                              repeatable=True).queues)
+
+    def pause_queue(self, queue: str) -> task_service_pb2.QueueStats:
+        return self.call("TaskService", "PauseQueue",
+                         task_service_pb2.PauseQueueRequest(queue=queue), repeatable=True)
+
+    def resume_queue(self, queue: str) -> task_service_pb2.QueueStats:
+        return self.call("TaskService", "ResumeQueue",
+                         task_service_pb2.ResumeQueueRequest(queue=queue), repeatable=True)
+
+    def set_queue_limits(self, queue: str, *, max_concurrency: int = 0,
+                         rate_per_second: float = 0.0, burst: int = 0,
+                         quota: Optional[Dict[str, str]] = None) -> task_service_pb2.QueueStats:
+        """Sets every limit as given (0 or None removes it)."""
+        return self.call("TaskService", "SetQueueLimits", task_service_pb2.SetQueueLimitsRequest(
+            queue=queue, max_concurrency=max_concurrency, rate_per_second=rate_per_second,
+            burst=burst, quota=quota or {}), repeatable=True)
+
+    def set_queue_weight(self, queue: str, weight: Optional[int]) -> task_service_pb2.QueueStats:
+        """The queue's fair share against other queues; None removes it."""
+        req = task_service_pb2.SetQueueWeightRequest(queue=queue)
+        if weight is not None:
+            req.weight = weight
+        return self.call("TaskService", "SetQueueWeight", req, repeatable=True)
+
     # --- jobs ---
 
     def submit_job(self, job_id: str, specs: Iterable[SpecLike]) -> job_pb2.Job:
@@ -324,6 +473,30 @@ class Client:
 
     def cancel_job(self, job_id: str) -> job_pb2.Job:
         return self.call("JobService", "CancelJob", job_pb2.CancelJobRequest(id=job_id),
+                         repeatable=True)
+
+    def list_jobs(self, states: Sequence[Union[str, int]] = (), page_size: int = 100
+                  ) -> Iterator[job_pb2.Job]:
+        """Every job (in `states`, by name "RUNNING" or value), page by page."""
+        enum = [s if isinstance(s, int) else job_pb2.JobState.Value(
+            s if s.startswith("JOB_STATE_") else "JOB_STATE_" + s.upper()) for s in states]
+        token = ""
+        while True:
+            resp = self.call("JobService", "ListJobs", job_pb2.ListJobsRequest(
+                states=enum, page_size=page_size, page_token=token), repeatable=True)
+            yield from resp.jobs
+            token = resp.next_page_token
+            if not token:
+                return
+
+    def retry_job(self, job_id: str) -> job_pb2.Job:
+        """Runs a finished job's FAILED and CANCELLED tasks again, and what
+        they hold up."""
+        return self.call("JobService", "RetryJob", job_pb2.RetryJobRequest(id=job_id))
+
+    def delete_job(self, job_id: str) -> job_pb2.DeleteJobResponse:
+        """Deletes a finished job and its tasks for good."""
+        return self.call("JobService", "DeleteJob", job_pb2.DeleteJobRequest(id=job_id),
                          repeatable=True)
 
     # --- schedules ---
@@ -407,12 +580,32 @@ class Client:
         return list(self.call("ClusterService", "ListAgents", cluster_pb2.ListAgentsRequest(),
                               repeatable=True).agents)
 
+    def drain_agent(self, agent_id: str) -> cluster_pb2.Agent:
+        """The agent finishes what it runs and takes nothing new."""
+        return self.call("ClusterService", "DrainAgent",
+                         cluster_pb2.DrainAgentRequest(id=agent_id), repeatable=True)
+
+    def undrain_agent(self, agent_id: str) -> cluster_pb2.Agent:
+        return self.call("ClusterService", "UndrainAgent",
+                         cluster_pb2.UndrainAgentRequest(id=agent_id), repeatable=True)
+
+    def cluster_stats(self) -> cluster_pb2.ClusterStats:
+        """Agents by state, slots, and tasks by state over every queue."""
+        return self.call("ClusterService", "GetClusterStats",
+                         cluster_pb2.GetClusterStatsRequest(), repeatable=True)
+
 
 # How a watch stream ends when the scheduler went away (a restart, a
 # failover, a connection cut) or dropped a watcher too slow for it: opened
 # again after the last revision seen (reading again is harmless).
 _STREAM_BROKEN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
                   grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
+
+
+def _task_states(states: Sequence[Union[str, int]]) -> List[int]:
+    """Task states by name ("FAILED", "TASK_STATE_FAILED") or value."""
+    return [s if isinstance(s, int) else task_pb2.TaskState.Value(
+        s if s.startswith("TASK_STATE_") else "TASK_STATE_" + s.upper()) for s in states]
 
 
 def _not_sent(err: grpc.RpcError) -> bool:

@@ -34,6 +34,15 @@ def test_the_quickstart_prints_what_the_page_shows(cluster):
     assert res.stdout.strip().split("\n") == shown
 
 
+def test_the_output_example_prints_the_task_s_output(cluster):
+    code, shown = block("<!-- runnable: python-output -->")
+    cluster.start_agent("a1", slots=1)
+    res = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:7070", cluster.addr)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().split("\n") == shown
+
+
 def test_the_worker_example_runs_the_task_the_page_submits(cluster, client):
     code, shown = block("<!-- runnable: python-worker -->")
     cluster.start_agent("a1", slots=1)  # it must not take the worker's task
