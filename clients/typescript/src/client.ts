@@ -60,6 +60,34 @@ export interface TaskEvent extends Message {
   to_state: string;
 }
 
+/** One message of TaskService.StreamTaskOutput. */
+export interface OutputMessage extends Message {
+  kind: string;
+  attempt: number;
+  stream: string;
+  offset: string;
+  data: Buffer;
+  agent_id: string;
+  outcome: string;
+  state: string;
+  note: string;
+}
+
+/** Which tasks a bulk change selects: a queue, a job, or both. */
+export interface BulkFilter {
+  queue?: string;
+  job_id?: string;
+  /** By name ("FAILED" or "TASK_STATE_FAILED"); empty: every state the change applies to. */
+  states?: string[];
+}
+
+/** What a bulk change did over every page. */
+export interface BulkResult {
+  ids: string[];
+  skipped: number;
+  skipped_reason: string;
+}
+
 export class TaskgridError extends Error {
   constructor(
     readonly code: grpc.status,
@@ -137,6 +165,11 @@ function services(): any {
     loaded = (grpc.loadPackageDefinition(def) as any).taskgrid.v1;
   }
   return loaded;
+}
+
+/** Task states by name ("FAILED" or "TASK_STATE_FAILED"). */
+function taskStates(states: string[] | undefined): string[] {
+  return (states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
 }
 
 function metadataValue(md: grpc.Metadata | undefined, key: string): string {
@@ -302,7 +335,7 @@ export class Client {
     } = {},
   ): AsyncGenerator<Task> {
     let page_token = "";
-    const states = (filter.states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
+    const states = taskStates(filter.states);
     for (;;) {
       const resp = await this.call(
         "TaskService",
@@ -335,6 +368,111 @@ export class Client {
 
   async delete(id: string): Promise<void> {
     await this.call("TaskService", "DeleteTask", { id }, { repeatable: true });
+  }
+
+  /** Keeps the task from running until resume(): a waiting one is PAUSED
+   * at once; a running one once its agent has stopped the attempt
+   * (pause_requested until then; that attempt does not count). */
+  async pause(id: string): Promise<Task> {
+    return (await this.call("TaskService", "PauseTask", { id }, { repeatable: true })) as Task;
+  }
+
+  /** A PAUSED task back to PENDING (SCHEDULED while its not_before is ahead). */
+  async resume(id: string): Promise<Task> {
+    return (await this.call("TaskService", "ResumeTask", { id }, { repeatable: true })) as Task;
+  }
+
+  /** A finished task back to PENDING as if new: its attempt budget and
+   * history start over (attempt numbers go on). */
+  async reset(id: string): Promise<Task> {
+    return (await this.call("TaskService", "ResetTask", { id })) as Task;
+  }
+
+  /** The task's output: KIND_OUTPUT messages carry `data`, bytes at
+   * `offset` (a string: int64) of what `attempt` wrote on `stream`;
+   * KIND_ATTEMPT_STARTED and KIND_ATTEMPT_ENDED say whose output follows
+   * and how it ended; KIND_END comes last, with the task's `state`. Without
+   * `follow`: what there is now. With `follow`: until the task is finished,
+   * across attempts; a stream that breaks (a restart, a failover) is opened
+   * again, and what was yielded before is not yielded twice; it gives up
+   * after failoverMs without a stream. `stream`: "stdout" or "stderr" only. */
+  async *output(id: string, opts: { follow?: boolean; stream?: "stdout" | "stderr" } = {}): AsyncGenerator<OutputMessage> {
+    const follow = opts.follow ?? false;
+    const req = { id, follow, stream: opts.stream ? `OUTPUT_STREAM_${opts.stream.toUpperCase()}` : "OUTPUT_STREAM_UNSPECIFIED" };
+    const sent = new Map<string, number>(); // "attempt/stream" -> end of what was yielded
+    const started = new Set<number>();
+    const ended = new Set<number>();
+    let brokenSince: number | undefined;
+    for (;;) {
+      const callOpts = follow ? {} : { deadline: new Date(Date.now() + this.timeoutMs) };
+      const stream = this.stubs.TaskService.StreamTaskOutput(req, new grpc.Metadata(), callOpts) as grpc.ClientReadableStream<OutputMessage>;
+      try {
+        for await (const r of stream) {
+          brokenSince = undefined;
+          if (r.kind === "KIND_OUTPUT") {
+            const key = `${r.attempt}/${r.stream}`;
+            const done = sent.get(key) ?? 0;
+            const offset = Number(r.offset);
+            const end = offset + r.data.length;
+            if (end <= done) continue; // sent again after a reconnect
+            if (offset < done) {
+              r.data = r.data.subarray(done - offset);
+              r.offset = String(done);
+            }
+            sent.set(key, end);
+          } else if (r.kind === "KIND_ATTEMPT_STARTED") {
+            if (started.has(r.attempt)) continue;
+            started.add(r.attempt);
+          } else if (r.kind === "KIND_ATTEMPT_ENDED") {
+            if (ended.has(r.attempt)) continue;
+            ended.add(r.attempt);
+          }
+          yield r;
+          if (r.kind === "KIND_END") return;
+        }
+        return;
+      } catch (e) {
+        const err = e as grpc.ServiceError;
+        const fail = new TaskgridError(err.code, err.details ?? String(e), "TaskService/StreamTaskOutput");
+        if (!follow || !STREAM_BROKEN.has(err.code)) throw fail;
+        brokenSince = brokenSince ?? Date.now();
+        if (Date.now() - brokenSince >= this.failoverMs) throw fail;
+        if (err.code === grpc.status.UNAVAILABLE) this.follow(err.metadata);
+        await sleep(200);
+      } finally {
+        stream.cancel();
+      }
+    }
+  }
+
+  /** Cancels every task of `queue` and/or `job_id` (in `states`, if given),
+   * a page per call until none is left: every id cancelled, and how many
+   * were skipped and the first reason why. */
+  async cancelTasks(filter: BulkFilter): Promise<BulkResult> {
+    return this.bulk("CancelTasks", filter, true);
+  }
+
+  /** Retries the FAILED and CANCELLED tasks selected, as cancelTasks. */
+  async retryTasks(filter: BulkFilter): Promise<BulkResult> {
+    return this.bulk("RetryTasks", filter, false);
+  }
+
+  /** Deletes the finished tasks selected, as cancelTasks. */
+  async deleteTasks(filter: BulkFilter): Promise<BulkResult> {
+    return this.bulk("DeleteTasks", filter, true);
+  }
+
+  private async bulk(method: string, filter: BulkFilter, repeatable: boolean): Promise<BulkResult> {
+    const total: BulkResult = { ids: [], skipped: 0, skipped_reason: "" };
+    const req: Message = { queue: filter.queue ?? "", job_id: filter.job_id ?? "", states: taskStates(filter.states), page_token: "" };
+    for (;;) {
+      const resp = await this.call("TaskService", method, req, { repeatable });
+      total.ids.push(...resp.ids);
+      total.skipped += Number(resp.skipped);
+      total.skipped_reason = total.skipped_reason || resp.skipped_reason;
+      if (!resp.next_page_token) return total;
+      req.page_token = resp.next_page_token;
+    }
   }
 
   /** The state changes of the tasks named (or of a queue, a job, or all),
@@ -390,6 +528,62 @@ export class Client {
 
   async cancelJob(id: string): Promise<Message> {
     return this.call("JobService", "CancelJob", { id }, { repeatable: true });
+  }
+
+  /** Every job (in `states`, by name "RUNNING" or "JOB_STATE_RUNNING"), page by page. */
+  async *listJobs(filter: { states?: string[]; page_size?: number } = {}): AsyncGenerator<Message> {
+    const states = (filter.states ?? []).map((s) => (s.startsWith("JOB_STATE_") ? s : `JOB_STATE_${s.toUpperCase()}`));
+    let page_token = "";
+    for (;;) {
+      const resp = await this.call("JobService", "ListJobs", { states, page_size: filter.page_size ?? 100, page_token }, { repeatable: true });
+      for (const j of resp.jobs) yield j;
+      page_token = resp.next_page_token;
+      if (!page_token) return;
+    }
+  }
+
+  /** Runs a finished job's FAILED and CANCELLED tasks again, and what they hold up. */
+  async retryJob(id: string): Promise<Message> {
+    return this.call("JobService", "RetryJob", { id });
+  }
+
+  /** Deletes a finished job and its tasks for good. */
+  async deleteJob(id: string): Promise<Message> {
+    return this.call("JobService", "DeleteJob", { id }, { repeatable: true });
+  }
+
+  // --- queues ---
+
+  /** Each queue's counts by state, settings and what holds it back (or
+   * `queue`'s alone); `withHistory`: also what it did minute by minute over
+   * the last hour (history). */
+  async queues(queue = "", opts: { withHistory?: boolean } = {}): Promise<Message[]> {
+    return (await this.call("TaskService", "GetQueueStats", { queue, with_history: opts.withHistory ?? false }, { repeatable: true })).queues;
+  }
+
+  async pauseQueue(queue: string): Promise<Message> {
+    return this.call("TaskService", "PauseQueue", { queue }, { repeatable: true });
+  }
+
+  async resumeQueue(queue: string): Promise<Message> {
+    return this.call("TaskService", "ResumeQueue", { queue }, { repeatable: true });
+  }
+
+  /** Sets every limit as given (0 or unset removes it). */
+  async setQueueLimits(queue: string, limits: { max_concurrency?: number; rate_per_second?: number; burst?: number; quota?: Record<string, string> }): Promise<Message> {
+    return this.call(
+      "TaskService",
+      "SetQueueLimits",
+      { queue, max_concurrency: limits.max_concurrency ?? 0, rate_per_second: limits.rate_per_second ?? 0, burst: limits.burst ?? 0, quota: limits.quota ?? {} },
+      { repeatable: true },
+    );
+  }
+
+  /** The queue's fair share against other queues; null removes it. */
+  async setQueueWeight(queue: string, weight: number | null): Promise<Message> {
+    const req: Message = { queue };
+    if (weight !== null) req.weight = weight;
+    return this.call("TaskService", "SetQueueWeight", req, { repeatable: true });
   }
 
   // --- schedules ---
@@ -468,5 +662,19 @@ export class Client {
 
   async agents(): Promise<Message[]> {
     return (await this.call("ClusterService", "ListAgents", {}, { repeatable: true })).agents;
+  }
+
+  /** The agent finishes what it runs and takes nothing new. */
+  async drainAgent(id: string): Promise<Message> {
+    return this.call("ClusterService", "DrainAgent", { id }, { repeatable: true });
+  }
+
+  async undrainAgent(id: string): Promise<Message> {
+    return this.call("ClusterService", "UndrainAgent", { id }, { repeatable: true });
+  }
+
+  /** Agents by state, slots, and tasks by state over every queue. */
+  async clusterStats(): Promise<Message> {
+    return this.call("ClusterService", "GetClusterStats", {}, { repeatable: true });
   }
 }
