@@ -199,6 +199,22 @@ class Client:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
+    def _reopen_after(self, err: grpc.RpcError, method: str, deadline: Optional[float],
+                      reopen: bool) -> float:
+        """A TaskService stream broke with `err`: raises TaskgridError when it
+        may not be opened again (`reopen` false, or `deadline`, failover_for
+        after the outage began, has passed); else follows the leader if need
+        be, waits a little and returns the deadline, for the caller to open
+        the stream again."""
+        now = time.monotonic()
+        deadline = deadline or now + self.failover_for
+        if not reopen or now >= deadline:
+            raise TaskgridError(err.code(), err.details() or "", f"TaskService/{method}") from None
+        if err.code() == grpc.StatusCode.UNAVAILABLE:
+            self._follow(err)
+        time.sleep(0.2)
+        return deadline
+
     # --- tasks ---
 
     def submit(self, spec: SpecLike) -> task_pb2.Task:
@@ -294,17 +310,8 @@ class Client:
                 resume = _metadata(err, RESUME_AFTER_KEY)
                 if resume:
                     after = int(resume)
-                if err.code() not in _STREAM_BROKEN and not resume:
-                    raise TaskgridError(err.code(), err.details() or "",
-                                        "TaskService/WatchTasks") from None
-                now = time.monotonic()
-                deadline = deadline or now + self.failover_for
-                if now >= deadline:
-                    raise TaskgridError(err.code(), err.details() or "",
-                                        "TaskService/WatchTasks") from None
-                if err.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._follow(err)
-                time.sleep(0.2)
+                deadline = self._reopen_after(err, "WatchTasks", deadline,
+                                              err.code() in _STREAM_BROKEN or bool(resume))
             finally:
                 stream.cancel()
 
@@ -376,17 +383,8 @@ class Client:
                         return
                 return
             except grpc.RpcError as err:
-                fail = TaskgridError(err.code(), err.details() or "",
-                                     "TaskService/StreamTaskOutput")
-                if not follow or err.code() not in _STREAM_BROKEN:
-                    raise fail from None
-                now = time.monotonic()
-                deadline = deadline or now + self.failover_for
-                if now >= deadline:
-                    raise fail from None
-                if err.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._follow(err)
-                time.sleep(0.2)
+                deadline = self._reopen_after(err, "StreamTaskOutput", deadline,
+                                              follow and err.code() in _STREAM_BROKEN)
             finally:
                 call.cancel()
 

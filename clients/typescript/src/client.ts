@@ -288,6 +288,19 @@ export class Client {
     }
   }
 
+  /** A TaskService stream broke with `err`: rejects when it may not be
+   * opened again (`reopen` false, or broken for failoverMs since `since`);
+   * else follows the leader if need be, waits a little and returns when the
+   * outage began, for the caller to open the stream again. */
+  private async reopenAfter(err: grpc.ServiceError, method: string, since: number | undefined, reopen: boolean): Promise<number> {
+    const fail = new TaskgridError(err.code, err.details ?? String(err), `TaskService/${method}`);
+    const start = since ?? Date.now();
+    if (!reopen || Date.now() - start >= this.failoverMs) throw fail;
+    if (err.code === grpc.status.UNAVAILABLE) this.follow(err.metadata);
+    await sleep(200);
+    return start;
+  }
+
   // --- tasks ---
 
   /** Submits one task; returns it as stored. Idempotent by id. */
@@ -433,12 +446,7 @@ export class Client {
         return;
       } catch (e) {
         const err = e as grpc.ServiceError;
-        const fail = new TaskgridError(err.code, err.details ?? String(e), "TaskService/StreamTaskOutput");
-        if (!follow || !STREAM_BROKEN.has(err.code)) throw fail;
-        brokenSince = brokenSince ?? Date.now();
-        if (Date.now() - brokenSince >= this.failoverMs) throw fail;
-        if (err.code === grpc.status.UNAVAILABLE) this.follow(err.metadata);
-        await sleep(200);
+        brokenSince = await this.reopenAfter(err, "StreamTaskOutput", brokenSince, follow && STREAM_BROKEN.has(err.code));
       } finally {
         stream.cancel();
       }
@@ -504,12 +512,7 @@ export class Client {
         const err = e as grpc.ServiceError;
         const resume = metadataValue(err.metadata, RESUME_AFTER_KEY);
         if (resume) after = resume;
-        const fail = new TaskgridError(err.code, err.details ?? String(e), "TaskService/WatchTasks");
-        if (!STREAM_BROKEN.has(err.code) && !resume) throw fail;
-        brokenSince = brokenSince ?? Date.now();
-        if (Date.now() - brokenSince >= this.failoverMs) throw fail;
-        if (err.code === grpc.status.UNAVAILABLE) this.follow(err.metadata);
-        await sleep(200);
+        brokenSince = await this.reopenAfter(err, "WatchTasks", brokenSince, STREAM_BROKEN.has(err.code) || resume !== "");
       } finally {
         stream.cancel();
       }
