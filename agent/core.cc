@@ -6,12 +6,12 @@
 #include <optional>
 
 #include "absl/strings/str_join.h"
+#include "common/flags_help.h"
 #include "common/proto_time.h"
 
 namespace taskgrid::agent {
 
 namespace {
-constexpr char kVersion[] = "0.1.0";
 
 // The step supervisors' fence (supervisor::kFence) is the lease plus this:
 // after the agent stops its steps itself, and well before the scheduler

@@ -68,6 +68,10 @@ class AgentRegistry {
   const absl::flat_hash_map<std::string, std::unique_ptr<AgentRecord>>& all() const {
     return agents_;
   }
+  // When `id`'s timer runs out (monotonic; InfiniteDuration for none):
+  // connected, when it counts as silent; disconnected, when its grace ends;
+  // lost, when it is forgotten.
+  absl::Duration deadline(const std::string& id) const { return deadlines_.Get(id); }
   // Cross-checks of its own indexes (for Scheduler::CheckInvariants).
   bool ConnIndexAgrees(const AgentRecord& a) const;
 

@@ -133,6 +133,23 @@ void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
   out->set_state(!a.connected() ? v1::AGENT_STATE_LOST
                  : a.draining   ? v1::AGENT_STATE_DRAINING
                                 : v1::AGENT_STATE_ACTIVE);
+  if (a.lost) {
+    out->set_note("not back within its grace: its tasks moved to other agents");
+  } else if (!a.connected()) {
+    out->set_note(a.restarting ? "restarting, its steps running on until it is back"
+                  : a.restored ? "not back since the scheduler restarted"
+                               : "disconnected");
+    // The grace's end on the wall clock, for people (the registry counts
+    // on the monotonic one).
+    const absl::Duration left = agents_.deadline(a.id) - Mono();
+    if (!a.tasks.empty() && left < absl::InfiniteDuration()) {
+      SetTimestamp(Now() + std::max(left, absl::ZeroDuration()), out->mutable_grace_end_time());
+    }
+  } else if (a.restart_hold > absl::ZeroDuration()) {
+    out->set_note("restarting, keeping its steps: held for it once its stream ends");
+  } else if (a.exiting) {
+    out->set_note("draining to exit");
+  }
   SetTimestamp(a.last_seen_time, out->mutable_last_heartbeat_time());
   SetTimestamp(a.connect_time, out->mutable_connect_time());
   out->set_version(a.version);

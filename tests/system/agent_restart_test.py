@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, alive, read_text as read, wait_until, written  # noqa: E402
+from harness import Cluster, alive, read_text as read, unix_time, wait_until, written  # noqa: E402
 
 # Says it started, waits for the test's "go" (bounded: 60 s), writes to
 # stdout, stderr and the output file, and ends.
@@ -90,6 +90,15 @@ class AgentRestartTest(unittest.TestCase):
             self.assertTrue(all(alive(p) for p in steps), "a step went with its agent")
             log = read(agent.log_path)
             self.assertIn("keeping the steps of 2 running task(s)", log)
+
+            # Listed as away, restarting, holding its tasks to the hold's end
+            # (60 s granted, plus the 1 s reconnect grace).
+            away = c.agents_info()["upgraded"]
+            self.assertEqual(away["state"], "AGENT_STATE_LOST")
+            self.assertIn("restarting", away["note"])
+            left = unix_time(away["grace_end_time"]) - time.time()
+            self.assertTrue(30 < left <= 61.5, left)
+            self.assertIn("its tasks move in", c.ctl("agents", check=True).stdout)
 
             # Away longer than the reconnect grace: the tasks stay put.
             time.sleep(2.5)

@@ -669,7 +669,7 @@ class NoAgentTest(CliTestCase):
     def test_agents_none(self):
         self.assertEqual(table_rows(self.ok("agents")),
                          [["ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS",
-                           "LAST HEARTBEAT", "VERSION"]])
+                           "LAST HEARTBEAT", "VERSION", "NOTE"]])
         self.assertEqual(self.ok_json("agents").get("agents", []), [])
 
     def test_drain_unknown_agent(self):
@@ -1298,12 +1298,12 @@ class ClusterTest(CliTestCase):
 
         rows = table_rows(self.ok("agents"))
         self.assertEqual(rows[0], ["ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS",
-                                   "LAST HEARTBEAT", "VERSION"])
+                                   "LAST HEARTBEAT", "VERSION", "NOTE"])
         self.assertEqual([r[0] for r in rows[1:]], ["a1", "a2"])  # by id
         self.assertEqual(rows[1][:6], ["a1", "ACTIVE", "0/3", "cpu=0/4,memory=0/8GiB", "0",
                                        "disk=ssd,zone=eu"])
         self.assertRegex(rows[1][6], r"^\d+(\.\d)?s ago$")
-        self.assertEqual(rows[1][7], a1["version"])
+        self.assertEqual(rows[1][7:], [a1["version"], "-"])  # nothing to say of it
         self.assertEqual(rows[2][:6], ["a2", "ACTIVE", "0/2", "-", "0", "-"])
 
         # A running task shows in its agent's slots, resources and RUNNING.

@@ -248,6 +248,29 @@ TEST(CtlOutput, DetailOfAMergedTaskSaysWhichSubmitDecidedItsFireTime) {
                                      " (moved by a later submit, merge_update always)")));
 }
 
+TEST(CtlOutput, AnAgentAwaySaysWhyAndWhenItsTasksMove) {
+  const absl::Time now = absl::FromUnixSeconds(1'000'000);
+  v1::ListAgentsResponse resp;
+  v1::Agent* away = resp.add_agents();
+  away->set_id("a1");
+  away->set_state(v1::AGENT_STATE_LOST);
+  away->add_running("t1");
+  away->set_note("restarting, its steps running on until it is back");
+  SetTimestamp(now + absl::Seconds(298), away->mutable_grace_end_time());
+  v1::Agent* up = resp.add_agents();
+  up->set_id("a2");
+  up->set_state(v1::AGENT_STATE_ACTIVE);
+  const std::string out = FormatAgents(resp, now);
+  EXPECT_THAT(out, ContainsRegex("VERSION +NOTE\n"));
+  EXPECT_THAT(out, HasSubstr("restarting, its steps running on until it is back; its tasks move "
+                             "in 4m58s unless it is back\n"));
+  EXPECT_THAT(out, ContainsRegex("\na2 +ACTIVE .* -\n"));
+  // Past the grace's end (a clock ahead of the scheduler's): no negative span.
+  EXPECT_THAT(AgentNoteText(*away, now + absl::Hours(1)), HasSubstr("move in 0.0s"));
+  away->clear_note();
+  EXPECT_EQ(AgentNoteText(*away, now), "its tasks move in 4m58s unless it is back");
+}
+
 TEST(CtlOutput, ListShowsAttemptsUsedOfAllowed) {
   v1::Task t = RunningTask();
   t.set_pause_requested(true);

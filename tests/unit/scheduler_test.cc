@@ -1031,6 +1031,44 @@ TEST_F(SchedulerTest, LostAgentIsListedThenForgotten) {
   EXPECT_EQ(sched_.FindAgent("a1"), nullptr);
 }
 
+TEST_F(SchedulerTest, AnAgentAwayIsListedWithWhyAndWhenItsTasksMove) {
+  SubmitOk(Spec("t"));
+  const uint64_t conn = Connect("a1", 1);
+  Accept(conn, "t", 1);
+  Take();
+  auto view = [&] {
+    v1::Agent v;
+    sched_.DescribeAgent(*sched_.FindAgent("a1"), &v);
+    return v;
+  };
+  EXPECT_EQ(view().note(), "");
+  EXPECT_FALSE(view().has_grace_end_time());
+
+  // Asked to restart keeping its steps: said while its stream is up.
+  ASSERT_EQ(AskRestartHold(sched_, conn, absl::Seconds(30)), absl::Seconds(30));
+  EXPECT_THAT(view().note(), HasSubstr("restarting, keeping its steps"));
+  sched_.Disconnect(conn);
+  const absl::Time moves = clock_.Now() + absl::Seconds(30) + Options().reconnect_grace;
+  EXPECT_EQ(view().state(), v1::AGENT_STATE_LOST);
+  EXPECT_THAT(view().note(), HasSubstr("restarting"));
+  EXPECT_EQ(FromProto(view().grace_end_time()), moves);
+  Advance(absl::Seconds(10));
+  EXPECT_EQ(FromProto(view().grace_end_time()), moves) << "the same end, later";
+  Advance(absl::Seconds(21) + Options().reconnect_grace);
+  EXPECT_EQ(State("t"), v1::TASK_STATE_PENDING);
+  EXPECT_THAT(view().note(), HasSubstr("its tasks moved to other agents"));
+  EXPECT_FALSE(view().has_grace_end_time());
+
+  // Back, then gone without a restart: the reconnect grace.
+  const uint64_t again = Connect("a1", 1);
+  Accept(again, "t", 2);
+  Take();
+  EXPECT_EQ(view().note(), "");
+  sched_.Disconnect(again);
+  EXPECT_EQ(view().note(), "disconnected");
+  EXPECT_EQ(FromProto(view().grace_end_time()), clock_.Now() + Options().reconnect_grace);
+}
+
 TEST_F(SchedulerTest, PendingTaskSaysWhyNoAgentTakesIt) {
   v1::TaskSpec gpu = Spec("gpu");
   (*gpu.mutable_placement()->mutable_required_labels())["gpu"] = "1";

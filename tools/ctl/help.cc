@@ -310,8 +310,12 @@ tasks wait for them.)txt"},
        {},
        R"(Columns: ID; STATE (ACTIVE: taking work; DRAINING: finishing what it runs,
 taking nothing new; LOST: disconnected or silent, keeps its tasks within the
-scheduler's reconnect grace); SLOTS (used/total); RUNNING (tasks it holds);
-LABELS (k=v,...); LAST HEARTBEAT (how long ago); VERSION.
+scheduler's reconnect grace); SLOTS (used/total); RESOURCES (held/offered);
+RUNNING (tasks it holds); LABELS (k=v,...); LAST HEARTBEAT (how long ago);
+VERSION; NOTE (why it is away: restarting with its steps kept, not back since
+the scheduler restarted, disconnected, or gone with its tasks moved; draining
+to exit; and, while it is away holding tasks, when they move unless it is
+back).
 
 --json prints the ListAgentsResponse.)"},
       {"drain",

@@ -508,25 +508,42 @@ std::string FormatTaskDetail(const v1::Task& t) {
   return out + table.Render();
 }
 
+namespace {
+// "4.2s", "42s", "4m58s", "1h02m": a span for people (negative: 0).
+std::string SpanText(absl::Duration d) {
+  d = std::max(d, absl::ZeroDuration());
+  if (d < absl::Seconds(10)) return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d));
+  const int64_t s = absl::ToInt64Seconds(d);
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+}  // namespace
+
 std::string FormatAgo(absl::Time then, absl::Time now) {
   if (then == absl::InfinitePast()) return "-";
-  const absl::Duration d = std::max(now - then, absl::ZeroDuration());
-  if (d < absl::Seconds(10)) return absl::StrFormat("%.1fs ago", absl::ToDoubleSeconds(d));
-  const int64_t s = absl::ToInt64Seconds(d);
-  if (s < 60) return absl::StrCat(s, "s ago");
-  if (s < 3600) return absl::StrFormat("%dm%02ds ago", s / 60, s % 60);
-  return absl::StrFormat("%dh%02dm ago", s / 3600, s % 3600 / 60);
+  return SpanText(now - then) + " ago";
+}
+
+std::string AgentNoteText(const v1::Agent& a, absl::Time now) {
+  std::string out = a.note();
+  if (a.has_grace_end_time()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", "its tasks move in ",
+                    SpanText(FromProto(a.grace_end_time()) - now), " unless it is back");
+  }
+  return out;
 }
 
 std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now) {
-  Table table(
-      {"ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS", "LAST HEARTBEAT", "VERSION"});
+  Table table({"ID", "STATE", "SLOTS", "RESOURCES", "RUNNING", "LABELS", "LAST HEARTBEAT",
+               "VERSION", "NOTE"});
   for (const v1::Agent& a : resp.agents()) {
     table.AddRow({a.id(), core::AgentStateName(a.state()),
                   absl::StrCat(a.slots_used(), "/", a.slots()),
                   OrDash(FormatUsedOfTotal(a.resources_used(), a.resources())),
                   absl::StrCat(a.running_size()), OrDash(LabelsText(a.labels())),
-                  FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version())});
+                  FormatAgo(FromProto(a.last_heartbeat_time()), now), OrDash(a.version()),
+                  OrDash(AgentNoteText(a, now))});
   }
   return table.Render();
 }

@@ -717,7 +717,9 @@
         const labels = Object.entries(a.labels || {});
         return h("tr", { "data-agent": a.id, "data-state": st },
           h("td", { class: "mono" }, a.id),
-          h("td", {}, badge(st)),
+          h("td", { "data-col": "state" }, badge(st), a.note
+            ? h("div", { class: "muted" }, a.note + (a.grace_end_time ? `; its tasks move ${relative(a.grace_end_time)} unless it is back` : ""))
+            : null),
           h("td", { "data-col": "slots" }, meter, `${a.slots_used}/${a.slots}`),
           h("td", { class: "mono", "data-col": "resources" }, resourcesText(a.resources_used, a.resources) || "—"),
           h("td", {}, labels.length ? h("div", { class: "chips" }, labels.map(([k, v]) => h("span", { class: "chip" }, `${k}=${v}`))) : "—"),
