@@ -12,7 +12,9 @@
 # --runs=N runs each target for N executions instead of a time. --save then
 # merges what the run found into tests/fuzz/corpus/TARGET/found: only
 # inputs that add coverage beyond the seeds and the inputs already there
-# (libFuzzer's -merge=1), named by their SHA-1.
+# (libFuzzer's -merge=1), named by their SHA-1. Ctrl-C stops a --save run
+# early and still keeps what it found (each target says how many executions
+# it ran): a long run need not be finished to be worth keeping.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -67,6 +69,12 @@ else
   what="${seconds}s"
 fi
 
+# Ctrl-C reaches the fuzzers (one process group), which stop with
+# libFuzzer's exit code for an interrupted run, 72; with --save this script
+# outlives it and goes on to keep what they found.
+if [[ $save == 1 ]]; then
+  trap ':' INT
+fi
 declare -A pid
 for target in "${targets[@]}"; do
   fill "$target" "$work/$target/corpus"
@@ -79,7 +87,16 @@ for target in "${targets[@]}"; do
 done
 failed=0
 for target in "${targets[@]}"; do
-  if ! wait "${pid[$target]}"; then
+  rc=0
+  # A wait cut short by the trap is waited again.
+  while wait "${pid[$target]}" || rc=$?; [[ $rc -gt 128 ]] && kill -0 "${pid[$target]}" 2>/dev/null; do
+    rc=0
+  done
+  if [[ $rc == 72 && $save == 1 ]]; then
+    echo "== fuzz $target: stopped by Ctrl-C"
+    rc=0
+  fi
+  if [[ $rc != 0 ]]; then
     keep=1
     failed=1
     tail -n 40 "$work/$target/log"
