@@ -21,7 +21,7 @@ pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev libspdlog-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev libmicrohttpd-dev libcpp-httplib-dev grpc-proto procps python3 openssl tzdata
-  libpq-dev
+  libpq-dev libjemalloc-dev
 )
 for arg in "$@"; do
   case "$arg" in
