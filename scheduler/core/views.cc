@@ -136,7 +136,7 @@ void Scheduler::DescribeAgent(const AgentRecord& a, v1::Agent* out) const {
   if (a.lost) {
     out->set_note("not back within its grace: its tasks moved to other agents");
   } else if (!a.connected()) {
-    out->set_note(a.restarting ? "restarting, its steps running on until it is back"
+    out->set_note(a.restarting ? "restarting, its steps running on"
                   : a.restored ? "not back since the scheduler restarted"
                                : "disconnected");
     // The grace's end on the wall clock, for people (the registry counts

@@ -255,14 +255,14 @@ TEST(CtlOutput, AnAgentAwaySaysWhyAndWhenItsTasksMove) {
   away->set_id("a1");
   away->set_state(v1::AGENT_STATE_LOST);
   away->add_running("t1");
-  away->set_note("restarting, its steps running on until it is back");
+  away->set_note("restarting, its steps running on");
   SetTimestamp(now + absl::Seconds(298), away->mutable_grace_end_time());
   v1::Agent* up = resp.add_agents();
   up->set_id("a2");
   up->set_state(v1::AGENT_STATE_ACTIVE);
   const std::string out = FormatAgents(resp, now);
   EXPECT_THAT(out, ContainsRegex("VERSION +NOTE\n"));
-  EXPECT_THAT(out, HasSubstr("restarting, its steps running on until it is back; its tasks move "
+  EXPECT_THAT(out, HasSubstr("restarting, its steps running on; its tasks move "
                              "in 4m58s unless it is back\n"));
   EXPECT_THAT(out, ContainsRegex("\na2 +ACTIVE .* -\n"));
   // Past the grace's end (a clock ahead of the scheduler's): no negative span.
