@@ -96,11 +96,11 @@ std::string FormatClaims(const v1::ClaimResponse& resp);
 // (clocks apart) reads "0.0s ago".
 std::string FormatAgo(absl::Time then, absl::Time now);
 
-// The table of `agents`: ID, STATE, SLOTS, RUNNING, LABELS, LAST HEARTBEAT,
-// VERSION, ages counted from `now`.
 // An agent's note, and when its tasks move unless it is back (a LOST agent
 // within its grace).
 std::string AgentNoteText(const v1::Agent& a, absl::Time now);
+// The table of `agents`: ID, STATE, SLOTS, RESOURCES, RUNNING, LABELS,
+// LAST HEARTBEAT, VERSION, NOTE, ages counted from `now`.
 std::string FormatAgents(const v1::ListAgentsResponse& resp, absl::Time now);
 
 // The key/value view of `cluster`: agents by state, slots, stale messages,

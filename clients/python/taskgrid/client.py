@@ -476,8 +476,7 @@ class Client:
     def list_jobs(self, states: Sequence[Union[str, int]] = (), page_size: int = 100
                   ) -> Iterator[job_pb2.Job]:
         """Every job (in `states`, by name "RUNNING" or value), page by page."""
-        enum = [s if isinstance(s, int) else job_pb2.JobState.Value(
-            s if s.startswith("JOB_STATE_") else "JOB_STATE_" + s.upper()) for s in states]
+        enum = _enum_values(job_pb2.JobState, "JOB_STATE_", states)
         token = ""
         while True:
             resp = self.call("JobService", "ListJobs", job_pb2.ListJobsRequest(
@@ -600,10 +599,15 @@ _STREAM_BROKEN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTE
                   grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
 
 
+def _enum_values(enum, prefix: str, states: Sequence[Union[str, int]]) -> List[int]:
+    """Values of `enum` by name ("FAILED", "<prefix>FAILED") or value."""
+    return [s if isinstance(s, int) else enum.Value(
+        s if s.startswith(prefix) else prefix + s.upper()) for s in states]
+
+
 def _task_states(states: Sequence[Union[str, int]]) -> List[int]:
     """Task states by name ("FAILED", "TASK_STATE_FAILED") or value."""
-    return [s if isinstance(s, int) else task_pb2.TaskState.Value(
-        s if s.startswith("TASK_STATE_") else "TASK_STATE_" + s.upper()) for s in states]
+    return _enum_values(task_pb2.TaskState, "TASK_STATE_", states)
 
 
 def _not_sent(err: grpc.RpcError) -> bool:

@@ -167,10 +167,12 @@ function services(): any {
   return loaded;
 }
 
-/** Task states by name ("FAILED" or "TASK_STATE_FAILED"). */
-function taskStates(states: string[] | undefined): string[] {
-  return (states ?? []).map((s) => (s.startsWith("TASK_STATE_") ? s : `TASK_STATE_${s.toUpperCase()}`));
+/** Enum names with their prefix: "FAILED" or "TASK_STATE_FAILED" -> "TASK_STATE_FAILED". */
+function enumNames(prefix: string, states: string[] | undefined): string[] {
+  return (states ?? []).map((s) => (s.startsWith(prefix) ? s : `${prefix}${s.toUpperCase()}`));
 }
+
+const taskStates = (states: string[] | undefined) => enumNames("TASK_STATE_", states);
 
 function metadataValue(md: grpc.Metadata | undefined, key: string): string {
   const v = md?.get(key) ?? [];
@@ -535,7 +537,7 @@ export class Client {
 
   /** Every job (in `states`, by name "RUNNING" or "JOB_STATE_RUNNING"), page by page. */
   async *listJobs(filter: { states?: string[]; page_size?: number } = {}): AsyncGenerator<Message> {
-    const states = (filter.states ?? []).map((s) => (s.startsWith("JOB_STATE_") ? s : `JOB_STATE_${s.toUpperCase()}`));
+    const states = enumNames("JOB_STATE_", filter.states);
     let page_token = "";
     for (;;) {
       const resp = await this.call("JobService", "ListJobs", { states, page_size: filter.page_size ?? 100, page_token }, { repeatable: true });
