@@ -7,6 +7,7 @@ bench is found beside TASKGRID_SCHEDULER (both are in <build>/bin).
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,6 +158,32 @@ class BenchTest(unittest.TestCase):
                 proc.kill()
                 proc.wait(timeout=30)
         self.assert_nothing_left(work)
+
+    def test_rpc_floor_reports_each_server_api_and_leaves_nothing(self):
+        # taskgrid-rpc-floor: the server it forks and the files it writes
+        # are gone when it returns, for every API and both disks.
+        floor = os.path.join(os.path.dirname(bench_binary()), "taskgrid-rpc-floor")
+        work = os.path.join(self.tmp, "floor")
+        os.mkdir(work)
+        env = dict(self.env, TMPDIR=work)
+        runs = [["--server=callback", "--write_bytes=4096"], ["--server=sync", "--write_bytes=0"],
+                ["--server=cq", "--write_bytes=4096"], ["--server=callback", "--sqlite"]]
+        for flags in runs:
+            res = subprocess.run([floor, "--calls=100", *flags], capture_output=True, text=True,
+                                 timeout=120, env=env)
+            self.assertEqual(res.returncode, 0, f"{flags}: {res.stderr}")
+            m = re.match(r"server=(\w+) (sqlite|write_bytes=\d+): 100 calls in [0-9.]+ s, "
+                         r"(\d+) /s, ([0-9.]+) us a call$", res.stdout.strip())
+            self.assertIsNotNone(m, f"{flags}: {res.stdout!r}")
+            self.assertEqual(m.group(1), flags[0].split("=")[1])
+            self.assertEqual(m.group(2), flags[1].lstrip("-"))
+            self.assertGreater(int(m.group(3)), 0)
+            self.assertGreater(float(m.group(4)), 0)
+        self.assert_nothing_left(work)
+        res = subprocess.run([floor, "--server=async"], capture_output=True, text=True,
+                             timeout=30, env=env)
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("--server must be callback, sync or cq, not 'async'", res.stderr)
 
     def test_unknown_workload_is_a_usage_error(self):
         res = subprocess.run([bench_binary(), "--workloads=w1,w99"], capture_output=True,

@@ -10,13 +10,14 @@
 # the scheduler the bench started last for SECONDS, waits for the bench to
 # finish, and writes OUT_PREFIX.data and the flat profile OUT_PREFIX.txt
 # (self time per function, the scheduler's threads together).
+# PERF_FREQ sets the sampling rate (default 499 Hz).
 #
 # Example (W2's drain of 100,000 tasks):
 #   tools/bench/profile.sh /tmp/w2 8 'submitted 100000 tasks' --workloads=w2 --w2_tasks=100000
 set -euo pipefail
 
 if [[ $# -lt 4 ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 out=$1 seconds=$2 pattern=$3
@@ -44,7 +45,7 @@ grep -Eq -- "$pattern" "$out.log" || { echo "'$pattern' did not appear in 15 min
 pid=$(grep -Eo 'scheduler pid [0-9]+' "$out.log" | tail -1 | awk '{print $3}')
 [[ -n $pid ]] || { echo "no scheduler pid in $out.log" >&2; stop_bench; exit 1; }
 echo "profiling scheduler pid $pid for ${seconds}s" >&2
-perf record -F 499 -g --call-graph dwarf,16384 -p "$pid" -o "$out.data" -- sleep "$seconds" \
+perf record -F ${PERF_FREQ:-499} -g --call-graph dwarf,16384 -p "$pid" -o "$out.data" -- sleep "$seconds" \
   >"$out.perf.log" 2>&1 || true
 wait "$bench_pid" || echo "the bench exited with $?; see $out.log" >&2
 trap - INT TERM
