@@ -168,6 +168,10 @@ void ProcessSamples(ExpositionWriter& w, const ProcessStats& p, absl::Time start
   w.Single("process_open_fds", Type::kGauge, "Open file descriptors.", p.open_fds);
   w.Single("process_max_fds", Type::kGauge, "The most file descriptors the process may open.",
            p.max_fds);
+  StartTimeSample(w, start);
+}
+
+void StartTimeSample(ExpositionWriter& w, absl::Time start) {
   w.Single("process_start_time_seconds", Type::kGauge,
            "When the process started, in seconds since the Unix epoch.",
            absl::ToDoubleSeconds(start - absl::UnixEpoch()));

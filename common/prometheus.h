@@ -78,5 +78,7 @@ absl::StatusOr<ProcessStats> ReadProcessStats();
 // process_virtual_memory_bytes, process_open_fds, process_max_fds and
 // process_start_time_seconds (`start`).
 void ProcessSamples(ExpositionWriter& w, const ProcessStats& p, absl::Time start);
+// process_start_time_seconds alone (when the others cannot be read).
+void StartTimeSample(ExpositionWriter& w, absl::Time start);
 
 }  // namespace taskgrid::prometheus

@@ -266,9 +266,7 @@ std::string MetricsPage(const engine::EngineMetrics& m, const ProcessInfo& proce
   if (process.stats) {
     prometheus::ProcessSamples(w, *process.stats, process.start_time);
   } else {
-    w.Single("process_start_time_seconds", Type::kGauge,
-             "When the process started, in seconds since the Unix epoch.",
-             absl::ToDoubleSeconds(process.start_time - absl::UnixEpoch()));
+    prometheus::StartTimeSample(w, process.start_time);
   }
   w.Family("taskgrid_build_info", Type::kGauge, "Always 1; the labels say which build runs.");
   w.Sample("taskgrid_build_info", {{"version", kVersion}, {"build_type", BuildType()}}, 1);
