@@ -167,12 +167,13 @@ class BenchTest(unittest.TestCase):
         os.mkdir(work)
         env = dict(self.env, TMPDIR=work)
         runs = [["--server=callback", "--write_bytes=4096"], ["--server=sync", "--write_bytes=0"],
-                ["--server=cq", "--write_bytes=4096"], ["--server=callback", "--sqlite"]]
+                ["--server=cq", "--write_bytes=4096"], ["--server=callback", "--sqlite"],
+                ["--server=cq", "--log"]]
         for flags in runs:
             res = subprocess.run([floor, "--calls=100", *flags], capture_output=True, text=True,
                                  timeout=120, env=env)
             self.assertEqual(res.returncode, 0, f"{flags}: {res.stderr}")
-            m = re.match(r"server=(\w+) (sqlite|write_bytes=\d+): 100 calls in [0-9.]+ s, "
+            m = re.match(r"server=(\w+) (sqlite|log|write_bytes=\d+): 100 calls in [0-9.]+ s, "
                          r"(\d+) /s, ([0-9.]+) us a call$", res.stdout.strip())
             self.assertIsNotNone(m, f"{flags}: {res.stdout!r}")
             self.assertEqual(m.group(1), flags[0].split("=")[1])
@@ -184,6 +185,11 @@ class BenchTest(unittest.TestCase):
                              timeout=30, env=env)
         self.assertEqual(res.returncode, 2)
         self.assertIn("--server must be callback, sync or cq, not 'async'", res.stderr)
+        res = subprocess.run([floor, "--sqlite", "--log"], capture_output=True, text=True,
+                             timeout=30, env=env)
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("--sqlite and --log are two disks", res.stderr)
+        self.assert_nothing_left(work)
 
     def test_unknown_workload_is_a_usage_error(self):
         res = subprocess.run([bench_binary(), "--workloads=w1,w99"], capture_output=True,
