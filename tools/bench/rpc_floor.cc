@@ -23,7 +23,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -61,10 +60,19 @@ namespace v1 = taskgrid::v1;
 
 namespace {
 
-// What each call does besides the RPC: a write at the next offset of a
-// preallocated file (so fdatasync has no size to commit, as with SQLite's
-// reused WAL) and the flush; then the answer echoes the task back.
-class Disk {
+using Specs = google::protobuf::RepeatedPtrField<v1::TaskSpec>;
+
+// What a call makes durable before it is answered: one of the disks below.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual bool Commit(const Specs& specs) = 0;
+};
+
+// A write at the next offset of a preallocated file (so fdatasync has no
+// size to commit, as with SQLite's reused WAL) and the flush; nothing at
+// all for 0 bytes.
+class Disk final : public Store {
  public:
   Disk(const std::string& dir, int64_t bytes)
       : bytes_(bytes), buf_(static_cast<size_t>(bytes), 'w') {
@@ -78,10 +86,10 @@ class Disk {
       std::exit(1);
     }
   }
-  ~Disk() {
+  ~Disk() override {
     if (fd_ >= 0) close(fd_);
   }
-  bool Commit() {
+  bool Commit(const Specs&) override {
     if (bytes_ <= 0) return true;
     const off_t at = static_cast<off_t>(next_++ % kSlots) * bytes_;
     return pwrite(fd_, buf_.data(), buf_.size(), at) == static_cast<ssize_t>(buf_.size()) &&
@@ -99,8 +107,9 @@ class Disk {
 
 // The scheduler's SQLite settings without the scheduler: a task row and an
 // event row per commit, prepared statements, the WAL checkpointed by a
-// second connection on its own thread once it passes 1,000 pages.
-class SqliteDisk {
+// second connection on its own thread once it passes 1,000 pages (the
+// store's kWalCheckpointPages).
+class SqliteDisk final : public Store {
  public:
   // `flushed`: synchronous=FULL (the durability point); else OFF (behind
   // a log that is).
@@ -120,7 +129,7 @@ class SqliteDisk {
     sqlite3_wal_hook(db_, &SqliteDisk::WalHook, this);
     checkpointer_ = std::thread([this] { Checkpoints(); });
   }
-  ~SqliteDisk() {
+  ~SqliteDisk() override {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
@@ -130,9 +139,10 @@ class SqliteDisk {
     for (sqlite3_stmt* st : {begin_, commit_, task_, event_}) sqlite3_finalize(st);
     sqlite3_close(db_);
   }
+  bool Commit(const Specs& specs) override { return CommitRows(specs); }
   // One transaction: a task row and an event row per spec.
-  template <typename Specs>
-  bool Commit(const Specs& specs) {
+  template <typename List>
+  bool CommitRows(const List& specs) {
     bool ok = Step(begin_);
     for (const v1::TaskSpec& spec : specs) {
       if (!ok) break;
@@ -228,7 +238,7 @@ class SqliteDisk {
 // flush commits no size or block allocation) and flushes it; a thread
 // writes what was flushed into SQLite behind it, without flushes. The
 // answer waits for the log only.
-class LogDisk {
+class LogDisk final : public Store {
  public:
   explicit LogDisk(const std::string& dir) : db_(dir, /*flushed=*/false) {
     const std::string path = absl::StrCat(dir, "/taskgrid-rpc-floor-", getpid(), ".log");
@@ -244,7 +254,7 @@ class LogDisk {
     }
     applier_ = std::thread([this] { Apply(); });
   }
-  ~LogDisk() {
+  ~LogDisk() override {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
@@ -253,7 +263,15 @@ class LogDisk {
     applier_.join();
     close(fd_);
   }
-  bool Commit(const v1::TaskSpec& spec) {
+  bool Commit(const Specs& specs) override {
+    for (const v1::TaskSpec& spec : specs) {
+      if (!Append(spec)) return false;
+    }
+    return true;
+  }
+
+ private:
+  bool Append(const v1::TaskSpec& spec) {
     std::string record(4, '\0');
     spec.AppendToString(&record);
     const uint32_t n = static_cast<uint32_t>(record.size() - 4);
@@ -270,8 +288,6 @@ class LogDisk {
     cv_.notify_one();
     return ok;
   }
-
- private:
   void Apply() {
     std::vector<v1::TaskSpec> batch;
     std::unique_lock<std::mutex> l(mu_);
@@ -280,7 +296,7 @@ class LogDisk {
       if (queued_.empty()) break;
       batch.swap(queued_);
       l.unlock();
-      db_.Commit(batch);
+      db_.CommitRows(batch);
       batch.clear();
       l.lock();
     }
@@ -297,21 +313,10 @@ class LogDisk {
   bool stop_ = false;
 };
 
-SqliteDisk* g_sqlite = nullptr;
-LogDisk* g_log = nullptr;
-
-grpc::Status Handle(Disk& disk, const v1::SubmitTasksRequest& req, v1::SubmitTasksResponse* resp) {
-  if (g_sqlite != nullptr) {
-    if (!g_sqlite->Commit(req.tasks())) {
-      return grpc::Status(grpc::StatusCode::INTERNAL, "commit failed");
-    }
-  } else if (g_log != nullptr) {
-    for (const v1::TaskSpec& spec : req.tasks()) {
-      if (!g_log->Commit(spec)) return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
-    }
-  } else if (!disk.Commit()) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
-  }
+// Commits the tasks, then answers with them echoed back.
+grpc::Status Handle(Store& store, const v1::SubmitTasksRequest& req,
+                    v1::SubmitTasksResponse* resp) {
+  if (!store.Commit(req.tasks())) return grpc::Status(grpc::StatusCode::INTERNAL, "commit failed");
   for (const v1::TaskSpec& spec : req.tasks()) {
     v1::Task* t = resp->add_tasks();
     *t->mutable_spec() = spec;
@@ -322,34 +327,34 @@ grpc::Status Handle(Disk& disk, const v1::SubmitTasksRequest& req, v1::SubmitTas
 
 class CallbackImpl final : public v1::TaskService::CallbackService {
  public:
-  explicit CallbackImpl(Disk* disk) : disk_(disk) {}
+  explicit CallbackImpl(Store* store) : store_(store) {}
   grpc::ServerUnaryReactor* SubmitTasks(grpc::CallbackServerContext* ctx,
                                         const v1::SubmitTasksRequest* req,
                                         v1::SubmitTasksResponse* resp) override {
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    r->Finish(Handle(*disk_, *req, resp));
+    r->Finish(Handle(*store_, *req, resp));
     return r;
   }
 
  private:
-  Disk* disk_;
+  Store* store_;
 };
 
 class SyncImpl final : public v1::TaskService::Service {
  public:
-  explicit SyncImpl(Disk* disk) : disk_(disk) {}
+  explicit SyncImpl(Store* store) : store_(store) {}
   grpc::Status SubmitTasks(grpc::ServerContext*, const v1::SubmitTasksRequest* req,
                            v1::SubmitTasksResponse* resp) override {
-    return Handle(*disk_, *req, resp);
+    return Handle(*store_, *req, resp);
   }
 
  private:
-  Disk* disk_;
+  Store* store_;
 };
 
 // The completion-queue API with one thread of ours: it asks for a call,
 // handles it where it arrives, finishes it and asks for the next.
-void ServeCq(v1::TaskService::AsyncService* svc, grpc::ServerCompletionQueue* cq, Disk* disk) {
+void ServeCq(v1::TaskService::AsyncService* svc, grpc::ServerCompletionQueue* cq, Store* store) {
   struct Call {
     grpc::ServerContext ctx;
     v1::SubmitTasksRequest req;
@@ -372,24 +377,22 @@ void ServeCq(v1::TaskService::AsyncService* svc, grpc::ServerCompletionQueue* cq
     }
     ask();
     c->finishing = true;
-    c->writer.Finish(c->resp, Handle(*disk, c->req, &c->resp), c);
+    c->writer.Finish(c->resp, Handle(*store, c->req, &c->resp), c);
   }
 }
 
 [[noreturn]] void Serve(const std::string& api, int port_pipe) {
-  const bool sqlite = absl::GetFlag(FLAGS_sqlite), log = absl::GetFlag(FLAGS_log);
-  Disk disk(absl::GetFlag(FLAGS_dir), sqlite || log ? 0 : absl::GetFlag(FLAGS_write_bytes));
-  std::unique_ptr<SqliteDisk> db;
-  std::unique_ptr<LogDisk> log_disk;
-  if (sqlite) {
-    db = std::make_unique<SqliteDisk>(absl::GetFlag(FLAGS_dir), /*flushed=*/true);
-    g_sqlite = db.get();
-  } else if (log) {
-    log_disk = std::make_unique<LogDisk>(absl::GetFlag(FLAGS_dir));
-    g_log = log_disk.get();
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  std::unique_ptr<Store> store;
+  if (absl::GetFlag(FLAGS_sqlite)) {
+    store = std::make_unique<SqliteDisk>(dir, /*flushed=*/true);
+  } else if (absl::GetFlag(FLAGS_log)) {
+    store = std::make_unique<LogDisk>(dir);
+  } else {
+    store = std::make_unique<Disk>(dir, absl::GetFlag(FLAGS_write_bytes));
   }
-  CallbackImpl callback(&disk);
-  SyncImpl sync(&disk);
+  CallbackImpl callback(store.get());
+  SyncImpl sync(store.get());
   v1::TaskService::AsyncService async;
   grpc::ServerBuilder b;
   int port = 0;
@@ -407,7 +410,7 @@ void ServeCq(v1::TaskService::AsyncService* svc, grpc::ServerCompletionQueue* cq
   if (server == nullptr || write(port_pipe, &port, sizeof port) != sizeof port) _exit(1);
   close(port_pipe);
   if (cq != nullptr) {
-    std::thread t(ServeCq, &async, cq.get(), &disk);
+    std::thread t(ServeCq, &async, cq.get(), store.get());
     t.join();
   }
   server->Wait();
