@@ -86,6 +86,39 @@ void Scheduler::SendCancel(const TaskRecord& t) {
   Send(a->conn, std::move(msg));
 }
 
+bool Scheduler::ReportsStops(const std::string& agent_id) const {
+  const AgentRecord* a = agents_.Find(agent_id);
+  return a != nullptr && a->reports_stops;
+}
+
+void Scheduler::RequestStop(TaskRecord& t, StopRequest why) {
+  if (why <= t.stop_request) return;
+  t.stop_request = why;
+  // A cancel under way keeps saying so: it decides how the task ends.
+  if (t.state == v1::TASK_STATE_CANCELLING) why = StopRequest::kNone;
+  switch (why) {
+    case StopRequest::kNone:
+      break;
+    case StopRequest::kTimedOut:
+      t.reason = absl::StrCat("attempt ", t.attempt, " timed out (attempt_timeout ",
+                              absl::FormatDuration(FromProto(t.spec.attempt_timeout())),
+                              "); waiting for agent ", t.agent_id, " to stop it");
+      break;
+    case StopRequest::kNotAccepted:
+      t.reason = absl::StrCat("attempt ", t.attempt, " not accepted within ",
+                              absl::FormatDuration(AckTimeout(t)), "; waiting for agent ",
+                              t.agent_id, " to say it holds nothing of it");
+      break;
+    default:
+      t.reason = absl::StrCat("expired before start (schedule_timeout ",
+                              absl::FormatDuration(FromProto(t.spec.schedule_timeout())),
+                              "); waiting for agent ", t.agent_id, " to drop attempt ", t.attempt);
+      break;
+  }
+  if (why != StopRequest::kNone) PersistRow(t);
+  SendCancel(t);  // and again on every reconnect, until the agent says
+}
+
 absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   RETURN_IF_ERROR(ValidateHello(hello, opts_));
   if (agents_.HasConn(conn)) {
@@ -100,6 +133,9 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
                      absl::FormatDuration(absl::Trunc(Mono() - a.last_seen, absl::Milliseconds(1))),
                      " ago); give each agent its own --id"));
   }
+  // Back after a restart of ours, or of its own keeping its steps: what it
+  // comes back without was ended by a restart, not by the task.
+  const bool across_restart = a.restored || a.restarting || a.restart_hold > absl::ZeroDuration();
   // A reconnect that beat the old (silent) stream's end: the new one wins.
   if (const uint64_t old = agents_.Bind(a, conn); old != 0) effects_.close_conns.push_back(old);
   a.lost = false;
@@ -108,6 +144,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.exiting = hello.exiting();
   a.undrains = hello.undrain();
   a.live_output = hello.live_output();
+  a.reports_stops = hello.reports_stops();
+  a.unlisted.clear();
   a.version = hello.version();
   a.chains = hello.chains();
   a.labels = {hello.labels().begin(), hello.labels().end()};
@@ -151,7 +189,8 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
       const bool started = !it->second->waiting();
       running.erase(it);
       // Cancels and pauses are durable: said again until the agent confirms.
-      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested || t.requeue_requested) {
+      if (t.state == v1::TASK_STATE_CANCELLING || t.pause_requested || t.requeue_requested ||
+          t.stop_request != StopRequest::kNone) {
         SendCancel(t);
       }
       // Listed as started: its Accept may have been lost with the old stream.
@@ -168,8 +207,12 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     }
     gone.push_back(id);
   }
-  EndHeld(a, gone, LostResult(absl::StrCat("agent ", a.id, " came back without it")));
+  EndHeld(a, gone,
+          LostResult(absl::StrCat("agent ", a.id, " came back without it",
+                                  across_restart ? " after a restart; not counted" : "")),
+          /*interrupted=*/across_restart);
   for (const auto& [id, ref] : running) {
+    if (ref->finished()) continue;  // its message comes after Welcome: stale then
     const int32_t attempt = ref->attempt();
     // Not the live attempt here: the agent must stop it.
     v1::SchedulerMessage msg;
@@ -272,6 +315,10 @@ bool Scheduler::OnOneAgentMessage(AgentRecord& a, const v1::AgentMessage& msg,
         *h->mutable_heartbeat_lease() = ToProto(opts_.HeartbeatLeaseFor(a.told_interval));
       }
       Send(a.conn, std::move(ack));
+      if (a.reports_stops && a.restart_hold == absl::ZeroDuration()) {
+        ReconcileHeld(a, msg.heartbeat().running());
+        return true;  // an attempt it ended frees room
+      }
       break;
     }
     case v1::AgentMessage::kDraining:
@@ -363,7 +410,14 @@ void Scheduler::OnRelease(AgentRecord& a, const v1::Release& m) {
     v1::TaskResult r;
     r.set_outcome(v1::OUTCOME_CANCELLED);
     r.set_exit_code(-1);
-    r.set_error(absl::StrCat("released by the agent: ", Bounded(m.reason(), kMaxReasonBytes)));
+    r.set_error(absl::StrCat(m.not_held() ? "not held by the agent: " : "released by the agent: ",
+                             Bounded(m.reason(), kMaxReasonBytes)));
+    // Nothing of it runs there: whatever timeout we asked it to stop for,
+    // the attempt is not the task's to pay for (an expired start still
+    // fails the task).
+    if (m.not_held() && t->stop_request != StopRequest::kExpired) {
+      t->stop_request = StopRequest::kNone;
+    }
     FinishAttempt(*t, std::move(r), /*interrupted=*/true);
     ack.mutable_result_ack()->set_accepted(true);
   }
@@ -427,21 +481,76 @@ void Scheduler::BoundResult(v1::TaskResult* r) const {
   }
 }
 
-bool Scheduler::Committed(const std::string& task_id, int32_t attempt,
-                          const std::string& holder) const {
+void Scheduler::ReconcileHeld(AgentRecord& a,
+                              const google::protobuf::RepeatedPtrField<v1::AttemptRef>& listed) {
+  if (a.tasks.empty() && a.unlisted.empty() && listed.empty()) return;
+  absl::flat_hash_map<absl::string_view, int32_t> has;
+  for (const v1::AttemptRef& r : listed) has[r.task_id()] = r.attempt();
+  // Only accepted attempts: the agent held each of them before it sent
+  // the Accept, which came before the previous heartbeat, so every
+  // heartbeat built after that one lists it (running, or finished with its
+  // message unacknowledged) until we acknowledged it. Two in a row that
+  // leave it out mean it is not there (one could have been built before
+  // the Accept was written). A dispatched one is the ack timeout's.
+  absl::flat_hash_set<std::pair<std::string, int32_t>> unlisted;
+  std::vector<std::string> gone;
+  for (const std::string& id : a.tasks) {
+    const TaskRecord* t = Find(id);
+    if (t == nullptr || t->state != v1::TASK_STATE_RUNNING || t->chained_after != nullptr) {
+      continue;
+    }
+    auto it = has.find(id);
+    if (it != has.end() && it->second == t->attempt) continue;
+    std::pair<std::string, int32_t> key(id, t->attempt);
+    if (a.unlisted.contains(key)) {
+      gone.push_back(id);
+    } else {
+      unlisted.insert(std::move(key));
+    }
+  }
+  a.unlisted = std::move(unlisted);
+  EndHeld(a, gone,
+          LostResult(absl::StrCat("agent ", a.id,
+                                  " no longer holds it: two heartbeats in a row left it out")));
+  // Running there but not live here: the agent must stop it.
+  for (const v1::AttemptRef& r : listed) {
+    if (r.finished() || r.waiting()) continue;
+    if (LiveAttempt(a, r.task_id(), r.attempt()) != nullptr) continue;
+    v1::SchedulerMessage msg;
+    msg.mutable_cancel()->set_task_id(r.task_id());
+    msg.mutable_cancel()->set_attempt(r.attempt());
+    Send(a.conn, std::move(msg));
+  }
+}
+
+bool Scheduler::Committed(const std::string& task_id, int32_t attempt, const std::string& holder,
+                          const v1::TaskResult& sent) const {
   const TaskRecord* known = Find(task_id);
   if (known == nullptr) {
     // Finished and on disk: its history is not read back for this. An
     // attempt it made was taken; which holder sent it is not checked
-    // (either answer changes nothing but the agent's log line).
+    // (either answer makes the agent drop it; only its log line differs).
     const ColdTask* c = table_.FindCold(task_id);
     return c != nullptr && attempt >= 1 && attempt <= c->attempt;
   }
+  v1::TaskResult bounded = sent;
+  BoundResult(&bounded);
   for (const v1::Attempt& done : known->attempts) {
-    if (done.attempt() == attempt && done.agent_id() == holder &&
-        done.result().outcome() != v1::OUTCOME_LOST) {
-      return true;
-    }
+    if (done.attempt() != attempt || done.agent_id() != holder) continue;
+    const v1::TaskResult& kept = done.result();
+    // The stored end is this result when its content is (a stop we asked
+    // for may have renamed a cancel a timeout): not one the scheduler made
+    // itself when it ended the attempt without it.
+    // A lost attempt's end is never an agent's result.
+    if (kept.outcome() == v1::OUTCOME_LOST) return false;
+    const bool renamed =
+        bounded.outcome() == v1::OUTCOME_CANCELLED && kept.outcome() == v1::OUTCOME_TIMED_OUT;
+    return (kept.outcome() == bounded.outcome() || renamed) && kept.step() == bounded.step() &&
+           kept.stdout_tail() == bounded.stdout_tail() &&
+           kept.stderr_tail() == bounded.stderr_tail() &&
+           kept.stdout_cut_bytes() == bounded.stdout_cut_bytes() &&
+           kept.stderr_cut_bytes() == bounded.stderr_cut_bytes() &&
+           (renamed || kept.exit_code() == bounded.exit_code());
   }
   return false;
 }
@@ -461,7 +570,7 @@ void Scheduler::OnResult(AgentRecord& a, const v1::Result& m) {
     ack.mutable_result_ack()->set_accepted(true);
   } else {
     // A result resent after its ack was lost is already committed: say so.
-    const bool committed = Committed(m.task_id(), m.attempt(), a.id);
+    const bool committed = Committed(m.task_id(), m.attempt(), a.id, m.result());
     if (!committed) ++stale_messages_;
     ack.mutable_result_ack()->set_accepted(committed);
   }

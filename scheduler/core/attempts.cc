@@ -34,8 +34,39 @@ int32_t Scheduler::AttemptsUsed(const TaskRecord& t) const {
   return t.attempt - t.attempt_base - interrupted - t.interrupted_dropped;
 }
 
+void Scheduler::ApplyStopRequest(const TaskRecord& t, v1::TaskResult* result,
+                                 bool* interrupted) const {
+  // What the agent said stands when it is a success, or a failure of the
+  // step's own; what our request stopped (or what a lost agent took with
+  // it) ends as the request says.
+  const bool stopped =
+      result->outcome() == v1::OUTCOME_CANCELLED || result->outcome() == v1::OUTCOME_LOST;
+  switch (t.stop_request) {
+    case StopRequest::kTimedOut:
+      if (!stopped) return;
+      result->set_outcome(v1::OUTCOME_TIMED_OUT);
+      result->set_exit_code(-1);
+      result->set_error(absl::StrCat(
+          "attempt_timeout ", absl::FormatDuration(FromProto(t.spec.attempt_timeout())),
+          " passed with no result (the scheduler's deadline, ",
+          absl::FormatDuration(opts_.attempt_timeout_slack), " after it); agent ", t.agent_id,
+          " stopped it (", result->error(), ")"));
+      *interrupted = false;
+      return;
+    case StopRequest::kNotAccepted:
+      if (!stopped || *interrupted) return;
+      *result =
+          LostResult(absl::StrCat("agent ", t.agent_id, " did not accept it within ",
+                                  absl::FormatDuration(AckTimeout(t)), " (", result->error(), ")"));
+      return;
+    default:  // kExpired: the task fails short of a success (EndAttempt)
+      return;
+  }
+}
+
 void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted,
                               absl::Duration requeue_after) {
+  ApplyStopRequest(t, &result, &interrupted);
   const bool waiting = t.chained_after != nullptr;
   if (waiting) {
     // Never started: it says nothing about the task.
@@ -112,6 +143,7 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
   }
 
   t.link_started = false;
+  t.stop_request = StopRequest::kNone;
   c.pausing = t.pause_requested;
   t.pause_requested = false;
   // A pause that stopped the attempt interrupts it, like a drain's release;
@@ -144,11 +176,13 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
 
 void Scheduler::EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
                            absl::Duration requeue_after) {
+  const bool expired = t.stop_request == StopRequest::kExpired;
   const Closed c = CloseAttempt(t, std::move(result), interrupted, holds_slot);
   const std::string& agent = c.holder;
   const AfterAttempt after = DecideAfterAttempt(
       t, absl::StrCat("attempt ", t.attempt, c.claimed ? " claimed by " : " on agent ", agent),
-      {c.interrupted, c.pausing, requeue_after}, AttemptsUsed(t), opts_, Now(), [this] {
+      {c.interrupted, c.pausing, requeue_after, expired, FromProto(t.spec.schedule_timeout())},
+      AttemptsUsed(t), opts_, Now(), [this] {
         return opts_.random ? opts_.random() : std::uniform_real_distribution<double>(0, 1)(rng_);
       });
   switch (after.next) {

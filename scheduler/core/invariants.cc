@@ -91,8 +91,12 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("PENDING task ", id, " has no ready time (or one ahead of now)");
     }
     if (t.state == v1::TASK_STATE_DISPATCHED && t.chained_after == nullptr &&
-        !task_deadlines_.Contains(t.id())) {
+        t.stop_request == StopRequest::kNone && !task_deadlines_.Contains(t.id())) {
       return fail("DISPATCHED task ", id, " has no ack deadline");
+    }
+    if (t.stop_request != StopRequest::kNone && (!IsInFlight(t.state) || t.claimed())) {
+      return fail("task ", id, " is ", StateName(t.state),
+                  " with a stop asked of an agent that holds nothing of it");
     }
     // Dependencies.
     int32_t unsucceeded = 0, unfinished = 0;

@@ -229,6 +229,16 @@ std::string EncodeLabels(const google::protobuf::Map<std::string, std::string>& 
 bool HasLabels(const v1::TaskSpec& spec,
                const std::vector<std::pair<std::string, std::string>>& want);
 
+// Why the scheduler itself asked an agent to stop a live attempt (a cancel,
+// a pause and a gang's stop have their own marks). Ordered: a stronger one
+// replaces a weaker one, never the other way round.
+enum class StopRequest : uint8_t {
+  kNone = 0,
+  kTimedOut,     // its attempt_timeout (and the slack) passed while it ran
+  kNotAccepted,  // its ack timeout passed while it was DISPATCHED
+  kExpired,      // its schedule_timeout passed before it started
+};
+
 struct TaskRecord {
   v1::TaskSpec spec;
   int64_t seq = 0;  // submit order, unique and increasing
@@ -255,6 +265,13 @@ struct TaskRecord {
   // The task let go of its unique_key before its ttl passed (it succeeded or
   // was cancelled): see UniqueUntil.
   bool unique_released = false;
+  // The scheduler asked the agent to stop the live attempt (a timeout, or
+  // a start deadline that passed while it was dispatched). The attempt
+  // keeps its slot and resources until the agent says its steps are gone,
+  // or the agent is lost; then it ends as the request says unless it
+  // succeeded. Not stored: restore arms the deadlines again, and they set
+  // it again. Said again to the agent on every reconnect, as a pause is.
+  StopRequest stop_request = StopRequest::kNone;
   // Set while a pull worker holds the live attempt (a board claim; then
   // agent_id is the claim's owner, not an agent): when the claim ends
   // unless extended. InfinitePast: not a claim.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,6 +39,12 @@ struct AgentRecord {
   bool exiting = false;
   // Takes WatchOutput and sends TaskOutput (Hello.live_output).
   bool live_output = false;
+  // Answers every Cancel and lists all it holds in each Heartbeat
+  // (Hello.reports_stops): a timed-out attempt waits for its word.
+  bool reports_stops = false;
+  // Accepted attempts (task id, attempt) the last Heartbeat left out: one
+  // the next leaves out too is no longer there, and is ended.
+  absl::flat_hash_set<std::pair<std::string, int32_t>> unlisted;
   std::string version;
   absl::Time connect_time = absl::InfinitePast();    // wall, for display
   absl::Time last_seen_time = absl::InfinitePast();  // wall, for display

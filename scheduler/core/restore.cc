@@ -60,7 +60,13 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       return absl::DataLossError(
           absl::StrCat("task ", t.id(), " is ", StateName(t.state), " but claimed"));
     }
-    if (!IsTerminal(t.state) && !IsInFlight(t.state)) ArmStartDeadline(t, t.create_time);
+    // A dispatched attempt not accepted yet has not started either: its
+    // deadline holds through the restart (and, passed, asks its agent to
+    // stop it once the agent is back).
+    if (!IsTerminal(t.state) && (!IsInFlight(t.state) || (t.state == v1::TASK_STATE_DISPATCHED &&
+                                                          t.start_time == absl::InfinitePast()))) {
+      ArmStartDeadline(t, t.create_time);
+    }
     if (!t.job_id().empty()) {
       JobRecord& j = table_.FindOrAddJob(t.job_id(), t.seq, t.create_time);
       t.job = &j;

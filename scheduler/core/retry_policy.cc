@@ -97,6 +97,11 @@ AfterAttempt DecideAfterAttempt(const TaskRecord& t, const std::string& what, co
   }
   std::string why = absl::StrCat(what, " ", OutcomeWord(r.outcome()));
   if (!r.error().empty()) absl::StrAppend(&why, ": ", r.error());
+  if (end.expired) {
+    return {Next::kFailed, absl::InfinitePast(),
+            absl::StrCat("expired before start: not started within schedule_timeout ",
+                         absl::FormatDuration(end.expired_after), " (", why, ")")};
+  }
   if (end.pausing) {
     return {Next::kPaused, absl::InfinitePast(), absl::StrCat("paused by request (", why, ")")};
   }

@@ -31,6 +31,11 @@ struct AttemptEnd {
   bool pausing = false;
   // An interrupted task waits this long before it may run (zero: at once).
   absl::Duration requeue_after = absl::ZeroDuration();
+  // Its schedule_timeout passed while the attempt was dispatched and it
+  // never started: short of a success, the task fails (`expired_after`
+  // is that timeout, for the reason).
+  bool expired = false;
+  absl::Duration expired_after = absl::ZeroDuration();
 };
 
 struct AfterAttempt {

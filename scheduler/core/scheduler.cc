@@ -371,13 +371,15 @@ void Scheduler::CancelOne(TaskRecord& t, const std::string& reason) {
     case v1::TASK_STATE_RUNNING: {
       t.pause_requested = false;  // cancel wins over a pause under way
       t.requeue_requested = false;
-      const bool waiting = t.chained_after != nullptr;
+      // A chain link its agent may have started already (its predecessor's
+      // success on the way): an agent that reports its stops says which.
+      const bool waiting = t.chained_after != nullptr && !ReportsStops(t.agent_id);
       Transition(t, v1::TASK_STATE_CANCELLING, CancellingReason(reason, t.agent_id));
       SendCancel(t);
       if (waiting || t.claimed()) {
-        // A chain link that has not started: the agent drops it on the
-        // Cancel without a word, so it ends here and now. A pull worker's
-        // claim ends now too: its next call finds it gone.
+        // A chain link that has not started, on an older agent: it drops
+        // it on the Cancel without a word, so it ends here and now. A pull
+        // worker's claim ends now too: its next call finds it gone.
         v1::TaskResult r;
         r.set_outcome(v1::OUTCOME_CANCELLED);
         r.set_exit_code(-1);
@@ -478,9 +480,10 @@ absl::StatusOr<const TaskRecord*> Scheduler::Pause(const std::string& id) {
       t->reason = absl::StrCat("pause requested; waiting for agent ", t->agent_id);
       PersistRow(*t);
       SendCancel(*t);
-      if (t->chained_after != nullptr || t->claimed()) {
-        // A chain link that has not started: the agent drops it silently.
-        // A claim ends now: its worker's next call finds it gone.
+      if (t->claimed() || (t->chained_after != nullptr && !ReportsStops(t->agent_id))) {
+        // A chain link that has not started, on an older agent: it drops
+        // it silently (one that reports its stops says whether it had
+        // started). A claim ends now: its worker's next call finds it gone.
         v1::TaskResult r;
         r.set_outcome(v1::OUTCOME_CANCELLED);
         r.set_exit_code(-1);
@@ -669,7 +672,16 @@ void Scheduler::Tick() {
   }
   for (const std::string& id : start_deadlines_.PopExpired(now - absl::UnixEpoch())) {
     TaskRecord* t = Mutable(id);
-    if (t == nullptr || IsTerminal(t->state) || IsInFlight(t->state)) continue;
+    if (t == nullptr || IsTerminal(t->state)) continue;
+    if (IsInFlight(t->state)) {
+      // Dispatched, not started: its agent is told to stop it, and short
+      // of a success it fails once the agent says so (or is lost). One
+      // that started is not concerned (its Accept removed the deadline).
+      if (t->start_time == absl::InfinitePast() && !t->claimed()) {
+        RequestStop(*t, StopRequest::kExpired);
+      }
+      continue;
+    }
     Transition(*t, v1::TASK_STATE_FAILED,
                absl::StrCat("expired before start: not started within schedule_timeout ",
                             absl::FormatDuration(FromProto(t->spec.schedule_timeout()))));
@@ -684,6 +696,15 @@ void Scheduler::Tick() {
   for (const std::string& id : task_deadlines_.PopExpired(mono)) {
     TaskRecord* t = Mutable(id);
     if (t == nullptr || !IsInFlight(t->state)) continue;
+    const AgentRecord* holder = agents_.Find(t->agent_id);
+    if (holder != nullptr && holder->reports_stops) {
+      // Freed on the agent's word only (or once the agent is lost): its
+      // step may be cleaning up for its kill grace, or run on under a
+      // restart hold, and must not overlap the next attempt.
+      RequestStop(*t, t->start_time == absl::InfinitePast() ? StopRequest::kNotAccepted
+                                                            : StopRequest::kTimedOut);
+      continue;
+    }
     SendCancel(*t);                               // in case the agent does hold it
     if (t->start_time == absl::InfinitePast()) {  // never accepted
       FinishAttempt(*t, LostResult(absl::StrCat("agent ", t->agent_id, " did not accept it within ",

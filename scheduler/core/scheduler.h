@@ -548,8 +548,23 @@ class Scheduler {
   // without success, the links waiting behind it end too (interrupted), and
   // when it succeeds, the next link takes its slot.
   // An interrupted task comes back after `requeue_after` (at once if zero).
+  // A live attempt's stop_request decides how it ends unless it succeeded.
   void FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted = false,
                      absl::Duration requeue_after = absl::ZeroDuration());
+  // FinishAttempt's first step: what `t.stop_request` makes of the end the
+  // agent (or the loss of the agent) gave.
+  void ApplyStopRequest(const TaskRecord& t, v1::TaskResult* result, bool* interrupted) const;
+  // Asks the agent holding `t` to stop its live attempt for `why`, which
+  // then stays held until the agent says its steps are gone (a stronger
+  // request replaces a weaker one).
+  void RequestStop(TaskRecord& t, StopRequest why);
+  // The agent `agent_id` is known and reports its stops (Hello.reports_stops).
+  bool ReportsStops(const std::string& agent_id) const;
+  // Heartbeat.running of an agent that reports its stops: an accepted
+  // attempt two heartbeats in a row leave out is ended; a running one
+  // listed that is not live here is cancelled.
+  void ReconcileHeld(AgentRecord& a,
+                     const google::protobuf::RepeatedPtrField<v1::AttemptRef>& listed);
   // FinishAttempt's bookkeeping for one task. `holds_slot`: false for a
   // chain link that never started.
   void EndAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot,
@@ -730,9 +745,11 @@ class Scheduler {
   // (counting what went), an output past max_task_output_bytes fails the
   // attempt, and an outcome the holder may not give is FAILED.
   void BoundResult(v1::TaskResult* r) const;
-  // The attempt ended with a result from `holder` that was taken (a resent
-  // result whose answer was lost is then no error).
-  bool Committed(const std::string& task_id, int32_t attempt, const std::string& holder) const;
+  // The attempt ended with `sent`, a result from `holder`, taken (a resent
+  // result whose answer was lost is then no error), rather than ended
+  // another way (the scheduler's own timeout, a lost agent) before it came.
+  bool Committed(const std::string& task_id, int32_t attempt, const std::string& holder,
+                 const v1::TaskResult& sent) const;
   // The live claim `ref` names: NOT_FOUND for an unknown task, ABORTED
   // when it is not (or no longer) that claim.
   absl::StatusOr<TaskRecord*> LiveClaim(const v1::ClaimRef& ref);
