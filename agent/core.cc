@@ -242,9 +242,20 @@ int AgentCore::TakeBackKept() {
   std::vector<std::string> dropped;
   std::vector<KeptRun> kept = ReadKeptAttempts(opts_.exec.work_dir, &dropped);
   for (const std::string& d : dropped) spdlog::warn("a kept task was not taken back: {}", d);
+  std::string results_error;
+  v1::KeptResults results = ReadKeptResults(opts_.exec.work_dir, opts_.id, &results_error);
+  if (!results_error.empty()) spdlog::warn("{}", results_error);
   std::vector<std::shared_ptr<TaskRun>> runs;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (v1::AgentMessage& m : *results.mutable_messages()) {
+      if (!m.has_result() && !m.has_release()) continue;
+      KeepUnackedLocked(std::move(m));
+    }
+    if (results.messages_size() > 0) {
+      spdlog::info("{} result(s) the agent before this one exited with go to the scheduler",
+                   results.messages_size());
+    }
     const absl::Duration real_now = RealClock::Get()->Monotonic();
     for (KeptRun& k : kept) {
       const absl::Duration until = absl::Nanoseconds(k.kept.hold_until_monotonic_ns());
@@ -291,7 +302,46 @@ int AgentCore::Finish() {
   // kill_grace.
   StopAllLocked(StopCause::kReleased, "agent exited");
   cv_.wait(lock, [this] { return threads_ == 0; });
+  // What the scheduler has not acknowledged goes to the next agent with
+  // this id (a restart while the scheduler is away must not lose a result).
+  v1::KeptResults kept;
+  kept.set_agent_id(opts_.id);
+  std::vector<const Unacked*> in_order;
+  for (const auto& [key, u] : unacked_) in_order.push_back(&u);
+  std::sort(in_order.begin(), in_order.end(),
+            [](const Unacked* a, const Unacked* b) { return a->seq < b->seq; });
+  for (const Unacked* u : in_order) *kept.add_messages() = u->msg;
+  if (std::string error = WriteKeptResults(opts_.exec.work_dir, kept); !error.empty()) {
+    spdlog::error("{} result(s) not acknowledged are lost: {}", kept.messages_size(), error);
+  } else if (kept.messages_size() > 0) {
+    spdlog::info("kept {} result(s) not acknowledged for the next agent with this --id",
+                 kept.messages_size());
+  }
   return static_cast<int>(unacked_.size());
+}
+
+void AgentCore::KeepUnackedLocked(v1::AgentMessage msg) {
+  const Key key = msg.has_result() ? Key{msg.result().task_id(), msg.result().attempt()}
+                                   : Key{msg.release().task_id(), msg.release().attempt()};
+  unacked_[key] = Unacked{next_unacked_seq_++, std::move(msg)};
+}
+
+void AgentCore::ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const {
+  slots_.ListHeld(out);
+  for (const Key& key : kept_keys_) {
+    v1::AttemptRef* ref = out->Add();
+    ref->set_task_id(key.first);
+    ref->set_attempt(key.second);
+  }
+  // Finished but unacknowledged attempts (Result or Release) are still
+  // ours: the scheduler must keep them until the messages, resent after
+  // Welcome, arrive.
+  for (const auto& [key, u] : unacked_) {
+    v1::AttemptRef* ref = out->Add();
+    ref->set_task_id(key.first);
+    ref->set_attempt(key.second);
+    ref->set_finished(true);
+  }
 }
 
 v1::AgentMessage AgentCore::StreamStarted() {
@@ -308,17 +358,10 @@ v1::AgentMessage AgentCore::StreamStarted() {
   h->set_batches(true);
   h->set_adaptive_heartbeat(true);
   h->set_live_output(true);
+  h->set_reports_stops(true);
   for (const auto& [k, v] : opts_.labels) (*h->mutable_labels())[k] = v;
   for (const auto& [k, v] : opts_.resources) (*h->mutable_resources())[k] = v;
-  slots_.ListHeld(h->mutable_running());
-  // Finished but unacknowledged attempts (Result or Release) are still
-  // ours: the scheduler must keep them until the messages, resent after
-  // Welcome, arrive.
-  for (const auto& [key, m] : unacked_) {
-    v1::AttemptRef* ref = h->add_running();
-    ref->set_task_id(key.first);
-    ref->set_attempt(key.second);
-  }
+  ListHeldLocked(h->mutable_running());
   stream_open_ = true;
   welcomed_ = false;
   silence_ended_ = false;
@@ -504,12 +547,32 @@ void AgentCore::OnAssign(const v1::Assign& assign) {
 }
 
 void AgentCore::OnCancel(const v1::Cancel& c) {
-  std::lock_guard<std::mutex> lock(mu_);
-  spdlog::info("cancel of {} attempt {}", c.task_id(), c.attempt());
-  const std::vector<std::string> dropped = slots_.Cancel(c.task_id(), c.attempt());
-  if (!dropped.empty()) {
-    spdlog::info("cancelled waiting chain link(s) {}", absl::StrJoin(dropped, ", "));
+  // Every Cancel is answered (Hello.reports_stops): a running attempt by
+  // its Result once its processes are gone, a waiting link by a Release
+  // now, and an attempt held nowhere here by a Release marked not_held, so
+  // the scheduler frees it on our word and not on a timer.
+  std::optional<v1::AgentMessage> answer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spdlog::info("cancel of {} attempt {}", c.task_id(), c.attempt());
+    const Key key{c.task_id(), c.attempt()};
+    if (slots_.RunOf(c.task_id(), c.attempt()) != nullptr) {
+      slots_.Cancel(c.task_id(), c.attempt());  // its Result says when it is gone
+      return;
+    }
+    const std::vector<std::string> dropped = slots_.Cancel(c.task_id(), c.attempt());
+    if (!dropped.empty()) {
+      spdlog::info("cancelled waiting chain link(s) {}", absl::StrJoin(dropped, ", "));
+      answer = ReleaseMsg(c.task_id(), c.attempt(), "cancelled before it started");
+      KeepUnackedLocked(*answer);
+    } else if (unacked_.count(key) > 0 || kept_keys_.count(key) > 0) {
+      return;  // its message is on its way, or the next agent holds it
+    } else {
+      answer = ReleaseMsg(c.task_id(), c.attempt(), "this agent does not hold it");
+      answer->mutable_release()->set_not_held(true);
+    }
   }
+  outbox_.Write(std::move(*answer));
 }
 
 void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMessage>* sink) {
@@ -521,6 +584,7 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
       std::lock_guard<std::mutex> lock(mu_);
       watches_.Finish(a.task_id(), a.attempt());
       LogDropped(slots_.Kept(run), "their predecessor was kept for the next agent");
+      kept_keys_.insert({a.task_id(), a.attempt()});
       ++kept_;
       break;
     }
@@ -531,11 +595,8 @@ void AgentCore::TaskThread(std::shared_ptr<TaskRun> run, std::vector<v1::AgentMe
       std::lock_guard<std::mutex> lock(mu_);
       out = watches_.Finish(a.task_id(), a.attempt());
       ended = slots_.Finish(run, std::move(result), drain_.draining());
-      unacked_[{a.task_id(), a.attempt()}] = ended.report;
-      if (ended.link.has_release()) {
-        const v1::Release& r = ended.link.release();
-        unacked_[{r.task_id(), r.attempt()}] = ended.link;
-      }
+      KeepUnackedLocked(ended.report);
+      if (ended.link.has_release()) KeepUnackedLocked(ended.link);
     }
     if (ended.report.has_release()) {
       spdlog::info("{} attempt {} released: {}", a.task_id(), a.attempt(),
@@ -587,7 +648,11 @@ void AgentCore::ResendUnacked() {
   std::vector<v1::AgentMessage> msgs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, m] : unacked_) msgs.push_back(m);
+    std::vector<const Unacked*> in_order;
+    for (const auto& [key, u] : unacked_) in_order.push_back(&u);
+    std::sort(in_order.begin(), in_order.end(),
+              [](const Unacked* a, const Unacked* b) { return a->seq < b->seq; });
+    for (const Unacked* u : in_order) msgs.push_back(u->msg);
   }
   outbox_.WriteAll(std::move(msgs));
 }
@@ -663,7 +728,7 @@ absl::Duration AgentCore::Tick() {
       if (now >= last_heartbeat_ + heartbeat_interval_) {
         last_heartbeat_ = now;
         v1::Heartbeat* hb = out.emplace().mutable_heartbeat();
-        slots_.ListHeld(hb->mutable_running());
+        ListHeldLocked(hb->mutable_running());
         *hb->mutable_heartbeat_interval() = ToProto(heartbeat_interval_);
         lease_.HeartbeatSent(now);
         heartbeat_at = now;

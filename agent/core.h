@@ -47,6 +47,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,7 +140,8 @@ class AgentCore {
   // scheduler, a grant of zero): Drain(`otherwise`) instead.
   void Restart(absl::Duration hold, absl::Duration otherwise);
   // Before the first stream: takes back the attempts an earlier agent kept
-  // in exec.work_dir, running them on. Returns how many.
+  // in exec.work_dir, running them on, and the results it exited with
+  // unacknowledged, to send again. Returns how many attempts it took back.
   int TakeBackKept();
   // Runs kept for the next agent since this one started.
   int kept() const;
@@ -153,7 +155,9 @@ class AgentCore {
   // its own thread.
   bool WaitTasksEnded(absl::Duration timeout);
   // After the last stream: releases whatever still runs and waits for every
-  // task thread. Returns the Results/Releases left unacknowledged.
+  // task thread. Returns the Results/Releases left unacknowledged, which it
+  // writes to exec.work_dir (kept/results) for the next agent with this id
+  // to send (TakeBackKept()).
   int Finish();
 
   int running() const;
@@ -197,6 +201,13 @@ class AgentCore {
   void NotifyLocked();
   bool HandedOverLocked() const { return threads_ == 0 && unacked_.empty(); }
   void ResendUnacked();
+  // Keeps `msg` (a Result or Release) until acknowledged, after those
+  // produced before it. Needs mu_.
+  void KeepUnackedLocked(v1::AgentMessage msg);
+  // Everything this agent holds, as Hello and Heartbeat list it: running
+  // and waiting attempts, those kept for the next agent, and finished ones
+  // whose message is unacknowledged (`finished`). Needs mu_.
+  void ListHeldLocked(google::protobuf::RepeatedPtrField<v1::AttemptRef>* out) const;
   void SayDraining();
   // The scheduler's Undrain: work again, unless the agent is leaving.
   void OnUndrain();
@@ -218,9 +229,20 @@ class AgentCore {
   // lease_.FenceAt() for the step supervisors (ExecutorOptions::fence_ns):
   // on CLOCK_MONOTONIC, with kSupervisorFenceMargin. Written under mu_.
   const std::shared_ptr<std::atomic<int64_t>> fence_ns_ = std::make_shared<std::atomic<int64_t>>(0);
-  DrainPlan drain_;                                       // guarded by mu_
-  OutputWatches watches_;                                 // guarded by mu_
-  std::map<Key, v1::AgentMessage> unacked_;               // guarded by mu_; Result or Release
+  DrainPlan drain_;        // guarded by mu_
+  OutputWatches watches_;  // guarded by mu_
+  // Guarded by mu_: each Result or Release sent and not yet acknowledged,
+  // with the order it was produced in (resent in that order: a chain's
+  // links after their predecessor).
+  struct Unacked {
+    uint64_t seq = 0;
+    v1::AgentMessage msg;
+  };
+  std::map<Key, Unacked> unacked_;
+  uint64_t next_unacked_seq_ = 0;  // guarded by mu_
+  // Guarded by mu_: attempts kept for the next agent (Restart()): still
+  // this agent's to list until it exits, and not for it to release.
+  std::set<Key> kept_keys_;
   int threads_ = 0;                                       // guarded by mu_; live task threads
   absl::Duration heartbeat_interval_ = absl::Seconds(1);  // guarded by mu_
   absl::Duration last_heartbeat_;                         // guarded by mu_

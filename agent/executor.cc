@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/builtins.h"
 #include "agent/http_step.h"
+#include "agent/proc_tree.h"
 #include "agent/process.h"
 #include "agent/step_supervisor.h"
 #include "common/clock.h"
@@ -153,6 +155,8 @@ std::string BaseDir(const std::string& work_dir, std::error_code* ec) {
 }
 
 constexpr char kKeptDir[] = "kept";
+// How long a kept step's supervisor may take to answer the next agent.
+constexpr absl::Duration kProveWithin = absl::Seconds(2);
 
 }  // namespace
 
@@ -231,8 +235,9 @@ void TaskRun::Detach(int64_t hold_until_ns) {
   WakeLocked();
 }
 
-bool TaskRun::WriteKept(int index, const std::string& name, absl::Duration step_start,
-                        const OutputTail& out, const OutputTail& err, int64_t* hold_until_ns) {
+bool TaskRun::WriteKept(int index, const std::string& name, const internal::DetachRequest* detach,
+                        absl::Duration step_start, const OutputTail& out, const OutputTail& err,
+                        int64_t* hold_until_ns) {
   int64_t hold;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -260,6 +265,14 @@ bool TaskRun::WriteKept(int index, const std::string& name, absl::Duration step_
   k.set_stderr_cut_bytes(err.cut());
   k.set_hold_until_monotonic_ns(hold);
   k.set_boot_id(BootId());
+  if (detach != nullptr) {
+    k.set_secret(detach->secret);
+    k.set_supervisor_pid(detach->supervisor);
+    proc::Stat st;
+    if (detach->supervisor > 0 && proc::ReadStat(detach->supervisor, &st)) {
+      k.set_supervisor_start_ticks(static_cast<int64_t>(st.start_ticks));
+    }
+  }
   const std::string file = dir + "/" + std::filesystem::path(attempt_dir_).filename().string();
   const std::string tmp = file + ".tmp";
   unlink(tmp.c_str());
@@ -287,26 +300,105 @@ void TaskRun::RemoveKept() {
 }
 
 void TaskRun::SetDetach(int index, OutputTail* out, OutputTail* err, internal::ChildControl* ctl) {
-  auto name = std::make_shared<std::string>();
-  ctl->detach = [this, index, out, err, name](supervisor::Command* c) {
+  // What the supervisor was told, for the kept file written again when
+  // its answer comes.
+  auto told = std::make_shared<internal::DetachRequest>();
+  const absl::Duration deadline = ctl->deadline;
+  ctl->detach = [this, index, out, err, told, deadline](internal::DetachRequest* r) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (detach_until_ns_ == 0) return false;
     }
-    *name = internal::NewSupervisorName();
+    const std::string name = internal::NewSupervisorName();
+    r->secret = internal::NewSupervisorSecret();
+    // Held to the step's own deadline while no agent is there.
+    r->stop_at_ns = deadline == absl::InfiniteDuration() ? 0 : absl::ToInt64Nanoseconds(deadline);
+    r->grace_ns = absl::ToInt64Nanoseconds(opts_.kill_grace);
+    if (r->supervisor == 0) r->supervisor = kept_.has_value() ? kept_->supervisor_pid() : 0;
     int64_t hold = 0;
-    if (!WriteKept(index, *name, step_start_, *out, *err, &hold)) return false;
-    c->deadline_ns = hold;
-    c->tail_bytes = opts_.max_output_bytes;
-    snprintf(c->name, sizeof(c->name), "%s", name->c_str());
+    if (!WriteKept(index, name, r, step_start_, *out, *err, &hold)) return false;
+    r->command.deadline_ns = hold;
+    r->command.tail_bytes = opts_.max_output_bytes;
+    snprintf(r->command.name, sizeof(r->command.name), "%s", name.c_str());
+    *told = *r;
     return true;
   };
   // The output read between the first write and the supervisor's answer
   // goes in too (a kept step taken back had frames in flight).
-  ctl->detached = [this, index, out, err, name] {
+  ctl->detached = [this, index, out, err, told] {
     int64_t hold = 0;
-    WriteKept(index, *name, step_start_, *out, *err, &hold);
+    WriteKept(index, told->command.name, told.get(), step_start_, *out, *err, &hold);
   };
+}
+
+namespace {
+constexpr char kKeptResults[] = "results";
+
+// The whole of a regular file (not followed if a link), or nullopt.
+std::optional<std::string> ReadWhole(const std::string& file) {
+  const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string data;
+  char buf[64 << 10];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) data.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return data;
+}
+
+// Writes `data` to `dir`/`name` through a temporary file renamed into
+// place, so a reader finds the old file or the whole new one.
+std::string WriteReplacing(const std::string& dir, const std::string& name,
+                           const std::string& data) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::StrCat("cannot create ", dir, ": ", ErrnoText(errno));
+  }
+  const std::string file = dir + "/" + name;
+  const std::string tmp = file + ".tmp";
+  unlink(tmp.c_str());
+  if (std::string error = WriteNewFile(tmp, data); !error.empty()) {
+    unlink(tmp.c_str());
+    return error;
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return absl::StrCat("cannot rename ", tmp, ": ", ErrnoText(err));
+  }
+  return "";
+}
+}  // namespace
+
+std::string WriteKeptResults(const std::string& work_dir, const v1::KeptResults& kept) {
+  std::error_code ec;
+  const std::string dir = BaseDir(work_dir, &ec) + "/" + kKeptDir;
+  if (ec) return absl::StrCat("cannot use the work directory ", work_dir, ": ", ec.message());
+  if (kept.messages_size() == 0) {
+    unlink((dir + "/" + kKeptResults).c_str());
+    return "";
+  }
+  return WriteReplacing(dir, kKeptResults, kept.SerializeAsString());
+}
+
+v1::KeptResults ReadKeptResults(const std::string& work_dir, const std::string& agent_id,
+                                std::string* error) {
+  v1::KeptResults kept;
+  std::error_code ec;
+  const std::string file = BaseDir(work_dir, &ec) + "/" + kKeptDir + "/" + kKeptResults;
+  if (ec) return kept;
+  const std::optional<std::string> data = ReadWhole(file);
+  if (!data.has_value()) return kept;
+  unlink(file.c_str());
+  if (!kept.ParseFromString(*data)) {
+    *error = absl::StrCat(file, " cannot be read: the results kept in it are lost");
+    return v1::KeptResults();
+  }
+  if (kept.agent_id() != agent_id) {
+    *error = absl::StrCat(file, " holds the results of agent ", kept.agent_id(),
+                          ", not of this agent (", agent_id, "): dropped");
+    return v1::KeptResults();
+  }
+  return kept;
 }
 
 std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
@@ -318,20 +410,14 @@ std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
   const std::string dir = base + "/" + kKeptDir;
   std::vector<std::string> files;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // The kept results are ReadKeptResults'.
+    if (name == kKeptResults || name == absl::StrCat(kKeptResults, ".tmp")) continue;
     files.push_back(it->path().string());
   }
   std::sort(files.begin(), files.end());
   for (const std::string& file : files) {
-    std::string data;
-    {
-      const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0) {
-        char buf[64 << 10];
-        ssize_t n;
-        while ((n = read(fd, buf, sizeof(buf))) > 0) data.append(buf, static_cast<size_t>(n));
-        close(fd);
-      }
-    }
+    const std::string data = ReadWhole(file).value_or("");
     unlink(file.c_str());
     if (absl::EndsWith(file, ".tmp")) continue;  // never finished
     KeptRun run;
@@ -351,11 +437,25 @@ std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
       run.supervisor_fd = internal::ConnectSupervisor(run.kept.supervisor());
       if (run.supervisor_fd < 0) {
         why = absl::StrCat("its step supervisor does not answer (", ErrnoText(errno), ")");
+      } else if (!run.kept.secret().empty() &&
+                 !internal::ProveToSupervisor(run.supervisor_fd, run.kept.secret(), kProveWithin)) {
+        why = absl::StrCat("its step supervisor did not let this agent in within ",
+                           absl::FormatDuration(kProveWithin));
+        close(run.supervisor_fd);
+        run.supervisor_fd = -1;
       }
     }
     if (why.empty()) {
       found.push_back(std::move(run));
       continue;
+    }
+    // Not taken back, it must not run on beside the task's next attempt:
+    // its supervisor, if it is still the one that was kept, is killed with
+    // everything below it.
+    if (run.kept.supervisor_pid() > 0 && run.kept.boot_id() == BootId() &&
+        proc::KillTree(run.kept.supervisor_pid(),
+                       static_cast<uint64_t>(run.kept.supervisor_start_ticks()))) {
+      absl::StrAppend(&why, "; killed it with its step");
     }
     if (!run.kept.attempt_dir().empty()) RemoveTree(run.kept.attempt_dir());
     dropped->push_back(absl::StrCat(run.kept.assignment().task_id(), " attempt ",
@@ -442,7 +542,7 @@ v1::TaskResult TaskRun::Run() {
       const bool attach = kept_fd_ >= 0 && kept_.has_value() && index == kept_->step();
       int64_t hold = 0;
       // Kept between two steps: the next agent starts this one.
-      if (!attach && WriteKept(index, "", Now(), out, err, &hold)) {
+      if (!attach && WriteKept(index, "", nullptr, Now(), out, err, &hold)) {
         detached_.store(true);
         break;
       }
@@ -696,6 +796,7 @@ TaskRun::StepEnd TaskRun::RunExecStep(int index, OutputTail* out, OutputTail* er
   }
   spec.shell_path = opts_.shell_path;
   spec.supervisor = opts_.step_supervisor.empty() ? FindStepSupervisor() : opts_.step_supervisor;
+  spec.confine = opts_.confine_steps;
   if (index == 0) spec.stdin_data = assignment_.payload();
 
   internal::ChildControl ctl;

@@ -66,6 +66,7 @@ class OutputTail;
 struct StopControl;
 struct ChildControl;
 struct ChildExit;
+struct DetachRequest;
 enum class StopReason;
 }  // namespace internal
 
@@ -92,6 +93,10 @@ struct ExecutorOptions {
   // unless it moves on. The agent changes it, then Wake()s the runs. Null:
   // no fence.
   std::shared_ptr<const std::atomic<int64_t>> fence_ns;
+  // Run each exec step in a Landlock domain of its own (agent/landlock.h):
+  // it cannot signal or connect to any process outside it. The agent sets
+  // it when the kernel has Landlock's scopes and --confine_steps is on.
+  bool confine_steps = false;
 };
 
 // The taskgrid-step-supervisor next to this process's own binary, else the
@@ -120,6 +125,16 @@ struct KeptRun {
 // removed, and says why in `dropped`.
 std::vector<KeptRun> ReadKeptAttempts(const std::string& work_dir,
                                       std::vector<std::string>* dropped);
+
+// The Results and Releases an agent exits with unacknowledged, kept in
+// `work_dir` (kept/results, written whole and renamed into place) for the
+// next agent with the same id. Writing an empty set removes the file.
+// Returns "" or why it could not be written.
+std::string WriteKeptResults(const std::string& work_dir, const taskgrid::v1::KeptResults& kept);
+// Reads and removes them; a file of another agent id, or one that does not
+// parse, is dropped and says why in `error`.
+taskgrid::v1::KeptResults ReadKeptResults(const std::string& work_dir, const std::string& agent_id,
+                                          std::string* error);
 
 // One attempt of one task: runs the steps of `assignment` in order.
 //
@@ -206,9 +221,10 @@ class TaskRun {
   // `step_start` (its supervisor listening on `name`; empty: not started):
   // writes the kept file; false when there was no detach or it could not
   // be written.
-  bool WriteKept(int index, const std::string& name, absl::Duration step_start,
-                 const internal::OutputTail& out, const internal::OutputTail& err,
-                 int64_t* hold_until_ns);
+  // `detach`: what the supervisor was told (its pid, the secret), or null.
+  bool WriteKept(int index, const std::string& name, const internal::DetachRequest* detach,
+                 absl::Duration step_start, const internal::OutputTail& out,
+                 const internal::OutputTail& err, int64_t* hold_until_ns);
   void RemoveKept();
   // The detach callback of exec step `index`.
   void SetDetach(int index, internal::OutputTail* out, internal::OutputTail* err,

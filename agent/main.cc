@@ -1,6 +1,8 @@
 // taskgrid-agent: runs tasks for a taskgrid-scheduler.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "agent/landlock.h"
 #include "common/address.h"
 #include "common/flags_help.h"
 #include "common/ids.h"
@@ -53,6 +56,12 @@ ABSL_FLAG(absl::Duration, keep_steps, absl::ZeroDuration(),
           "this long takes them back, and their tasks finish as the same attempt (an upgrade). "
           "Not back in time: the steps are killed and the tasks move, not counted as attempts. "
           "The scheduler holds them at most its --restart_grace. 0: SIGTERM drains");
+ABSL_FLAG(bool, confine_steps, true,
+          "Run each step in a Landlock domain of its own (Linux 6.12 or later): it cannot "
+          "signal, stop or connect to any process outside the step (this agent, its step "
+          "supervisor, other tasks' steps). For an agent that is not root it also sets "
+          "no_new_privs on the step (setuid programs gain nothing). Where the kernel lacks "
+          "it, the agent says so at start and runs steps without it");
 ABSL_FLAG(absl::Duration, stop_on_lost_after, absl::ZeroDuration(),
           "Stop the running tasks after hearing nothing from the scheduler for this long "
           "(before it gives them to another agent). 0: what the scheduler says, else 4s");
@@ -212,6 +221,23 @@ int main(int argc, char** argv) {
         "to taskgrid-agent, or name it with --step_supervisor)",
         opts.exec.step_supervisor.empty() ? "taskgrid-step-supervisor" : opts.exec.step_supervisor);
     return 2;
+  }
+  // Whatever a step leaves when its supervisor is killed from outside
+  // comes to us, and is killed (agent/process.h, KillOrphans).
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    spdlog::warn(
+        "cannot become a child subreaper ({}): a step that kills its own supervisor "
+        "may leave processes behind",
+        strerror(errno));
+  }
+  if (absl::GetFlag(FLAGS_confine_steps)) {
+    opts.exec.confine_steps = taskgrid::agent::landlock::ScopesAvailable();
+    if (!opts.exec.confine_steps) {
+      spdlog::warn(
+          "steps are not confined: this kernel has no Landlock scopes (Linux 6.12 or later, "
+          "Landlock ABI 6; this one has ABI {}), so a step can signal processes outside it",
+          taskgrid::agent::landlock::Abi());
+    }
   }
   opts.stop_on_lost_after = absl::GetFlag(FLAGS_stop_on_lost_after);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -15,9 +16,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/proc_tree.h"
 #include "agent/step_supervisor.h"
 #include "common/clock.h"
 #include "spdlog/spdlog.h"
@@ -31,6 +35,10 @@ constexpr size_t kIoChunk = 64 << 10;
 constexpr absl::Duration kDrainLimit = absl::Milliseconds(500);
 // Poll period when no fd tells us about the child's end or about Cancel().
 constexpr absl::Duration kFallbackPoll = absl::Milliseconds(20);
+// After the step's group was killed, how long its supervisor may take to
+// end (it is woken with SIGCONT, in case the step stopped it) before it is
+// killed too, and what it had below it with it (KillOrphans).
+constexpr absl::Duration kSupervisorGrace = absl::Seconds(1);
 
 namespace sv = supervisor;
 
@@ -198,6 +206,7 @@ void MakePlan(const ChildSpec& spec, int lifeline_fd, int report_fd, int out_rea
   s[sv::kArgStdout] = absl::StrCat(out_read);
   s[sv::kArgStderr] = absl::StrCat(err_read);
   s[sv::kArgShell] = spec.shell_path;
+  s[sv::kArgConfine] = spec.confine ? sv::kConfine : sv::kNoConfine;
   s[sv::kArgCount] = absl::StrCat(candidates.size());
   s.insert(s.end(), candidates.begin(), candidates.end());
   s.push_back("--");
@@ -282,6 +291,9 @@ std::string DescribeReport(const ChildSpec& spec, const sv::Report& report) {
     case sv::kSupervisor:
       return absl::StrCat("cannot start the step supervisor ", spec.supervisor, ": ",
                           ErrnoText(report.value));
+    case sv::kConfineFailed:
+      return absl::StrCat("cannot confine ", spec.argv[0],
+                          " (Landlock): ", ErrnoText(report.value));
     default:
       return absl::StrCat("cannot set up the process for ", spec.argv[0], ": ",
                           ErrnoText(report.value));
@@ -303,7 +315,83 @@ bool HasEnded(pid_t pid) {
   return waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
 }
 
+// The live step supervisors this process started: its only children but
+// for what a killed supervisor left (KillOrphans). A supervisor is entered
+// under the lock across its fork(), so the sweep never takes a new one for
+// an orphan.
+std::mutex supervisors_mu;
+std::set<pid_t>& Supervisors() {
+  static auto* set = new std::set<pid_t>();
+  return *set;
+}
+
+// Reaps the supervisor `pid` and takes it out of Supervisors() at once,
+// under the lock a fork() holds, so that its pid, should it be reused by
+// the next supervisor, is never taken out from under that one.
+void ReapSupervisor(pid_t pid, int* status) {
+  std::lock_guard<std::mutex> lock(supervisors_mu);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+  }
+  Supervisors().erase(pid);
+}
+
+bool IsSubreaper() {
+  int on = 0;
+  return prctl(PR_GET_CHILD_SUBREAPER, &on) == 0 && on != 0;
+}
+
+// Sends what a detach tells the supervisor on `fd`; false when it is gone.
+bool SendDetach(int fd, const DetachRequest& r) {
+  sv::Command secret;
+  memset(&secret, 0, sizeof(secret));
+  secret.type = sv::kSecret;
+  memcpy(secret.name, r.secret.data(), std::min(r.secret.size(), sv::kSecretBytes));
+  sv::Command stop;
+  memset(&stop, 0, sizeof(stop));
+  stop.type = sv::kStopAt;
+  stop.deadline_ns = r.stop_at_ns;
+  stop.tail_bytes = r.grace_ns;
+  sv::Command detach = r.command;
+  detach.type = sv::kDetach;
+  return sv::SendAll(fd, &secret, sizeof(secret)) && sv::SendAll(fd, &stop, sizeof(stop)) &&
+         sv::SendAll(fd, &detach, sizeof(detach));
+}
+
 }  // namespace
+
+int KillOrphans() {
+  if (!IsSubreaper()) return 0;
+  int killed = 0;
+  const pid_t self = getpid();
+  for (int round = 0; round < 200; ++round) {
+    std::vector<pid_t> orphans;
+    {
+      std::lock_guard<std::mutex> lock(supervisors_mu);
+      const proc::Tree tree = proc::ReadTree();
+      auto it = tree.children.find(self);
+      if (it == tree.children.end()) break;
+      for (pid_t child : it->second) {
+        if (Supervisors().count(child) > 0) continue;
+        orphans.push_back(child);
+        // Stopped first, then killed: none forks or moves away meanwhile.
+        const std::vector<pid_t> below = proc::Below(tree, child);
+        for (pid_t p : below) kill(p, SIGSTOP);
+        for (pid_t p : below) kill(p, SIGKILL);
+        kill(child, SIGKILL);
+        killed += 1 + static_cast<int>(below.size());
+      }
+    }
+    if (orphans.empty()) break;
+    for (pid_t p : orphans) {
+      for (int i = 0; i < 100; ++i) {  // a killed process is a zombie within moments
+        const pid_t r = waitpid(p, nullptr, WNOHANG);
+        if (r == p || (r < 0 && errno != EINTR)) break;
+        usleep(1000);
+      }
+    }
+  }
+  return killed;
+}
 
 int PollTimeoutMs(absl::Duration d) {
   if (d == absl::InfiniteDuration()) return -1;
@@ -410,13 +498,17 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   sigset_t all, old_mask;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  std::unique_lock<std::mutex> registry(supervisors_mu);
   const pid_t supervisor = fork();
   if (supervisor == 0) {
     ExecChild(plan, in_r.get(), out_w.get(), err_w.get(), report_w.get(), lifeline_r.get(),
               out_r.get(), err_r.get());
   }
   const int fork_errno = errno;
+  if (supervisor > 0) Supervisors().insert(supervisor);
+  registry.unlock();
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+
   if (supervisor < 0) {
     result.start_error = absl::StrCat("cannot fork: ", ErrnoText(fork_errno));
     return result;
@@ -455,8 +547,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   }
   if (failure.stage != 0 || pid <= 0) {
     int status = 0;
-    while (waitpid(supervisor, &status, 0) < 0 && errno == EINTR) {
-    }
+    ReapSupervisor(supervisor, &status);
     result.start_error =
         failure.stage != 0
             ? DescribeReport(spec, failure)
@@ -498,6 +589,10 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
 
   absl::Duration kill_at = absl::InfiniteDuration();
   bool killed = false;
+  // Once the step's group was killed: when its supervisor, if it has not
+  // ended by then (a step may have stopped it), is killed too.
+  absl::Duration supervisor_kill_at = absl::InfiniteDuration();
+  bool supervisor_killed = false;
   absl::Duration max_wait = absl::InfiniteDuration();
   if (!pidfd.ok() || (ctl.wake_fd < 0 && ctl.cancelled)) max_wait = kFallbackPoll;
   // A detach asked for and sent: waiting for the supervisor's answer.
@@ -505,30 +600,44 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
   bool detach_tried = false;
   int64_t fence_told = 0;
   FrameReader answers;
+  bool gone = false;  // the supervisor said kGone: nothing of the step is left
   for (;;) {
     const absl::Duration now = Now();
     const StopReason due =
         result.stopped_by == StopReason::kNone && !detach_sent ? ctl.Due(now) : StopReason::kNone;
-    sv::Command command;
-    memset(&command, 0, sizeof(command));
+    DetachRequest request;
+    memset(&request.command, 0, sizeof(request.command));
+    request.supervisor = supervisor;
     // Asked after Due(): a detach comes before the stop that goes with it.
     if (!detach_tried && result.stopped_by == StopReason::kNone && !in_w.ok() && ctl.detach &&
-        ctl.detach(&command)) {
+        ctl.detach(&request)) {
       detach_tried = true;
-      command.type = sv::kDetach;
       // No answer (the supervisor ended with the step first): collected
       // as usual below.
-      detach_sent = sv::SendAll(lifeline_w.get(), &command, sizeof(command));
+      detach_sent = SendDetach(lifeline_w.get(), request);
     } else if (due != StopReason::kNone) {
       result.stopped_by = due;
       KillGroup(pid, SIGTERM);
-      KillGroup(pid, SIGCONT);  // a stopped process must run to see SIGTERM
+      KillGroup(pid, SIGCONT);    // a stopped process must run to see SIGTERM
+      kill(supervisor, SIGCONT);  // and a stopped supervisor, to see it end
       kill_at = now + ctl.kill_grace;
       in_w.Reset();
     }
     if (result.stopped_by != StopReason::kNone && !killed && now >= kill_at) {
       KillGroup(pid, SIGKILL);
+      kill(supervisor, SIGCONT);
       killed = true;
+      supervisor_kill_at = now + kSupervisorGrace;
+    }
+    if (killed && !supervisor_killed && now >= supervisor_kill_at && !HasEnded(supervisor)) {
+      // It does not end, however often it is woken: the step keeps it
+      // stopped, or it is stuck. Killed, what it had below it comes to us.
+      spdlog::warn(
+          "the step supervisor {} of pid {} did not end {} after the step was killed; "
+          "killing it",
+          supervisor, pid, absl::FormatDuration(kSupervisorGrace));
+      kill(supervisor, SIGKILL);
+      supervisor_killed = true;
     }
     // Once a detach was asked, the next agent's lease is the one that counts.
     if (!detach_tried) TellFence(lifeline_w.get(), ctl, &fence_told);
@@ -539,6 +648,8 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       wake_at = ctl.deadline;
     } else if (!killed) {
       wake_at = kill_at;
+    } else if (!supervisor_killed) {
+      wake_at = supervisor_kill_at;
     }
     const int timeout_ms = PollTimeoutMs(std::min(wake_at - now, max_wait));
 
@@ -574,6 +685,7 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
       sv::FrameHeader h;
       std::string body;
       while (answers.Next(&h, &body)) {
+        if (h.type == sv::kGone) gone = true;
         if (h.type == sv::kDetached) {
           // Kept: what is left in the output pipes is the supervisor's now.
           // The lifeline closes as we return, and it listens.
@@ -587,8 +699,20 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
     }
   }
 
-  // The supervisor killed what the step left running before it ended.
-  while (waitpid(supervisor, &result.wait_status, 0) < 0 && errno == EINTR) {
+  // The supervisor killed what the step left running before it ended, and
+  // said so last on the lifeline; one that did not say so was killed from
+  // outside (by the step, say), and what it had below it came to us.
+  ReapSupervisor(supervisor, &result.wait_status);
+  if (!gone) {
+    answers.Fill(lifeline_w.get());
+    sv::FrameHeader h;
+    std::string body;
+    while (answers.Next(&h, &body)) gone = gone || h.type == sv::kGone;
+  }
+  if (!gone) {
+    if (const int n = KillOrphans(); n > 0) {
+      spdlog::warn("pid {}: its step supervisor was killed; killed {} process(es) it left", pid, n);
+    }
   }
   if (result.stopped_by == StopReason::kNone && WIFEXITED(result.wait_status) &&
       WEXITSTATUS(result.wait_status) == 128 + SIGKILL && FencePassed(fence_told)) {
@@ -647,12 +771,72 @@ int ConnectSupervisor(const std::string& name) {
   return fd;
 }
 
+std::string NewSupervisorSecret() {
+  std::string secret(sv::kSecretBytes, '\0');
+  size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = getrandom(secret.data() + got, secret.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < secret.size()) {
+    // No getrandom(): /dev/urandom, which must then exist.
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      while (got < secret.size()) {
+        const ssize_t n = read(fd, secret.data() + got, secret.size() - got);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      close(fd);
+    }
+  }
+  return secret;
+}
+
+bool ProveToSupervisor(int fd, const std::string& secret, absl::Duration within) {
+  sv::Command c;
+  memset(&c, 0, sizeof(c));
+  c.type = sv::kSecret;
+  memcpy(c.name, secret.data(), std::min(secret.size(), sv::kSecretBytes));
+  if (!sv::SendAll(fd, &c, sizeof(c))) return false;
+  const absl::Duration until = Now() + within;
+  for (;;) {
+    pollfd p = {fd, POLLIN, 0};
+    const int ready = poll(&p, 1, PollTimeoutMs(until - Now()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return false;
+    char byte;
+    // Its first frame (kSkipped) is left for AttachChild; EOF: it closed
+    // the connection, not taking the secret.
+    return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+  }
+}
+
 ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, OutputTail* err) {
   Fd sock(sock_fd);
   ChildExit result;
   FrameReader frames;
   absl::Duration kill_at = absl::InfiniteDuration();
   bool killed = false;
+  // Not our child: a pidfd of the process at the other end (SO_PEERCRED),
+  // to wake it (a step may have stopped it) and, should it not end once
+  // the step was killed, to kill it.
+  Fd supervisor;
+  {
+    ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0) {
+      supervisor.Reset(static_cast<int>(syscall(SYS_pidfd_open, cred.pid, 0)));
+    }
+  }
+  auto signal_supervisor = [&supervisor](int sig) {
+    if (supervisor.ok()) syscall(SYS_pidfd_send_signal, supervisor.get(), sig, nullptr, 0);
+  };
+  absl::Duration supervisor_kill_at = absl::InfiniteDuration();
+  bool supervisor_killed = false;
+  bool timed_out = false;  // the supervisor stopped the step at its deadline
   bool detach_sent = false;
   int64_t fence_told = 0;
   auto send_command = [&sock](sv::Command c) { return sv::SendAll(sock.get(), &c, sizeof(c)); };
@@ -660,18 +844,18 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
     const absl::Duration now = Now();
     const StopReason due =
         result.stopped_by == StopReason::kNone && !detach_sent ? ctl.Due(now) : StopReason::kNone;
-    sv::Command command;
-    memset(&command, 0, sizeof(command));
+    DetachRequest request;
+    memset(&request.command, 0, sizeof(request.command));
     if (!detach_sent && result.stopped_by == StopReason::kNone && ctl.detach &&
-        ctl.detach(&command)) {
-      command.type = sv::kDetach;
-      detach_sent = send_command(command);
+        ctl.detach(&request)) {
+      detach_sent = SendDetach(sock.get(), request);
     } else if (due != StopReason::kNone) {
       result.stopped_by = due;
       sv::Command term;
       memset(&term, 0, sizeof(term));
       term.type = sv::kTerm;
       send_command(term);
+      signal_supervisor(SIGCONT);
       kill_at = now + ctl.kill_grace;
     }
     if (result.stopped_by != StopReason::kNone && !killed && now >= kill_at) {
@@ -679,7 +863,17 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
       memset(&kill_cmd, 0, sizeof(kill_cmd));
       kill_cmd.type = sv::kKill;
       send_command(kill_cmd);
+      signal_supervisor(SIGCONT);
       killed = true;
+      supervisor_kill_at = now + kSupervisorGrace;
+    }
+    if (killed && !supervisor_killed && now >= supervisor_kill_at) {
+      spdlog::warn(
+          "a kept step's supervisor did not end {} after it was told to kill the step; "
+          "killing it",
+          absl::FormatDuration(kSupervisorGrace));
+      signal_supervisor(SIGKILL);
+      supervisor_killed = true;
     }
     if (!detach_sent) TellFence(sock.get(), ctl, &fence_told);
     absl::Duration wake_at = absl::InfiniteDuration();
@@ -687,6 +881,8 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
       wake_at = ctl.deadline;
     } else if (!killed) {
       wake_at = kill_at;
+    } else if (!supervisor_killed) {
+      wake_at = supervisor_kill_at;
     }
     absl::Duration max_wait = absl::InfiniteDuration();
     if (ctl.wake_fd < 0 && ctl.cancelled) max_wait = kFallbackPoll;
@@ -719,8 +915,16 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
         case sv::kStderr:
           err->Append(body);
           break;
+        case sv::kTimedOut:
+          timed_out = true;
+          break;
         case sv::kExit:
           if (body.size() == sizeof(int)) memcpy(&result.wait_status, body.data(), sizeof(int));
+          // Stopped at its own deadline while no agent was there: what we
+          // would have stopped it for.
+          if (timed_out && result.stopped_by == StopReason::kNone) {
+            result.stopped_by = ctl.deadline_reason;
+          }
           return result;
         case sv::kDetached:
           // The frames before this one came after the kept file was
@@ -737,6 +941,8 @@ ChildExit AttachChild(int sock_fd, const ChildControl& ctl, OutputTail* out, Out
         result.stopped_by = StopReason::kFenced;  // it killed the step's tree, and exited
         return result;
       }
+      // Killed, by us: the step was being stopped.
+      if (supervisor_killed) return result;
       result.start_error = "its step supervisor ended without saying how the step ended";
       return result;
     }

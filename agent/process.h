@@ -67,6 +67,8 @@ struct ChildSpec {
   std::string shell_path;        // runs scripts that execve() calls ENOEXEC
   std::string supervisor;        // the taskgrid-step-supervisor binary
   absl::string_view stdin_data;  // empty: stdin is a pipe closed at once
+  // Run the step in a Landlock domain of its own (agent/landlock.h).
+  bool confine = false;
 };
 
 // When a step that waits is stopped from outside: what a child process and
@@ -92,6 +94,16 @@ struct StopControl {
 // infinite `d`, at most an hour otherwise).
 int PollTimeoutMs(absl::Duration d);
 
+// What a detach tells the supervisor (agent/step_supervisor.h): kSecret,
+// kStopAt, then kDetach.
+struct DetachRequest {
+  supervisor::Command command;  // kDetach: the hold's deadline, the tail size, the name
+  std::string secret;           // supervisor::kSecretBytes bytes
+  int64_t stop_at_ns = 0;       // the step's own deadline (CLOCK_MONOTONIC); 0: none
+  int64_t grace_ns = 0;         // the kill grace after it
+  pid_t supervisor = 0;         // given: the supervisor's pid
+};
+
 // When and how to stop the child. Borrowed for the duration of RunChild().
 struct ChildControl : StopControl {
   absl::Duration kill_grace = absl::Seconds(2);
@@ -100,12 +112,12 @@ struct ChildControl : StopControl {
   std::function<void(pid_t)> on_pid;
   // Asked whenever the step's wait wakes (wake_fd is how to wake it): true
   // hands the step to its supervisor to keep when this process goes
-  // (agent/step_supervisor.h), with `*command`'s deadline, tail size and
-  // name (NewSupervisorName()). Null: never. Asked only once the step's
+  // (agent/step_supervisor.h), with `*request`'s secret, deadlines, tail
+  // size and name (NewSupervisorName()). Null: never. Asked only once the step's
   // stdin is written in full; until then a stop for the same wake goes
   // ahead. ChildExit::detached says whether the supervisor took it (it
   // does not when the step ended first).
-  std::function<bool(supervisor::Command* command)> detach;
+  std::function<bool(DetachRequest* request)> detach;
   // Called when the supervisor took the step (kDetached), before the run
   // returns: what was read of the output since `detach` was asked (a
   // re-attached step's frames still in flight) goes into what is kept.
@@ -141,11 +153,25 @@ ChildExit RunChild(const ChildSpec& spec, const ChildControl& ctl, OutputTail* o
 // A name for a supervisor to listen on that no other one uses
 // ("taskgrid-step-<pid>-<64 random bits>", under 40 bytes).
 std::string NewSupervisorName();
+// supervisor::kSecretBytes random bytes.
+std::string NewSupervisorSecret();
+
+// Kills every child of this process that is not a live step supervisor,
+// with everything below it, and reaps them, in rounds until none is left.
+// Does nothing unless this process is a child subreaper (taskgrid-agent
+// makes itself one): then what a step leaves when its supervisor is killed
+// from outside comes to us, and RunChild calls this once such a supervisor
+// is reaped. Returns how many processes it killed.
+int KillOrphans();
 
 // Connects to the supervisor that keeps a detached step (the name its
 // detach gave) as this process's user; the socket (close-on-exec), or
 // -1 with errno set.
 int ConnectSupervisor(const std::string& name);
+// Sends `secret` on `fd` (a connection to a supervisor) and waits up to
+// `within` for its first frame (not read). False when it does not answer:
+// it is frozen, or it did not take the secret.
+bool ProveToSupervisor(int fd, const std::string& secret, absl::Duration within);
 
 // Takes a detached step back through `sock` (from ConnectSupervisor, owned
 // from now on) and follows it to its end as RunChild does: what it writes

@@ -60,26 +60,37 @@ inline constexpr char kBinaryName[] = "taskgrid-step-supervisor";
 // id); a record of any other stage means the program never ran, `value`
 // being the errno. A record before kRunning comes from the agent's child,
 // which could not start the supervisor.
-enum Stage : int { kSetup = 1, kChdir = 2, kExec = 3, kSupervisor = 4, kRunning = 5 };
+enum Stage : int {
+  kSetup = 1,
+  kChdir = 2,
+  kExec = 3,
+  kSupervisor = 4,
+  kRunning = 5,
+  kConfineFailed = 6
+};
 struct Report {
   int stage;
   int value;
 };
 
 // argv of the supervisor:
-//   taskgrid-step-supervisor LIFELINE_FD REPORT_FD STDOUT_FD STDERR_FD SHELL N
-//       CANDIDATE... -- ARGV...
+//   taskgrid-step-supervisor LIFELINE_FD REPORT_FD STDOUT_FD STDERR_FD SHELL
+//       CONFINE N CANDIDATE... -- ARGV...
 // STDOUT_FD and STDERR_FD are read ends of the pipes that are the step's
 // fds 1 and 2. CANDIDATEs are where ARGV[0] may be, in PATH order (N of
 // them); SHELL runs one that execve() refuses as not executable
-// (ENOEXEC), as execvp() does. The environment, working directory and fds
-// 0-2 are the step's.
+// (ENOEXEC), as execvp() does. CONFINE is kConfine or kNoConfine: whether
+// the step runs in a Landlock domain of its own (agent/landlock.h). The
+// environment, working directory and fds 0-2 are the step's.
 inline constexpr int kArgLifeline = 1;
 inline constexpr int kArgReport = 2;
 inline constexpr int kArgStdout = 3;
 inline constexpr int kArgStderr = 4;
 inline constexpr int kArgShell = 5;
-inline constexpr int kArgCount = 6;
+inline constexpr int kArgConfine = 6;
+inline constexpr int kArgCount = 7;
+inline constexpr char kConfine[] = "confine";
+inline constexpr char kNoConfine[] = "-";
 
 // Commands from the agent, on the lifeline (whole records: 64 bytes).
 enum CommandType : int32_t {
@@ -96,7 +107,19 @@ enum CommandType : int32_t {
   // agent; a running agent stops them itself first. Not while a kDetach
   // holds the step: its own deadline rules. 0: no fence.
   kFence = 4,
+  // The first kSecretBytes of `name`. From the agent that started the
+  // supervisor (before a kDetach): what a later agent must send, as the
+  // first command on a connection to the socket, to be let in; without it
+  // (or with another) the connection is closed and the socket listens on.
+  kSecret = 5,
+  // The step's own deadline (its step or attempt timeout, CLOCK_MONOTONIC
+  // ns in `deadline_ns`; 0: none) and the kill grace (ns, in `tail_bytes`):
+  // while no agent is attached the supervisor stops the step itself then
+  // (SIGTERM, SIGKILL after the grace), as the agent would have, and tells
+  // the next agent so (kTimedOut). A stop it began runs to its end.
+  kStopAt = 6,
 };
+inline constexpr size_t kSecretBytes = 32;
 struct Command {
   int32_t type;
   int32_t reserved;
@@ -116,6 +139,13 @@ enum FrameType : int32_t {
   // ends. A lifeline that ends without it (the supervisor exited with the
   // step's status first) means the step ended before it could be kept.
   kDetached = 5,
+  // No bytes, before kExit: the step was stopped at its kStopAt deadline.
+  kTimedOut = 6,
+  // No bytes, the last frame to the agent that started it (on the
+  // lifeline): the step and everything below the supervisor are gone, and
+  // it exits now. A supervisor that exits without it was killed from
+  // outside, and what it had below it came to the agent (a subreaper).
+  kGone = 7,
 };
 struct FrameHeader {
   int32_t type;

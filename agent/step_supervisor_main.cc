@@ -43,6 +43,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/landlock.h"
+#include "agent/proc_tree.h"
 #include "agent/step_supervisor.h"
 
 extern char** environ;
@@ -74,60 +76,6 @@ void WriteReport(int fd, int stage, int value) {
   } while (n < 0 && errno == EINTR);
 }
 
-// The parent and state of `pid` from /proc/PID/stat; false when it is gone.
-bool ReadStat(pid_t pid, pid_t* ppid, char* state) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[1024];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // The name may hold spaces and parentheses: the fields start after the
-  // last ')'.
-  const char* close_paren = strrchr(buf, ')');
-  if (close_paren == nullptr) return false;
-  int parent = 0;
-  if (sscanf(close_paren + 1, " %c %d", state, &parent) != 2) return false;
-  *ppid = parent;
-  return true;
-}
-
-// Every process below `root` that has not ended (zombies left out), found
-// by the parent links in /proc.
-std::vector<pid_t> LiveDescendants(pid_t root) {
-  std::unordered_map<pid_t, std::vector<pid_t>> children;
-  std::unordered_map<pid_t, char> states;
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return {};
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long pid = strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
-    pid_t ppid = 0;
-    char state = '?';
-    if (!ReadStat(static_cast<pid_t>(pid), &ppid, &state)) continue;
-    children[ppid].push_back(static_cast<pid_t>(pid));
-    states[static_cast<pid_t>(pid)] = state;
-  }
-  closedir(dir);
-  std::vector<pid_t> live;
-  std::vector<pid_t> todo = {root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    auto it = children.find(p);
-    if (it == children.end()) continue;
-    for (pid_t c : it->second) {
-      if (states[c] != 'Z') live.push_back(c);
-      todo.push_back(c);
-    }
-  }
-  return live;
-}
-
 // Kills the step's group and every process below us, until none is left
 // (or kKillRounds), reaping them all.
 void KillEverything(pid_t step_group) {
@@ -143,7 +91,7 @@ void KillEverything(pid_t step_group) {
     siginfo_t info;
     memset(&info, 0, sizeof(info));
     if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD) break;
-    const std::vector<pid_t> live = LiveDescendants(getpid());
+    const std::vector<pid_t> live = taskgrid::agent::proc::LiveDescendants(getpid());
     if (live.empty()) break;
     for (pid_t p : live) kill(p, SIGKILL);
     // Give the killed a moment to become zombies we can reap.
@@ -227,7 +175,8 @@ int Listen(const char* name) {
 
 // The step, from fork() to exec.
 [[noreturn]] void ExecStep(pid_t supervisor, int lifeline, int report, int out_read, int err_read,
-                           const std::vector<char*>& candidates, char* shell, char** argv) {
+                           const std::vector<char*>& candidates, char* shell, bool confine,
+                           char** argv) {
   setpgid(0, 0);
   // If the supervisor is killed from outside, the step's main process goes
   // too (a last resort: the supervisor is what finds the rest).
@@ -237,6 +186,13 @@ int Listen(const char* name) {
   close(out_read);
   close(err_read);
   signal(SIGPIPE, SIG_DFL);
+  // Before anything of the step runs: it may reach its own processes only.
+  if (confine) {
+    if (const int err = taskgrid::agent::landlock::ConfineScopes(); err != 0) {
+      WriteReport(report, sv::kConfineFailed, err);
+      _exit(127);
+    }
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -291,6 +247,7 @@ int main(int argc, char** argv) {
   for (int fd : {report, lifeline, out_fd, err_fd}) fcntl(fd, F_SETFD, FD_CLOEXEC);
   std::vector<char*> candidates(argv + sv::kArgCount + 1, argv + sv::kArgCount + 1 + count);
   char* shell = argv[sv::kArgShell];
+  const bool confine = strcmp(argv[sv::kArgConfine], sv::kConfine) == 0;
   char** step_argv = argv + argv_at;
 
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
@@ -314,7 +271,9 @@ int main(int argc, char** argv) {
     WriteReport(report, sv::kSupervisor, errno);
     return 125;
   }
-  if (step == 0) ExecStep(self, lifeline, report, out_fd, err_fd, candidates, shell, step_argv);
+  if (step == 0) {
+    ExecStep(self, lifeline, report, out_fd, err_fd, candidates, shell, confine, step_argv);
+  }
   setpgid(step, step);  // as the step does: the group exists before anyone signals it
   WriteReport(report, sv::kRunning, step);
   close(report);
@@ -343,11 +302,43 @@ int main(int argc, char** argv) {
   Tail tails[2];
   int outs[2] = {out_fd, err_fd};
   std::string commands;
+  // kSecret: what a later agent must send first (empty: any agent of our
+  // user is let in, as from an agent before secrets).
+  std::string secret;
+  // kStopAt: the step's own deadline and kill grace, kept while no agent
+  // is attached; stop_began: when we sent SIGTERM for it (0: not yet);
+  // term_sent: a SIGTERM went to the step already (ours or an agent's).
+  int64_t stop_at_ns = 0;
+  int64_t grace_ns = 0;
+  int64_t stop_began = 0;
+  bool term_sent = false;
+  bool timed_out = false;
+  // Connections to the socket that have not yet proven the secret, each
+  // with until when it may take to.
+  struct Pending {
+    int fd;
+    int64_t until;
+    std::string got;
+  };
+  std::vector<Pending> pending;
+  constexpr size_t kMaxPending = 4;
+  constexpr int64_t kProveWithinNs = 2000LL * 1000000;
 
+  auto term_step = [&]() {
+    if (step_done || term_sent) return;
+    term_sent = true;
+    kill(-step, SIGTERM);
+    kill(-step, SIGCONT);  // a stopped process must run to see SIGTERM
+  };
+  // The agent that started us is told that everything below us is gone.
+  auto say_gone = [&]() {
+    if (lifeline >= 0 && !by_socket) SendFrame(lifeline, sv::kGone, nullptr, 0);
+  };
   // The step and what it left are killed; we exit as the step did (or as
   // killed, when it had not ended).
   auto end_all = [&]() {
     KillEverything(step);
+    say_gone();
     if (step_done && !by_socket) ExitLike(step_status);
     _exit(128 + SIGKILL);
   };
@@ -368,6 +359,15 @@ int main(int argc, char** argv) {
         sv::Command c;
         memcpy(&c, commands.data(), sizeof(c));
         commands.erase(0, sizeof(c));
+        if (c.type == sv::kSecret) {
+          secret.assign(c.name, sv::kSecretBytes);
+          continue;
+        }
+        if (c.type == sv::kStopAt) {
+          stop_at_ns = c.deadline_ns;
+          grace_ns = c.tail_bytes > 0 ? c.tail_bytes : 0;
+          continue;
+        }
         c.name[sizeof(c.name) - 1] = '\0';
         if (c.type == sv::kDetach) {
           // Listening before the answer, so the next agent, which may come
@@ -385,8 +385,7 @@ int main(int argc, char** argv) {
           for (Tail& t : tails) t.cap = static_cast<size_t>(c.tail_bytes > 0 ? c.tail_bytes : 0);
           if (!SendFrame(lifeline, sv::kDetached, nullptr, 0)) return false;
         } else if (c.type == sv::kTerm && !step_done) {
-          kill(-step, SIGTERM);
-          kill(-step, SIGCONT);
+          term_step();
         } else if (c.type == sv::kKill && !step_done) {
           kill(-step, SIGKILL);
         } else if (c.type == sv::kFence) {
@@ -407,26 +406,64 @@ int main(int argc, char** argv) {
     for (Tail& t : tails)
       t.cap = static_cast<size_t>(detach.tail_bytes > 0 ? detach.tail_bytes : 0);
   };
+  // `c`, a connection that proved itself, is the lifeline from now on.
+  auto attach = [&](int c) {
+    for (const Pending& p : pending) {
+      if (p.fd != c) close(p.fd);
+    }
+    pending.clear();
+    close(listen_fd);
+    listen_fd = -1;
+    lifeline = c;
+    by_socket = true;
+    mode = kAttached;
+    for (Tail& t : tails) t.Trim();
+    const int64_t skipped[2] = {tails[0].skipped, tails[1].skipped};
+    bool ok = SendFrame(c, sv::kSkipped, skipped, sizeof(skipped)) &&
+              SendFrame(c, sv::kStdout, tails[0].buf.data(), tails[0].buf.size()) &&
+              SendFrame(c, sv::kStderr, tails[1].buf.data(), tails[1].buf.size());
+    for (Tail& t : tails) t = Tail{};
+    if (!ok) lifeline_ended();
+  };
+  // Whether `got` (a whole command) is kSecret with our secret: compared in
+  // time that does not depend on where they differ.
+  auto proves = [&](const std::string& got) {
+    sv::Command c;
+    memcpy(&c, got.data(), sizeof(c));
+    if (c.type != sv::kSecret || secret.size() != sv::kSecretBytes) return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < sv::kSecretBytes; ++i) {
+      diff |= static_cast<unsigned char>(c.name[i] ^ secret[i]);
+    }
+    return diff == 0;
+  };
   // A re-attached agent has everything: the status goes, and we are done.
   auto maybe_finish = [&]() {
     if (mode != kAttached || !by_socket || !step_done) return;
     if ((outs[0] >= 0 || outs[1] >= 0) && MonotonicNs() < drain_until) return;
+    if (timed_out) SendFrame(lifeline, sv::kTimedOut, nullptr, 0);
     SendFrame(lifeline, sv::kExit, &step_status, sizeof(step_status));
     _exit(0);
   };
+  auto until_ms = [](int64_t at, int64_t now) {
+    return static_cast<int>(
+        std::min<int64_t>(std::max<int64_t>(0, (at - now) / 1000000 + 1), 3600 * 1000));
+  };
 
   for (;;) {
-    pollfd fds[5];
+    pollfd fds[5 + kMaxPending];
     nfds_t nfds = 0;
     int at_line = -1, at_listen = -1, at_out[2] = {-1, -1};
     if (lifeline >= 0) {
       at_line = static_cast<int>(nfds);
       fds[nfds++] = {lifeline, POLLIN, 0};
     }
-    if (listen_fd >= 0 && mode == kDetached) {
+    if (listen_fd >= 0 && mode == kDetached && pending.size() < kMaxPending) {
       at_listen = static_cast<int>(nfds);
       fds[nfds++] = {listen_fd, POLLIN, 0};
     }
+    const int at_pending = static_cast<int>(nfds);
+    for (const Pending& p : pending) fds[nfds++] = {p.fd, POLLIN, 0};
     const int at_sig = static_cast<int>(nfds);
     fds[nfds++] = {sigfd, POLLIN, 0};
     // The first agent reads the output itself.
@@ -438,45 +475,90 @@ int main(int argc, char** argv) {
       }
     }
     int timeout_ms = -1;
+    auto wake_by = [&timeout_ms](int ms) {
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    };
     const int64_t now = MonotonicNs();
     // An agent that lets its lease pass without moving it is not running
     // (frozen): by now the scheduler may give the task to another agent.
     if (mode == kAttached && !detach_set && fence_ns > 0 && !step_done) {
       if (now >= fence_ns) end_all();
-      timeout_ms = static_cast<int>(std::min<int64_t>((fence_ns - now) / 1000000 + 1, 3600 * 1000));
+      wake_by(until_ms(fence_ns, now));
     }
     if (mode == kDetached) {
       if (now >= detach.deadline_ns) end_all();  // nobody came back for it
-      timeout_ms = static_cast<int>(
-          std::min<int64_t>((detach.deadline_ns - now) / 1000000 + 1, 3600 * 1000));
+      wake_by(until_ms(detach.deadline_ns, now));
+      // No agent to stop the step at its own deadline: we do, as it would.
+      if (!step_done && stop_at_ns > 0 && stop_began == 0) {
+        if (now >= stop_at_ns) {
+          stop_began = now;
+          timed_out = true;
+          term_sent = false;  // ours, whatever an agent sent before
+          term_step();
+        } else {
+          wake_by(until_ms(stop_at_ns, now));
+        }
+      }
     }
-    if (step_done && by_socket) {
-      const int64_t left = std::max<int64_t>(0, (drain_until - now) / 1000000 + 1);
-      timeout_ms = static_cast<int>(timeout_ms < 0 ? left : std::min<int64_t>(timeout_ms, left));
+    // A stop we began ends with SIGKILL after the grace, agent or none.
+    if (!step_done && stop_began > 0) {
+      if (now >= stop_began + grace_ns) {
+        kill(-step, SIGKILL);
+        stop_began = -1;  // sent
+      } else {
+        wake_by(until_ms(stop_began + grace_ns, now));
+      }
     }
+    for (size_t i = 0; i < pending.size();) {
+      if (now >= pending[i].until) {
+        close(pending[i].fd);  // did not prove itself in time
+        pending.erase(pending.begin() + static_cast<ptrdiff_t>(i));
+        continue;
+      }
+      wake_by(until_ms(pending[i].until, now));
+      ++i;
+    }
+    if (step_done && by_socket) wake_by(until_ms(drain_until, now));
     if (poll(fds, nfds, timeout_ms) < 0) {
       if (errno == EINTR) continue;
       end_all();  // cannot watch any more: end it all rather than leave it unwatched
     }
     if (at_line >= 0 && fds[at_line].revents != 0 && !read_commands()) lifeline_ended();
-    if (at_listen >= 0 && fds[at_listen].revents != 0) {
-      const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    // Connections waiting to prove themselves: the first whole command
+    // decides (the list may change as one is let in).
+    const size_t pending_polled = pending.size();
+    std::vector<int> ready_fds;
+    for (size_t i = 0; i < pending_polled; ++i) {
+      if (fds[at_pending + static_cast<int>(i)].revents != 0) ready_fds.push_back(pending[i].fd);
+    }
+    for (int fd : ready_fds) {
+      auto it = std::find_if(pending.begin(), pending.end(),
+                             [fd](const Pending& p) { return p.fd == fd; });
+      if (it == pending.end()) continue;
+      char buf[sizeof(sv::Command)];
+      const size_t want = sizeof(sv::Command) - it->got.size();
+      const ssize_t n = recv(fd, buf, want, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n > 0) it->got.append(buf, static_cast<size_t>(n));
+      if (n > 0 && it->got.size() < sizeof(sv::Command)) continue;
+      if (n > 0 && proves(it->got)) {
+        attach(fd);
+        break;
+      }
+      close(fd);  // gone, or not the agent: the socket listens on
+      pending.erase(it);
+    }
+    if (at_listen >= 0 && fds[at_listen].revents != 0 && listen_fd >= 0) {
+      const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       ucred cred;
       socklen_t cred_len = sizeof(cred);
       if (c >= 0 && getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 &&
           cred.uid == getuid()) {
-        close(listen_fd);
-        listen_fd = -1;
-        lifeline = c;
-        by_socket = true;
-        mode = kAttached;
-        for (Tail& t : tails) t.Trim();
-        const int64_t skipped[2] = {tails[0].skipped, tails[1].skipped};
-        bool ok = SendFrame(c, sv::kSkipped, skipped, sizeof(skipped)) &&
-                  SendFrame(c, sv::kStdout, tails[0].buf.data(), tails[0].buf.size()) &&
-                  SendFrame(c, sv::kStderr, tails[1].buf.data(), tails[1].buf.size());
-        for (Tail& t : tails) t = Tail{};
-        if (!ok) lifeline_ended();
+        if (secret.empty()) {
+          attach(c);
+        } else {
+          pending.push_back({c, MonotonicNs() + kProveWithinNs, std::string()});
+        }
       } else if (c >= 0) {
         close(c);  // another user's process: not the agent
       }
@@ -521,7 +603,10 @@ int main(int argc, char** argv) {
             // The first agent waits for our exit. A detach it asked for
             // meanwhile keeps the status for the next agent instead.
             if (lifeline >= 0 && !read_commands()) lifeline_ended();
-            if (mode == kAttached && !detach_set) ExitLike(step_status);
+            if (mode == kAttached && !detach_set) {
+              say_gone();
+              ExitLike(step_status);
+            }
           }
           break;
         }

@@ -47,6 +47,10 @@ agent::Agent* InProcessCluster::AddAgent(const std::string& id, int slots,
   o.slots = slots;
   o.labels = std::move(labels);
   o.exec.kill_grace = absl::Milliseconds(500);
+  // Its own, in the cluster's directory: an agent added again with this
+  // id finds what the one before kept (as after a restart), no other test
+  // does.
+  o.exec.work_dir = dir_.path() + "/agent-" + id;
   o.stop_flush = absl::Milliseconds(500);
   RunningAgent& ra = agents_[id];
   ra.agent = std::make_unique<agent::Agent>(o);

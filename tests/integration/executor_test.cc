@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -30,6 +31,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/landlock.h"
+#include "agent/process.h"
+#include "agent/step_supervisor.h"
 #include "common/clock.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
@@ -584,6 +588,7 @@ TEST(StepSupervisor, KillsTheWholeStepWhenItsAgentGoes) {
                                    absl::StrCat(output[0]),
                                    absl::StrCat(output[0]),
                                    "/bin/sh",
+                                   supervisor::kNoConfine,
                                    "1",
                                    "/bin/sh",
                                    "--",
@@ -762,6 +767,198 @@ TEST(KeptRun, NoAgentByTheDeadlineKillsTheWholeStep) {
   ASSERT_EQ(dropped.size(), 1u);
   EXPECT_THAT(dropped[0], HasSubstr("kept for less time than the agent took"));
   EXPECT_THAT(Entries(work.path()), ::testing::ElementsAre("kept")) << "its directory went too";
+}
+
+// --- Steps that attack their supervisor, and kept steps held to their
+// deadlines and to the agent that kept them ---
+
+// A step that kills its own supervisor (confinement off: what a kernel
+// without Landlock's scopes allows) leaves what it started in a new session
+// to this process, a subreaper as taskgrid-agent is: it is killed before
+// Run() returns.
+TEST(TaskRun, WhatAStepThatKilledItsSupervisorLeftIsKilledBeforeTheRunEnds) {
+  ScopedSubreaper subreaper;
+  TempDir dir;
+  const std::string d = dir.path();
+  for (const std::string& start :
+       {std::string("setsid sh -c 'echo $$ > \"$0/gc\"; exec sleep 600' '") + d + "' &",
+        // a double fork: the grandchild's parent is gone at once
+        std::string("sh -c 'setsid sh -c \"echo \\$\\$ > $0/gc; exec sleep 600\" &' '") + d +
+            "';"}) {
+    SCOPED_TRACE(start);
+    unlink((d + "/gc").c_str());
+    const std::string script = start + " i=0; while [ ! -s '" + d +
+                               "/gc' ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i+1)); done; "
+                               "kill -9 $PPID; sleep 5";
+    TaskRun run(Assignment({Sh(script)}), Options());
+    const Bounded b = RunBounded(run, absl::Seconds(10));
+    ASSERT_TRUE(b.finished_in_time);
+    EXPECT_EQ(b.result.outcome(), v1::OUTCOME_FAILED);
+    EXPECT_THAT(b.result.error(), HasSubstr("killed by signal 9"));
+    const pid_t gc = ReadPid(d + "/gc");
+    ASSERT_GT(gc, 0);
+    EXPECT_TRUE(IsGone(gc)) << "pid " << gc << " outlived its attempt";
+    if (!IsGone(gc)) kill(gc, SIGKILL);
+  }
+}
+
+// With Landlock's scopes (Linux 6.12+) the step cannot signal its
+// supervisor at all: the kill fails, and the step runs to its own end.
+TEST(TaskRun, AConfinedStepCannotSignalItsSupervisorOrTheAgent) {
+  if (!landlock::ScopesAvailable()) {
+    GTEST_SKIP() << "this kernel has no Landlock scopes (ABI " << landlock::Abi() << ")";
+  }
+  ExecutorOptions opts = Options();
+  opts.confine_steps = true;
+  const v1::TaskResult r = RunTask(
+      Assignment({Sh(absl::StrCat("kill -STOP $PPID 2>/dev/null; echo $?; kill -0 ", getpid(),
+                                  " 2>/dev/null; echo $?; sh -c 'kill -0 $$'; echo $?"))}),
+      opts);
+  EXPECT_EQ(r.outcome(), v1::OUTCOME_SUCCEEDED) << r.error();
+  // Its supervisor and this process are out of reach; its own are not.
+  EXPECT_EQ(r.stdout_tail(), "1\n1\n0\n");
+}
+
+// A step that stops its supervisor (SIGSTOP) cannot keep its attempt:
+// the stop wakes the supervisor, and one that still does not end after the
+// kill grace is killed, what it left with it.
+TEST(TaskRun, CancelAndTimeoutsEndAStepThatStoppedItsSupervisor) {
+  ScopedSubreaper subreaper;
+  TempDir dir;
+  const std::string d = dir.path();
+  // Stops its supervisor again and again, ignoring SIGTERM.
+  const std::string script = "trap '' TERM; echo $$ > '" + d +
+                             "/pid'; setsid sh -c 'echo $$ > \"$0/gc\"; exec sleep 600' '" + d +
+                             "' & while :; do kill -STOP $PPID; sleep 0.05; done";
+  {
+    TaskRun run(Assignment({Sh(script)}), Options());
+    const Bounded b = RunBounded(run, absl::Seconds(15), [&](TaskRun& r) {
+      ASSERT_TRUE(WaitFor([&] { return ReadPid(d + "/gc") > 0; }, absl::Seconds(5)));
+      r.Cancel();
+    });
+    ASSERT_TRUE(b.finished_in_time);
+    EXPECT_EQ(b.result.outcome(), v1::OUTCOME_CANCELLED);
+    for (const char* f : {"/pid", "/gc"}) {
+      const pid_t p = ReadPid(d + f);
+      EXPECT_TRUE(WaitFor([&] { return IsGone(p); })) << f << " " << p << " survived";
+      if (!IsGone(p)) kill(p, SIGKILL);
+    }
+  }
+  unlink((d + "/gc").c_str());
+  {
+    TaskRun run(Assignment({WithTimeout(Sh(script), absl::Milliseconds(500))}), Options());
+    const Bounded b = RunBounded(run, absl::Seconds(15));
+    ASSERT_TRUE(b.finished_in_time);
+    EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT);
+    const pid_t gc = ReadPid(d + "/gc");
+    EXPECT_TRUE(WaitFor([&] { return IsGone(gc); })) << gc << " survived";
+    if (!IsGone(gc)) kill(gc, SIGKILL);
+  }
+}
+
+// The kept file of the one attempt kept in `work`.
+v1::KeptAttempt KeptFile(const std::string& work) {
+  v1::KeptAttempt k;
+  for (const std::string& name : Entries(work + "/kept")) {
+    std::ifstream in(work + "/kept/" + name, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(k.ParseFromString(data)) << name;
+  }
+  return k;
+}
+
+// While no agent is there, a kept step is held to its own deadline: its
+// supervisor stops it at its attempt timeout, not at the hold's end, and
+// the next agent reads that it timed out.
+TEST(KeptRun, AKeptStepIsStoppedAtItsAttemptTimeoutWithNoAgentThere) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  v1::Assignment a = Assignment({Sh("trap 'echo term; exit 1' TERM; echo $$ > '" + d + "/pid'; " +
+                                    "while :; do sleep 0.05; done")});
+  *a.mutable_attempt_timeout() = ToProto(absl::Seconds(1));
+  TaskRun first(a, InDir(work.path()));
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  const pid_t step = ReadPid(d + "/pid");
+  const absl::Time detached = absl::Now();
+  EXPECT_TRUE(WaitFor([&] { return IsGone(step); }, absl::Seconds(10)))
+      << "the kept step ran past its attempt timeout";
+  EXPECT_LT(absl::Now() - detached, absl::Seconds(5));
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(work.path(), &dropped);
+  ASSERT_EQ(kept.size(), 1u) << (dropped.empty() ? "" : dropped[0]);
+  TaskRun second(std::move(kept[0]), InDir(work.path()));
+  const Bounded b = RunBounded(second);
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_TIMED_OUT) << b.result.error();
+  EXPECT_THAT(b.result.error(), HasSubstr("attempt timeout"));
+  EXPECT_THAT(b.result.stdout_tail(), HasSubstr("term"));
+}
+
+// Only the agent that holds the kept file's secret gets a kept step back:
+// another process of the same user that connects first reads nothing and
+// keeps nobody out.
+TEST(KeptRun, OnlyTheSecretTakesAKeptStepBack) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  const std::string script =
+      "echo secret-output; echo $$ > '" + d + "/pid'; " + AwaitFile(d + "/go") + "echo end";
+  TaskRun first(Assignment({Sh(script)}), InDir(work.path()));
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  const v1::KeptAttempt k = KeptFile(work.path());
+  ASSERT_FALSE(k.supervisor().empty());
+  EXPECT_EQ(k.secret().size(), supervisor::kSecretBytes);
+
+  // One squatter sends a wrong record; another just waits.
+  const int wrong = internal::ConnectSupervisor(k.supervisor());
+  ASSERT_GE(wrong, 0);
+  supervisor::Command bogus;
+  memset(&bogus, 0, sizeof(bogus));
+  bogus.type = supervisor::kSecret;
+  ASSERT_TRUE(supervisor::SendAll(wrong, &bogus, sizeof(bogus)));
+  const int silent = internal::ConnectSupervisor(k.supervisor());
+  ASSERT_GE(silent, 0);
+  char buf[256];
+  EXPECT_EQ(recv(wrong, buf, sizeof(buf), 0), 0) << "a wrong secret was answered";
+  close(wrong);
+
+  std::vector<std::string> dropped;
+  std::vector<KeptRun> kept = ReadKeptAttempts(work.path(), &dropped);
+  ASSERT_EQ(kept.size(), 1u) << (dropped.empty() ? "" : dropped[0]);
+  TaskRun second(std::move(kept[0]), InDir(work.path()));
+  const Bounded b = RunBounded(second, absl::Seconds(10), [&](TaskRun&) { Touch(d + "/go"); });
+  ASSERT_TRUE(b.finished_in_time);
+  EXPECT_EQ(b.result.outcome(), v1::OUTCOME_SUCCEEDED) << b.result.error();
+  EXPECT_EQ(b.result.stdout_tail(), "secret-output\nend\n");
+  // The silent one was never let in: closed, nothing read.
+  pollfd p = {silent, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  EXPECT_EQ(recv(silent, buf, sizeof(buf), 0), 0);
+  close(silent);
+}
+
+// A kept step its supervisor cannot hand back (here: stopped) is killed by
+// the next agent, with what it started, before its task may move.
+TEST(KeptRun, AKeptStepThatIsNotTakenBackIsKilled) {
+  TempDir dir, work;
+  const std::string d = dir.path();
+  const std::string script = "setsid sh -c 'echo $$ > \"$0/gc\"; exec sleep 600' '" + d +
+                             "' & echo $$ > '" + d + "/pid'; sleep 600";
+  TaskRun first(Assignment({Sh(script)}), InDir(work.path()));
+  RunAndDetach(first, d + "/pid", absl::Seconds(60));
+  ASSERT_TRUE(WaitFor([&] { return ReadPid(d + "/gc") > 0; }));
+  const v1::KeptAttempt k = KeptFile(work.path());
+  ASSERT_GT(k.supervisor_pid(), 0);
+  ASSERT_EQ(kill(k.supervisor_pid(), SIGSTOP), 0);
+  std::vector<std::string> dropped;
+  EXPECT_THAT(ReadKeptAttempts(work.path(), &dropped), IsEmpty());
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_THAT(dropped[0], HasSubstr("did not let this agent in"));
+  EXPECT_THAT(dropped[0], HasSubstr("killed it"));
+  for (pid_t p : {ReadPid(d + "/pid"), ReadPid(d + "/gc"), pid_t(k.supervisor_pid())}) {
+    EXPECT_TRUE(WaitFor([&] { return IsGone(p) || ReapOrphan(p); }, absl::Seconds(5)))
+        << p << " survived";
+    if (!IsGone(p)) kill(p, SIGKILL);
+  }
 }
 
 // --- The agent's lease, told to the supervisors (supervisor::kFence) ---

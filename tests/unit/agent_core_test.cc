@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,7 +106,10 @@ WelcomeOpts WithLease(absl::Duration stop_on_lost_after, absl::Duration lease) {
 // One AgentCore on a FakeClock, its Outbox written into a log.
 class Harness {
  public:
-  explicit Harness(CoreOptions o = {}) : dir_(MakeDir()) {
+  // `dir`: the work directory, kept after this harness (another agent
+  // after it finds what it kept); empty: one of its own, removed with it.
+  explicit Harness(CoreOptions o = {}, const std::string& dir = "")
+      : dir_(dir.empty() ? MakeDir() : dir), own_dir_(dir.empty()) {
     o.id = "a1";
     o.exec.work_dir = dir_;
     o.exec.kill_grace = Ms(200);
@@ -120,7 +124,7 @@ class Harness {
     core_->Drain(absl::ZeroDuration());
     core_->Finish();
     core_.reset();
-    std::filesystem::remove_all(dir_);
+    if (own_dir_) std::filesystem::remove_all(dir_);
   }
 
   AgentCore& core() { return *core_; }
@@ -238,13 +242,15 @@ class Harness {
   bool ack_heartbeats = true;
   absl::Duration ack_interval = absl::ZeroDuration();
 
- private:
+  const std::string& dir() const { return dir_; }
   static std::string MakeDir() {
     std::string tmpl =
         (std::filesystem::temp_directory_path() / "taskgrid-core-test.XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) std::abort();
     return tmpl;
   }
+
+ private:
   int FindLocked(const Pred& p, size_t from) const {
     for (size_t i = from; i < log_.size(); ++i) {
       if (p(log_[i].msg)) return static_cast<int>(i);
@@ -253,6 +259,7 @@ class Harness {
   }
 
   const std::string dir_;
+  const bool own_dir_;
   FakeClock clock_;
   size_t scanned_ = 0;  // RunFor() looked at the log up to here
   absl::Duration lease_ = absl::ZeroDuration();
@@ -332,6 +339,133 @@ TEST(AgentCore, HeartbeatsListRunningTasksAndWaitingLinks) {
 }
 
 // --- Self-fencing ---
+
+// --- Every stop reported, every result kept until acknowledged ---
+
+// The (task id, attempt, finished) entries a Hello or Heartbeat lists.
+std::set<std::tuple<std::string, int, bool>> Listed(
+    const google::protobuf::RepeatedPtrField<v1::AttemptRef>& refs) {
+  std::set<std::tuple<std::string, int, bool>> out;
+  for (const v1::AttemptRef& r : refs) out.insert({r.task_id(), r.attempt(), r.finished()});
+  return out;
+}
+
+// The task ids of the Results and Releases written from `from` on, in order.
+std::vector<std::string> Ends(const Harness& h, size_t from) {
+  std::vector<std::string> ids;
+  for (size_t i = from; i < h.size(); ++i) {
+    const v1::AgentMessage& m = h.at(i).msg;
+    if (m.has_result()) ids.push_back(m.result().task_id());
+    if (m.has_release()) ids.push_back(m.release().task_id());
+  }
+  return ids;
+}
+
+TEST(AgentCore, ResultsAreListedAsFinishedAndResentInTheOrderTheyWereProduced) {
+  Harness h;
+  EXPECT_TRUE(h.Connect().reports_stops());
+  // "z-first" ends before "a-second": sorted by id they would go the
+  // other way round (a chain's link before its predecessor).
+  h.Push(Assign({Task("z-first", "noop")}));
+  h.WaitFor(IsResult("z-first"));
+  h.Push(Assign({Task("a-second", "noop")}));
+  h.WaitFor(IsResult("a-second"));
+  h.Push(Assign({Long("running")}));
+  h.WaitFor(IsAccept("running"));
+  const size_t from = h.size();
+  h.RunFor(Ms(100));
+  const int hb = h.Find(IsHeartbeat(), from);
+  ASSERT_GE(hb, 0);
+  using L = std::set<std::tuple<std::string, int, bool>>;
+  EXPECT_EQ(Listed(h.at(hb).msg.heartbeat().running()),
+            (L{{"z-first", 1, true}, {"a-second", 1, true}, {"running", 1, false}}));
+
+  h.Disconnect();
+  const size_t again = h.size();
+  const v1::Hello hello = h.Connect();
+  EXPECT_EQ(Listed(hello.running()),
+            (L{{"z-first", 1, true}, {"a-second", 1, true}, {"running", 1, false}}));
+  h.core().outbox().WaitIdle();
+  EXPECT_EQ(Ends(h, again), (std::vector<std::string>{"z-first", "a-second"}));
+
+  // Acknowledged: no longer listed.
+  h.AckResult("z-first");
+  h.AckResult("a-second");
+  const size_t later = h.size();
+  h.RunFor(Ms(100));
+  const int next = h.Find(IsHeartbeat(), later);
+  ASSERT_GE(next, 0);
+  EXPECT_EQ(Listed(h.at(next).msg.heartbeat().running()), (L{{"running", 1, false}}));
+}
+
+v1::SchedulerMessage CancelOf(const std::string& id, int32_t attempt) {
+  v1::SchedulerMessage m;
+  m.mutable_cancel()->set_task_id(id);
+  m.mutable_cancel()->set_attempt(attempt);
+  return m;
+}
+
+TEST(AgentCore, EveryCancelIsAnsweredOnceNothingOfItRuns) {
+  Harness h;
+  h.Connect();
+  h.Push(Assign({Long("head"), After("head", Task("link", "noop")), Task("done", "noop")}));
+  h.WaitFor(IsResult("done"));
+  // Not held here at all: said so at once.
+  h.Push(CancelOf("stranger", 4));
+  const int stranger = h.WaitFor(IsRelease("stranger"));
+  EXPECT_TRUE(h.at(stranger).msg.release().not_held());
+  EXPECT_EQ(h.at(stranger).msg.release().attempt(), 4);
+  // Finished, its result unacknowledged: the result is the answer.
+  const size_t before = h.size();
+  h.Push(CancelOf("done", 1));
+  h.core().outbox().WaitIdle();
+  EXPECT_EQ(h.Find(About("done"), before), -1);
+  // A waiting link: dropped, and released (it never started).
+  h.Push(CancelOf("link", 1));
+  const int link = h.WaitFor(IsRelease("link"));
+  EXPECT_FALSE(h.at(link).msg.release().not_held());
+  // Running: its Result once it is gone.
+  h.Push(CancelOf("head", 1));
+  const int head = h.WaitFor(IsResult("head"));
+  EXPECT_EQ(h.at(head).msg.result().result().outcome(), v1::OUTCOME_CANCELLED);
+}
+
+TEST(AgentCore, ResultsNotAcknowledgedAtExitGoToTheNextAgentWithTheId) {
+  const std::string dir = Harness::MakeDir();
+  {
+    Harness first({}, dir);
+    first.Connect();
+    first.Push(Assign({Task("b-first", "noop")}));
+    first.WaitFor(IsResult("b-first"));
+    first.Push(Assign({Task("a-then", "fail", {"3"})}));
+    first.WaitFor(IsResult("a-then"));
+    first.Disconnect();  // the scheduler is away; the agent exits
+    first.core().Drain(absl::ZeroDuration());
+    EXPECT_EQ(first.core().Finish(), 2);
+  }
+  {
+    Harness second({}, dir);
+    second.core().TakeBackKept();
+    using L = std::set<std::tuple<std::string, int, bool>>;
+    const v1::Hello hello = second.Connect();
+    EXPECT_EQ(Listed(hello.running()), (L{{"b-first", 1, true}, {"a-then", 1, true}}));
+    second.core().outbox().WaitIdle();
+    EXPECT_EQ(Ends(second, 0), (std::vector<std::string>{"b-first", "a-then"}));
+    const int failed = second.Find(IsResult("a-then"));
+    ASSERT_GE(failed, 0);
+    EXPECT_EQ(second.at(failed).msg.result().result().exit_code(), 3);
+    second.AckResult("b-first");
+    second.AckResult("a-then");
+    EXPECT_EQ(second.core().unacked(), 0);
+  }
+  {
+    // Read once: a third agent finds nothing more.
+    Harness third({}, dir);
+    third.core().TakeBackKept();
+    EXPECT_EQ(third.core().unacked(), 0);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 TEST(AgentCore, SelfFencesWhenNothingAnswersForStopOnLostAfter) {
   Harness h;
