@@ -174,10 +174,18 @@ int Listen(const char* name) {
 }
 
 // The step, from fork() to exec.
-[[noreturn]] void ExecStep(pid_t supervisor, int lifeline, int report, int out_read, int err_read,
-                           const std::vector<char*>& candidates, char* shell, bool confine,
-                           char** argv) {
+[[noreturn]] void ExecStep(pid_t supervisor, int go, int lifeline, int report, int out_read,
+                           int err_read, const std::vector<char*>& candidates, char* shell,
+                           bool confine, char** argv) {
   setpgid(0, 0);
+  // Nothing of the step runs before the supervisor has told the agent the
+  // step's pid and let go of the report pipe (EOF here): a step that stops
+  // its supervisor at once must not catch it holding the pipe the agent
+  // waits on.
+  char byte;
+  while (read(go, &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(go);
   // If the supervisor is killed from outside, the step's main process goes
   // too (a last resort: the supervisor is what finds the rest).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -266,17 +274,25 @@ int main(int argc, char** argv) {
   }
 
   const pid_t self = getpid();
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) {
+    WriteReport(report, sv::kSupervisor, errno);
+    return 125;
+  }
   const pid_t step = fork();
   if (step < 0) {
     WriteReport(report, sv::kSupervisor, errno);
     return 125;
   }
   if (step == 0) {
-    ExecStep(self, lifeline, report, out_fd, err_fd, candidates, shell, confine, step_argv);
+    close(go[1]);
+    ExecStep(self, go[0], lifeline, report, out_fd, err_fd, candidates, shell, confine, step_argv);
   }
+  close(go[0]);
   setpgid(step, step);  // as the step does: the group exists before anyone signals it
   WriteReport(report, sv::kRunning, step);
   close(report);
+  close(go[1]);  // the step may run now
   // The step holds stdin, stdout and stderr; we keep none of them open, so
   // the agent sees EOF on the step's output when the step's processes end.
   const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);

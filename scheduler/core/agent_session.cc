@@ -193,6 +193,12 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
           t.stop_request != StopRequest::kNone) {
         SendCancel(t);
       }
+      // Timed out while it was away: an agent that does not report its
+      // stops is freed on the timer again, now that it is back.
+      if (t.stop_request != StopRequest::kNone && !a.reports_stops &&
+          t.stop_request != StopRequest::kExpired) {
+        task_deadlines_.Set(t.id(), Mono() + opts_.attempt_timeout_slack);
+      }
       // Listed as started: its Accept may have been lost with the old stream.
       if (started && t.state == v1::TASK_STATE_DISPATCHED) {
         if (t.chained_after == nullptr) {

@@ -697,10 +697,11 @@ void Scheduler::Tick() {
     TaskRecord* t = Mutable(id);
     if (t == nullptr || !IsInFlight(t->state)) continue;
     const AgentRecord* holder = agents_.Find(t->agent_id);
-    if (holder != nullptr && holder->reports_stops) {
+    if (holder != nullptr && (holder->reports_stops || !holder->connected())) {
       // Freed on the agent's word only (or once the agent is lost): its
       // step may be cleaning up for its kill grace, or run on under a
-      // restart hold, and must not overlap the next attempt.
+      // restart hold or through an outage of ours while the agent is
+      // away, and must not overlap the next attempt.
       RequestStop(*t, t->start_time == absl::InfinitePast() ? StopRequest::kNotAccepted
                                                             : StopRequest::kTimedOut);
       continue;

@@ -5,8 +5,21 @@
 // clock jumps, finished tasks leaving memory for disk (and read back before
 // an operation on them, as the Engine does), deletes, and restarts after
 // outages of any length up to three restart graces that read the table
-// back from SQLite (finished rows light). After every step:
+// back from SQLite (finished rows light). The agents are modelled as
+// taskgrid-agent behaves (Hello.reports_stops): each holds a process for
+// every attempt from the Assign that gave it until it reports the attempt
+// ended (its kill grace is the walk's delay before it says so), answers a
+// Cancel of an attempt it does not hold, lists all it holds in heartbeats,
+// and when its stream ends its processes run on until it stops them itself
+// (a broken stream: stop_on_lost_after; a restart of the scheduler: the
+// restart grace less a second; its own restart keeping its steps: the hold
+// granted), unless it died with them (kill -9). After every step:
 //   - every invariant of the scheduler holds;
+//   - no two attempts of a task have live processes at once (checked at
+//     every Assign against every agent's processes);
+//   - a result an agent produced for an attempt it ran is committed, or
+//     the attempt's end is one the agent could not report (LOST) or is not
+//     counted;
 //   - every task whose submit was acknowledged, and not deleted, is there:
 //     in memory, or on disk with its stored row in the state the index
 //     says (after a restart: read back from the store);
@@ -33,6 +46,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/proto_time.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/core/state_machine.h"
 #include "scheduler/store/sqlite_store.h"
@@ -101,6 +115,7 @@ class Walk {
       CrashAgent();
     } else if (op < 96) {
       clock_.Advance(absl::Milliseconds(100 + Pick(8000)));
+      StopDue();
       sched_->Tick();
     } else if (op < 98) {
       Restart(/*reopen_store=*/false);
@@ -117,11 +132,14 @@ class Walk {
   // Every agent leaves; one agent that does what it is told finishes the
   // rest. Every task must end.
   void Finish() {
-    for (auto& [conn, agent] : conns_) sched_->Disconnect(conn);
-    conns_.clear();
+    for (auto& [conn, agent] : std::map<uint64_t, std::string>(conns_)) {
+      sched_->Disconnect(conn);
+      StreamEnded(agents_[agent], Options().StopOnLostAfter(), /*forget=*/false);
+    }
     Persist();
     for (int i = 0; i < 10; ++i) {
       clock_.Advance(absl::Minutes(1));
+      StopDue();
       sched_->Tick();
       Persist();
     }
@@ -130,17 +148,25 @@ class Walk {
     v1::Hello h;
     h.set_agent_id("finisher");
     h.set_slots(64);
+    h.set_reports_stops(true);
     const uint64_t conn = next_conn_++;
     ASSERT_TRUE(sched_->Connect(conn, h).ok());
     conns_[conn] = "finisher";
+    AgentModel& finisher = agents_["finisher"];
+    finisher.conn = conn;
     Persist();
     for (int round = 0; round < 500 && !AllTerminal(); ++round) {
       // Whatever it holds, including what finishing one hands it next.
-      for (int pass = 0; pass < 100 && !held_[conn].empty(); ++pass) {
-        const std::set<std::pair<std::string, int>> held = held_[conn];
-        for (const auto& [id, attempt] : held) {
-          Send(conn, AcceptMsg(id, attempt));
-          Send(conn, ResultMsg(id, attempt, v1::OUTCOME_SUCCEEDED));
+      for (int pass = 0; pass < 100; ++pass) {
+        std::vector<Key> todo;
+        for (const auto& [key, held] : finisher.held) {
+          if (held.alive && held.started) todo.push_back(key);
+        }
+        if (todo.empty()) break;
+        for (const Key& key : todo) {
+          if (finisher.held.count(key) == 0) continue;
+          Send(conn, AcceptMsg(key.first, key.second));
+          Report(conn, finisher, key, ResultMsg(key.first, key.second, v1::OUTCOME_SUCCEEDED));
           Persist();
         }
       }
@@ -212,8 +238,8 @@ class Walk {
     s.add_steps()->mutable_builtin()->set_name("noop");
     s.set_max_attempts(1 + Pick(3));
     if (Pick(6) == 0) s.mutable_not_before()->set_seconds(absl::ToUnixSeconds(clock_.Now()) + 5);
-    if (Pick(8) == 0) s.mutable_attempt_timeout()->set_seconds(3);
-    if (Pick(8) == 0) s.mutable_schedule_timeout()->set_seconds(20);
+    if (Pick(3) == 0) s.mutable_attempt_timeout()->set_seconds(3);
+    if (Pick(4) == 0) s.mutable_schedule_timeout()->set_seconds(Pick(2) == 0 ? 3 : 20);
     return s;
   }
 
@@ -281,29 +307,182 @@ class Walk {
     ASSERT_EQ(sched_->FindCold(id), nullptr);
   }
 
+  // --- The agents, as taskgrid-agent behaves ---
+
+  struct Held {
+    bool alive = true;      // its process runs (or may: an Assign on its way)
+    bool finished = false;  // its end was reported, not yet acknowledged
+    bool accepted = false;
+    std::string pred;         // a chain link: the task it runs after
+    bool started = true;      // a link whose predecessor succeeded here
+    v1::AgentMessage report;  // what it reported, resent after a reconnect
+  };
+  using Key = std::pair<std::string, int>;
+  struct AgentModel {
+    uint64_t conn = 0;  // 0: no stream
+    std::map<Key, Held> held;
+    // Disconnected with processes alive: when it stops them itself, and
+    // whether it then keeps their end to report (a broken stream, an outage
+    // of the scheduler) or forgets them (a restart of its own whose hold
+    // ran out: the next agent drops what it kept).
+    absl::Duration stops_at = absl::InfiniteDuration();
+    bool forgets_at_stop = false;
+    absl::Duration restart_hold = absl::ZeroDuration();  // granted, for its own restart
+  };
+
+  // TASKGRID_RANDOM_TRACE=1 prints what the agents and the clock do.
+  static bool Tracing() {
+    static const bool on = EnvInt("TASKGRID_RANDOM_TRACE", 0) != 0;
+    return on;
+  }
+  template <typename... Args>
+  void Trace(const Args&... args) {
+    if (Tracing()) {
+      std::fprintf(stderr, "[%.1fs] %s\n", absl::ToDoubleSeconds(clock_.Monotonic()),
+                   absl::StrCat(args...).c_str());
+    }
+  }
+
+  static const char* AgentName(int i) {
+    static const char* const kNames[] = {"a0", "a1", "a2"};
+    return kNames[i];
+  }
+
+  // No other attempt of `id` has a live process on any agent.
+  void CheckOneCopy(const std::string& id, int attempt, const std::string& to) {
+    for (const auto& [name, m] : agents_) {
+      for (const auto& [key, h] : m.held) {
+        if (key.first == id && key.second != attempt && h.alive) {
+          std::string history;
+          if (const TaskRecord* t = sched_->Find(id); t != nullptr) {
+            for (const v1::Attempt& a : t->attempts) {
+              absl::StrAppend(&history, "\n  attempt ", a.attempt(), " on ", a.agent_id(), ": ",
+                              v1::Outcome_Name(a.result().outcome()),
+                              a.interrupted() ? " (not counted) " : " ", a.result().error());
+            }
+          }
+          ADD_FAILURE() << "attempt " << attempt << " of " << id << " went to " << to
+                        << " while attempt " << key.second << " still runs on " << name
+                        << "; its ended attempts:" << history;
+        }
+      }
+    }
+  }
+
+  // Its processes stop, at `why`: they keep their end to report, or (a
+  // restart of its own not taken back) are forgotten.
+  void StopAll(AgentModel& m, bool forget) {
+    for (auto it = m.held.begin(); it != m.held.end();) {
+      Held& h = it->second;
+      if (!h.alive) {
+        ++it;
+        continue;
+      }
+      Trace("  ", it->first.first, " attempt ", it->first.second, " stopped by its agent",
+            forget ? " (forgotten)" : "");
+      if (forget) {
+        it = m.held.erase(it);
+        continue;
+      }
+      h.alive = false;
+      h.finished = true;
+      h.report = ReleaseMsg(it->first.first, it->first.second, "stopped: no contact");
+      ++it;
+    }
+    m.stops_at = absl::InfiniteDuration();
+  }
+
+  // Time passed: agents without a stream stop their processes when due.
+  void StopDue() {
+    for (auto& [name, m] : agents_) {
+      if (m.conn == 0 && m.stops_at <= clock_.Monotonic()) StopAll(m, m.forgets_at_stop);
+    }
+  }
+
+  // Its stream ended with it alive: its processes run on until `after`.
+  void StreamEnded(AgentModel& m, absl::Duration after, bool forget) {
+    if (m.conn != 0) conns_.erase(m.conn);
+    m.conn = 0;
+    m.stops_at = std::min(m.stops_at, clock_.Monotonic() + after);
+    m.forgets_at_stop = forget;
+  }
+
   void ConnectAgent() {
-    const std::string agent = absl::StrCat("a", Pick(3));
+    const std::string agent = AgentName(Pick(3));
+    AgentModel& m = agents_[agent];
     v1::Hello h;
     h.set_agent_id(agent);
     h.set_slots(1 + Pick(3));
     h.set_chains(Pick(2) == 0);
-    // Coming back: it names the attempts it still holds (or some of them).
-    for (const auto& [id, attempt] : memory_[agent]) {
-      if (Pick(4) == 0) continue;
+    h.set_reports_stops(true);
+    // Coming back: it names everything it holds; now and then it lost one
+    // (what ran of it died with it).
+    for (auto it = m.held.begin(); it != m.held.end();) {
+      if (Pick(8) == 0) {
+        it = m.held.erase(it);
+        continue;
+      }
       v1::AttemptRef* r = h.add_running();
-      r->set_task_id(id);
-      r->set_attempt(attempt);
+      r->set_task_id(it->first.first);
+      r->set_attempt(it->first.second);
+      r->set_waiting(!it->second.started);
+      r->set_finished(it->second.finished);
+      ++it;
     }
     const uint64_t conn = next_conn_++;
-    if (sched_->Connect(conn, h).ok()) conns_[conn] = agent;
+    if (!sched_->Connect(conn, h).ok()) return;
+    Trace("agent ", agent, " connects listing ", h.running_size());
+    if (m.conn != 0) conns_.erase(m.conn);  // the scheduler ends the old stream
+    m.conn = conn;
+    m.stops_at = absl::InfiniteDuration();
+    m.restart_hold = absl::ZeroDuration();
+    conns_[conn] = agent;
+    Persist();
+    // After Welcome, what it reported and was not acknowledged goes again.
+    std::vector<v1::AgentMessage> again;
+    for (const auto& [key, held] : m.held) {
+      if (held.finished) again.push_back(held.report);
+    }
+    for (const v1::AgentMessage& msg : again) Send(conn, msg);
   }
 
+  // An agent's stream ends: it died (its processes with it), or the stream
+  // broke (they run on until it fences itself), or it restarts keeping its
+  // steps (they run on for the hold it was granted).
   void CrashAgent() {
     if (conns_.empty()) return;
     auto it = conns_.begin();
     std::advance(it, Pick(static_cast<int>(conns_.size())));
-    sched_->Disconnect(it->first);
-    conns_.erase(it);
+    const uint64_t conn = it->first;
+    AgentModel& m = agents_[it->second];
+    const int how = Pick(3);
+    Trace("agent ", it->second, how == 0 ? " killed" : how == 1 ? " stream broke" : " restarts");
+    switch (how) {
+      case 0:  // kill -9: its supervisors kill every step at once
+        sched_->Disconnect(conn);
+        conns_.erase(conn);
+        m.conn = 0;
+        m.held.clear();
+        break;
+      case 1:
+        sched_->Disconnect(conn);
+        StreamEnded(m, Options().StopOnLostAfter(), /*forget=*/false);
+        break;
+      default: {
+        v1::AgentMessage r;
+        *r.mutable_restarting()->mutable_hold() = ToProto(absl::Seconds(1 + Pick(20)));
+        Send(conn, r);
+        Persist();  // its grant (RestartHold), seen below
+        const absl::Duration hold = m.restart_hold;
+        sched_->Disconnect(conn);
+        if (hold > absl::ZeroDuration()) {
+          StreamEnded(m, hold, /*forget=*/true);
+        } else {
+          StreamEnded(m, Options().StopOnLostAfter(), /*forget=*/false);
+        }
+        break;
+      }
+    }
   }
 
   static v1::AgentMessage AcceptMsg(const std::string& id, int attempt) {
@@ -322,67 +501,117 @@ class Walk {
     return m;
   }
 
+  static v1::AgentMessage ReleaseMsg(const std::string& id, int attempt, const std::string& why,
+                                     bool not_held = false) {
+    v1::AgentMessage m;
+    m.mutable_release()->set_task_id(id);
+    m.mutable_release()->set_attempt(attempt);
+    m.mutable_release()->set_reason(why);
+    m.mutable_release()->set_not_held(not_held);
+    return m;
+  }
+
   void Send(uint64_t conn, const v1::AgentMessage& m) { sched_->OnAgentMessage(conn, m); }
 
   void Heartbeat(uint64_t conn) {
     v1::AgentMessage m;
-    for (const auto& [id, attempt] : held_[conn]) {
-      v1::AttemptRef* r = m.mutable_heartbeat()->add_running();
-      r->set_task_id(id);
-      r->set_attempt(attempt);
-    }
     m.mutable_heartbeat();
+    for (const auto& [key, h] : agents_[conns_[conn]].held) {
+      v1::AttemptRef* r = m.mutable_heartbeat()->add_running();
+      r->set_task_id(key.first);
+      r->set_attempt(key.second);
+      r->set_waiting(!h.started);
+      r->set_finished(h.finished);
+    }
     Send(conn, m);
   }
 
-  // A connected agent says something about an attempt it was given.
+  // The chain links after `id` on `m`, dropped (their predecessor did not
+  // succeed: the agent says nothing of them) or started.
+  void AfterEnd(AgentModel& m, const std::string& id, bool succeeded) {
+    std::vector<std::string> preds = {id};
+    while (!preds.empty()) {
+      const std::string pred = preds.back();
+      preds.pop_back();
+      for (auto it = m.held.begin(); it != m.held.end();) {
+        if (it->second.pred != pred || it->second.finished || it->second.started) {
+          ++it;
+          continue;
+        }
+        if (succeeded) {
+          it->second.started = true;
+          ++it;
+          continue;
+        }
+        preds.push_back(it->first.first);
+        it = m.held.erase(it);
+      }
+    }
+  }
+
+  // The agent reports the end of `key` with `msg`.
+  void Report(uint64_t conn, AgentModel& m, const Key& key, v1::AgentMessage msg) {
+    Trace(conns_[conn], " reports ", key.first, " attempt ", key.second, ": ",
+          msg.has_result() ? v1::Outcome_Name(msg.result().result().outcome()) : "release");
+    Held& h = m.held[key];
+    h.alive = false;
+    h.finished = true;
+    h.report = msg;
+    const bool succeeded =
+        msg.has_result() && msg.result().result().outcome() == v1::OUTCOME_SUCCEEDED;
+    AfterEnd(m, key.first, succeeded);
+    Send(conn, msg);
+  }
+
+  // A connected agent says something about an attempt it holds.
   void AgentSays() {
     if (conns_.empty()) return;
     auto it = conns_.begin();
     std::advance(it, Pick(static_cast<int>(conns_.size())));
     const uint64_t conn = it->first;
-    std::set<std::pair<std::string, int>>& held = held_[conn];
-    if (held.empty() || Pick(5) == 0) {
+    AgentModel& m = agents_[it->second];
+    std::vector<Key> live;
+    for (const auto& [key, h] : m.held) {
+      if (h.alive && h.started) live.push_back(key);
+    }
+    if (live.empty() || Pick(5) == 0) {
       Heartbeat(conn);
       return;
     }
-    auto h = held.begin();
-    std::advance(h, Pick(static_cast<int>(held.size())));
-    const auto [id, attempt] = *h;
+    const Key key = live[Pick(static_cast<int>(live.size()))];
+    Held& h = m.held[key];
+    const auto& [id, attempt] = key;
     switch (Pick(8)) {
       case 0:
       case 1:
       case 2:
+        Trace(it->second, " accepts ", id, " attempt ", attempt);
+        h.accepted = true;
         Send(conn, AcceptMsg(id, attempt));
         break;
       case 3:
       case 4:
-        Send(conn, ResultMsg(id, attempt, v1::OUTCOME_SUCCEEDED));
+        Report(conn, m, key, ResultMsg(id, attempt, v1::OUTCOME_SUCCEEDED));
         break;
       case 5:
-        Send(conn, ResultMsg(id, attempt, Pick(2) ? v1::OUTCOME_FAILED : v1::OUTCOME_CANCELLED));
+        Report(conn, m, key,
+               ResultMsg(id, attempt, Pick(2) ? v1::OUTCOME_FAILED : v1::OUTCOME_CANCELLED));
         break;
       case 6: {
-        v1::AgentMessage m;
-        m.mutable_reject()->set_task_id(id);
-        m.mutable_reject()->set_attempt(attempt);
-        m.mutable_reject()->set_code(static_cast<v1::RejectCode>(Pick(5)));
-        m.mutable_reject()->set_reason("random");
-        Send(conn, m);
-        held.erase(h);
-        memory_[it->second].erase({id, attempt});
+        if (h.accepted) break;  // an agent rejects before it accepts
+        v1::AgentMessage msg;
+        msg.mutable_reject()->set_task_id(id);
+        msg.mutable_reject()->set_attempt(attempt);
+        msg.mutable_reject()->set_code(static_cast<v1::RejectCode>(Pick(5)));
+        msg.mutable_reject()->set_reason("random");
+        m.held.erase(key);
+        AfterEnd(m, id, false);
+        Send(conn, msg);
         break;
       }
-      default: {
-        v1::AgentMessage m;
-        m.mutable_release()->set_task_id(id);
-        m.mutable_release()->set_attempt(attempt);
-        m.mutable_release()->set_reason("random");
-        Send(conn, m);
-        held.erase(h);
-        memory_[it->second].erase({id, attempt});
+      default:
+        Report(conn, m, key, ReleaseMsg(id, attempt, "random"));
         break;
-      }
     }
   }
 
@@ -412,30 +641,97 @@ class Walk {
     EXPECT_EQ(rec->attempts.size(), finished);
   }
 
-  // Commits what the last step changed and follows what was sent.
+  // A result this agent produced was refused: the scheduler must have
+  // ended that attempt in a way the agent could not report, or not count it.
+  void CheckRefused(const std::string& id, int attempt, const v1::AgentMessage& report) {
+    if (!report.has_result()) return;
+    const TaskRecord* t = sched_->Find(id);
+    if (t == nullptr) return;  // on disk: its history is not read back
+    for (const v1::Attempt& a : t->attempts) {
+      if (a.attempt() != attempt) continue;
+      EXPECT_TRUE(a.interrupted() || a.result().outcome() == v1::OUTCOME_LOST)
+          << "the result of " << id << " attempt " << attempt << " was refused, but the attempt "
+          << "counts as " << v1::Outcome_Name(a.result().outcome()) << ": " << a.result().error();
+      return;
+    }
+  }
+
+  // Commits what the last step changed and follows what was sent: the
+  // agents act on their messages (a Cancel of what they do not hold is
+  // answered after).
   void Persist() {
-    Effects fx = sched_->TakeEffects();
-    for (const EventRow& e : fx.batch.events) {
-      ASSERT_EQ(e.revision, last_revision_ + 1) << "revisions must go up by one";
-      last_revision_ = e.revision;
-    }
-    absl::Status s = store_->Apply(fx.batch);
-    ASSERT_TRUE(s.ok()) << s;
-    for (const Outgoing& o : fx.messages) {
-      auto agent = conns_.find(o.conn);
-      if (agent == conns_.end()) continue;
-      if (o.msg.has_assign()) {
-        for (const v1::Assignment& a : o.msg.assign().tasks()) {
-          held_[o.conn].insert({a.task_id(), a.attempt()});
-          memory_[agent->second].insert({a.task_id(), a.attempt()});
-        }
-      } else if (o.msg.has_result_ack()) {
-        const v1::ResultAck& ack = o.msg.result_ack();
-        held_[o.conn].erase({ack.task_id(), ack.attempt()});
-        memory_[agent->second].erase({ack.task_id(), ack.attempt()});
+    std::vector<std::pair<uint64_t, v1::AgentMessage>> answers;
+    for (int round = 0; round < 10; ++round) {
+      Effects fx = sched_->TakeEffects();
+      for (const EventRow& e : fx.batch.events) {
+        ASSERT_EQ(e.revision, last_revision_ + 1) << "revisions must go up by one";
+        last_revision_ = e.revision;
       }
+      absl::Status s = store_->Apply(fx.batch);
+      ASSERT_TRUE(s.ok()) << s;
+      for (const Outgoing& o : fx.messages) Deliver(o, &answers);
+      for (uint64_t conn : fx.close_conns) {
+        auto agent = conns_.find(conn);
+        if (agent == conns_.end()) continue;
+        // Ended by the scheduler (silent past its heartbeat timeout): the
+        // agent fences itself as for any stream that ends.
+        StreamEnded(agents_[agent->second], Options().StopOnLostAfter(), /*forget=*/false);
+      }
+      if (answers.empty()) return;
+      for (const auto& [conn, msg] : answers) {
+        if (conns_.count(conn) > 0) Send(conn, msg);
+      }
+      answers.clear();
     }
-    for (uint64_t conn : fx.close_conns) conns_.erase(conn);
+  }
+
+  void Deliver(const Outgoing& o, std::vector<std::pair<uint64_t, v1::AgentMessage>>* answers) {
+    auto agent = conns_.find(o.conn);
+    if (agent == conns_.end()) return;
+    AgentModel& m = agents_[agent->second];
+    auto deliver_one = [&](const v1::SchedulerMessage& msg) {
+      if (msg.has_assign()) {
+        for (const v1::Assignment& a : msg.assign().tasks()) {
+          Trace("assign ", a.task_id(), " attempt ", a.attempt(), " to ", agent->second,
+                a.run_after().empty() ? "" : " after " + a.run_after());
+          CheckOneCopy(a.task_id(), a.attempt(), agent->second);
+          Held h;
+          h.pred = a.run_after();
+          h.started = a.run_after().empty();
+          m.held[{a.task_id(), a.attempt()}] = h;
+        }
+      } else if (msg.has_result_ack()) {
+        const v1::ResultAck& ack = msg.result_ack();
+        auto it = m.held.find({ack.task_id(), ack.attempt()});
+        if (it != m.held.end()) {
+          if (!ack.accepted()) CheckRefused(ack.task_id(), ack.attempt(), it->second.report);
+          m.held.erase(it);
+        }
+      } else if (msg.has_cancel()) {
+        const Key key{msg.cancel().task_id(), msg.cancel().attempt()};
+        Trace("cancel ", key.first, " attempt ", key.second, " to ", agent->second);
+        auto it = m.held.find(key);
+        if (it == m.held.end()) {
+          answers->push_back(
+              {o.conn, ReleaseMsg(key.first, key.second, "not held", /*not_held=*/true)});
+        } else if (!it->second.started && !it->second.finished) {
+          // A waiting link: dropped, and said so (with the links after it).
+          it->second.alive = false;
+          it->second.finished = true;
+          it->second.report = ReleaseMsg(key.first, key.second, "cancelled before it started");
+          AfterEnd(m, key.first, false);
+          answers->push_back({o.conn, it->second.report});
+        }
+        // Running: it stops, and says so when the walk has it report.
+      } else if (msg.has_restart_hold()) {
+        m.restart_hold = FromProto(msg.restart_hold().hold());
+      }
+    };
+    if (o.msg.has_batch()) {
+      for (const v1::SchedulerMessage& msg : o.msg.batch().msgs()) deliver_one(msg);
+    } else {
+      deliver_one(o.msg);
+    }
   }
 
   void OpenStore() {
@@ -460,13 +756,19 @@ class Walk {
       history[id] = {numbers, rec->attempts_dropped, rec->interrupted_dropped};
     }
     ++restarts_;
+    Trace("scheduler restarts");
+    // The agents hold their running steps through the restart, at most the
+    // restart grace less a second from when their streams ended.
+    for (auto& [name, m] : agents_) {
+      if (m.conn != 0) StreamEnded(m, Options().RestartGrace() - absl::Seconds(1), false);
+    }
     conns_.clear();
-    held_.clear();
     if (reopen_store) OpenStore();
     // The scheduler is down for a while, of any length up to three restart
     // graces: the agents' attempts wait out the restart grace from the
     // restore on, whatever the outage was.
     clock_.Advance(absl::Milliseconds(Pick(90'000)));
+    StopDue();
     sched_ = std::make_unique<Scheduler>(&clock_, Options());
     // As Engine::Restore: finished rows light, the others whole, then what
     // the others need read back whole.
@@ -529,9 +831,8 @@ class Walk {
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<Scheduler> sched_;
   std::set<std::string> acked_;
-  std::map<uint64_t, std::string> conns_;  // live streams: conn -> agent id
-  std::map<uint64_t, std::set<std::pair<std::string, int>>> held_;       // by stream
-  std::map<std::string, std::set<std::pair<std::string, int>>> memory_;  // by agent id
+  std::map<uint64_t, std::string> conns_;     // live streams: conn -> agent id
+  std::map<std::string, AgentModel> agents_;  // by agent id
   uint64_t next_conn_ = 1;
   int next_id_ = 1;
   int64_t last_revision_ = 0;

@@ -295,6 +295,32 @@ TEST_F(StopRequestTest, AScheduleTimeoutHoldsForATaskDispatchedAtARestart) {
       << r->Find("across")->reason;
 }
 
+TEST_F(StopRequestTest, AfterARestartATimeoutWaitsForTheAgentThatMayStillRunIt) {
+  const uint64_t conn = ConnectReporting("a1", 1);
+  SubmitOk(Timed("outlived", absl::Seconds(2), 3));
+  Take();
+  Accept(conn, "outlived", 1);
+  SchedulerOptions o = Options();
+  o.restart_grace = absl::Seconds(60);
+  std::unique_ptr<Scheduler> r = Restarted(o);
+  // Its attempt timeout and the slack pass long before the restart grace:
+  // the agent, not back yet, holds its step through our restart until
+  // then, so the attempt is held too.
+  clock_.Advance(absl::Seconds(20));
+  r->Tick();
+  ASSERT_TRUE(r->CheckInvariants().ok()) << r->CheckInvariants();
+  EXPECT_EQ(r->Find("outlived")->state, v1::TASK_STATE_RUNNING);
+  EXPECT_EQ(r->Find("outlived")->stop_request, StopRequest::kTimedOut);
+  // Not back within the grace: its steps are known dead; a timeout, counted.
+  clock_.Advance(absl::Seconds(41));
+  r->Tick();
+  ASSERT_TRUE(r->CheckInvariants().ok()) << r->CheckInvariants();
+  const TaskRecord* t = r->Find("outlived");
+  ASSERT_FALSE(t->attempts.empty());
+  EXPECT_EQ(t->attempts.back().result().outcome(), v1::OUTCOME_TIMED_OUT);
+  EXPECT_FALSE(t->attempts.back().interrupted());
+}
+
 TEST_F(StopRequestTest, TwoHeartbeatsInARowWithoutAnAcceptedAttemptEndIt) {
   const uint64_t conn = ConnectReporting("a1", 2);
   SubmitOk(Spec("vanished"));
