@@ -204,7 +204,7 @@ std::vector<int64_t> Scheduler::ColdSeqsOfSpecs(
     }
     if (!spec.unique_key().empty()) {
       const std::string& queue = spec.queue().empty() ? kDefaultQueue : spec.queue();
-      const int64_t held = UniqueHolder({queue, spec.unique_key()}, now);
+      const int64_t held = keys_.UniqueHolder({queue, spec.unique_key()}, now);
       if (held != 0 && table_.FindColdBySeq(held) != nullptr) out.push_back(held);
     }
   }
@@ -539,7 +539,7 @@ absl::Status Scheduler::RestoreCold(absl::Span<const TaskRow> rows) {
     }
     const absl::Time until = FromUnixMicrosOrZero(row.unique_until_us);
     if (!row.unique_key.empty() && until > now) {
-      HoldUniqueKey({row.queue, row.unique_key}, row.seq, until);
+      keys_.Hold({row.queue, row.unique_key}, row.seq, until);
     }
   }
   return absl::OkStatus();

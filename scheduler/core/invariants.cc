@@ -151,9 +151,9 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " has merge state ", t.merge ? "without" : "missing for",
                   " a merge key");
     }
-    if (Joinable(t)) {
+    if (TaskKeys::Joinable(t)) {
       ++joinable;
-      if (JoinableTask(MergeKeyOf(t)) != &t) {
+      if (keys_.JoinableTask(TaskKeys::MergeKeyOf(t)) != &t) {
         return fail("task ", id, " of merge key ", t.spec.merge_key(), " is not the one joined");
       }
     }
@@ -304,8 +304,8 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("queue ready indexes hold ", in_queues, " tasks, not ", claimable);
   }
   if (claimed != claimed_by_queue_) return fail("claims are counted wrongly by queue");
-  if (merge_index_.size() != joinable) {
-    return fail("the merge index holds ", merge_index_.size(), " keys, not ", joinable);
+  if (keys_.joinable_count() != joinable) {
+    return fail("the merge index holds ", keys_.joinable_count(), " keys, not ", joinable);
   }
   if (claim_deadlines_.size() != [&] {
         size_t n = 0;
@@ -458,21 +458,7 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail("a queue holds resources it is not said to");
   }
   if (slots_by_queue != slots_by_queue_) return fail("slots held by queue are counted wrongly");
-  // The schedule timer holds exactly the unpaused schedules, each at its
-  // next fire.
-  size_t armed = 0;
-  for (const auto& [id, sp] : schedules_) {
-    if (sp->id() != id) return fail("schedule ", sp->id(), " is listed under ", id);
-    if (sp->paused) continue;
-    ++armed;
-    if (!schedule_timer_.contains({sp->next_fire, id})) {
-      return fail("schedule ", id, " is not in the timer at its next fire");
-    }
-  }
-  if (armed != schedule_timer_.size()) {
-    return fail("the schedule timer holds ", schedule_timer_.size(), " entries for ", armed,
-                " unpaused schedules");
-  }
+  if (std::string broken = schedules_.CheckInvariants(); !broken.empty()) return fail(broken);
   return absl::OkStatus();
 }
 

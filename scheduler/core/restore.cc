@@ -52,7 +52,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
     if (!t.spec.replica_of().empty()) restoring_->replicas.push_back(&t);
-    if (UniqueUntil(t) > Now()) HoldUniqueKey(t);
+    if (UniqueUntil(t) > Now()) keys_.Hold(t);
     restored_unexamined_.push_back(&t);
     if (IsInFlight(t.state)) {
       restoring_->in_flight.push_back(&t);
@@ -78,7 +78,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       t.ready_time = t.update_time;  // its last change made it PENDING, or came after
       AddReady(t);
     }
-    IndexMerge(t);
+    keys_.Index(t);
   }
   tasks->clear();
   return absl::OkStatus();

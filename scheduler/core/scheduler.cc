@@ -30,7 +30,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   // The ready queues are Dispatch's index; the table keeps the others.
   if (t.state == v1::TASK_STATE_PENDING) RemoveReady(t);
   // Before the row is written: it stores that the key was let go of.
-  if (to == v1::TASK_STATE_SUCCEEDED || to == v1::TASK_STATE_CANCELLED) ReleaseUniqueKey(t);
+  if (to == v1::TASK_STATE_SUCCEEDED || to == v1::TASK_STATE_CANCELLED) keys_.Release(t);
   const absl::Time now = Now();
   const v1::TaskState from =
       table_.Apply(t, to, std::move(reason), now, event_agent, &effects_.batch);
@@ -40,7 +40,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   // Finished: to disk once the change is committed and old enough (Evict).
   if (IsTerminal(to)) evict_queue_.push_back({t.revision, t.seq});
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
-  IndexMerge(t);
+  keys_.Index(t);
   // Room under its queue's concurrency limit.
   if (!held_.empty() && IsInFlight(from) && !IsInFlight(to)) ReleaseHeld(t.queue());
   if (t.replica_of != nullptr) {
@@ -159,9 +159,9 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     size_t first = 0;            // else the spec that makes it
     int64_t count = 0, bytes = 0;
   };
-  absl::flat_hash_map<MergeKey, Gathered> gathered;
-  std::vector<std::pair<size_t, MergeKey>> joins;     // (spec, key), in request order
-  absl::flat_hash_map<MergeKey, size_t> unique_seen;  // (queue, unique key) -> spec
+  absl::flat_hash_map<TaskKeys::Key, Gathered> gathered;
+  std::vector<std::pair<size_t, TaskKeys::Key>> joins;     // (spec, key), in request order
+  absl::flat_hash_map<TaskKeys::Key, size_t> unique_seen;  // (queue, unique key) -> spec
   const absl::Time submit_time = Now();
   for (size_t i = 0; i < specs.size(); ++i) {
     v1::TaskSpec& spec = specs[i];
@@ -195,8 +195,8 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         return absl::InvalidArgumentError(absl::StrCat(
             field.str(), ".unique_key is set: a job is unique by its id, not its tasks by key"));
       }
-      const MergeKey key{spec.queue(), spec.unique_key()};
-      if (const int64_t held = UniqueHolder(key, submit_time); held != 0) {
+      const TaskKeys::Key key{spec.queue(), spec.unique_key()};
+      if (const int64_t held = keys_.UniqueHolder(key, submit_time); held != 0) {
         if (auto it = table_.by_seq().find(held); it != table_.by_seq().end()) {
           if (spec.unique_refuse()) {
             const TaskRecord& h = *it->second;
@@ -223,10 +223,10 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         return absl::InvalidArgumentError(absl::StrCat(
             field.str(), ".merge_key is set: the tasks of a job are not delivered by merge key"));
       }
-      const MergeKey key{spec.queue(), spec.merge_key()};
+      const TaskKeys::Key key{spec.queue(), spec.merge_key()};
       auto [g, is_new] = gathered.try_emplace(key);
       if (is_new) {
-        g->second.task = JoinableTask(key);
+        g->second.task = keys_.JoinableTask(key);
         if (g->second.task != nullptr) {
           g->second.count = g->second.task->merge->merged.payloads_size();
           g->second.bytes = g->second.task->merge->bytes;
@@ -237,7 +237,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
         // deliver them are part of its identity.
         const v1::TaskSpec& into =
             g->second.task != nullptr ? g->second.task->spec : specs[g->second.first];
-        if (!SameSteps(into, spec)) {
+        if (!TaskKeys::SameSteps(into, spec)) {
           return absl::FailedPreconditionError(absl::StrCat(
               field.str(), ".steps differ from those of ",
               g->second.task != nullptr ? absl::StrCat("task \"", into.id(), "\"")
@@ -245,7 +245,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
               ", which gathers merge key \"", spec.merge_key(), "\" in queue ", spec.queue(),
               ": a merge key delivers to one place; use another key for other steps"));
         }
-        RETURN_IF_ERROR(CheckMergeRoom(key, g->second.count, g->second.bytes, spec, field));
+        RETURN_IF_ERROR(keys_.CheckRoom(key, g->second.count, g->second.bytes, spec, field));
         ++g->second.count;
         g->second.bytes += static_cast<int64_t>(spec.payload().size());
         joins.emplace_back(i, key);
@@ -308,8 +308,8 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
     SetClass(t);
-    if (!t.spec.merge_key().empty()) StartMerge(t, now);
-    if (!t.spec.unique_key().empty()) HoldUniqueKey(t);
+    if (!t.spec.merge_key().empty()) TaskKeys::StartMerge(t, now, &effects_.batch);
+    if (!t.spec.unique_key().empty()) keys_.Hold(t);
     t.job = job;
     if (job != nullptr) job->tasks.push_back(&t);
     created.push_back(&t);
@@ -336,7 +336,10 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     for (const auto& [i, key] : joins) {
       const Gathered& g = gathered.at(key);
       TaskRecord* t = g.task != nullptr ? g.task : const_cast<TaskRecord*>(out[g.first]);
-      Merge(*t, specs[i], now);
+      if (TaskKeys::Merge(table_, *t, specs[i], now, &effects_.batch)) {
+        Transition(*t, v1::TASK_STATE_PENDING,
+                   absl::StrCat("merge key ", specs[i].merge_key(), ": fire time reached"));
+      }
       out[i] = t;
     }
   }
@@ -746,9 +749,70 @@ void Scheduler::Tick() {
   }
   FireSchedules(now);
   if (!held_.empty()) ReleaseOpened();
-  ExpireUniqueKeys(now);
+  keys_.Expire(now);
   DeleteExpired(now);
   Dispatch();
+}
+
+absl::StatusOr<const ScheduleRecord*> Scheduler::CreateSchedule(v1::Schedule def) {
+  return schedules_.Create(std::move(def), Now(), &effects_);
+}
+
+absl::StatusOr<const ScheduleRecord*> Scheduler::PauseSchedule(const std::string& id) {
+  return schedules_.Pause(id, Now(), &effects_);
+}
+
+absl::StatusOr<const ScheduleRecord*> Scheduler::ResumeSchedule(const std::string& id) {
+  return schedules_.Resume(id, Now(), &effects_);
+}
+
+absl::StatusOr<ScheduleRecord> Scheduler::DeleteSchedule(const std::string& id) {
+  return schedules_.Delete(id, &effects_);
+}
+
+absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
+  return schedules_.Restore(std::move(rows), Now());
+}
+
+void Scheduler::FireSchedules(absl::Time now) {
+  using Fired = ScheduleBook::Fired;
+  schedules_.FireDue(
+      now,
+      [&](v1::TaskSpec spec) -> Fired {
+        // This fire's task exists and finished (a fire repeated after a
+        // clock went back).
+        if (const ColdTask* c = table_.FindCold(spec.id())) {
+          return {Fired::Kind::kExisted, std::string(c->id()), {}};
+        }
+        google::protobuf::RepeatedPtrField<v1::TaskSpec> one;
+        *one.Add() = spec;
+        if (std::vector<int64_t> cold = ColdSeqsOfSpecs(one); !cold.empty()) {
+          // Its dependencies, or its unique key's holder, are on disk: the
+          // Engine reads them back and the fire comes on a later tick.
+          warm_wanted_.insert(warm_wanted_.end(), cold.begin(), cold.end());
+          return {Fired::Kind::kWait, "", {}};
+        }
+        std::vector<v1::TaskSpec> specs;
+        specs.push_back(std::move(spec));
+        absl::StatusOr<std::vector<const TaskRecord*>> made = Submit(std::move(specs));
+        if (!made.ok()) return {Fired::Kind::kRefused, "", made.status()};
+        return {Fired::Kind::kMade, made->front()->id(), {}};
+      },
+      &effects_);
+}
+
+absl::StatusOr<const TaskRecord*> Scheduler::DeleteByMergeKey(const std::string& queue,
+                                                              const std::string& merge_key) {
+  const std::string q = queue.empty() ? std::string(kDefaultQueue) : queue;
+  RETURN_IF_ERROR(CheckName("queue", q, kMaxQueueNameLength));
+  RETURN_IF_ERROR(CheckName("merge_key", merge_key, kMaxIdLength));
+  TaskRecord* t = keys_.JoinableTask({q, merge_key});
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no task of merge key \"", merge_key, "\" in queue ", q,
+                                            " waits to be delivered"));
+  }
+  CancelOne(*t, absl::StrCat("deleted by merge key ", merge_key));
+  return t;
 }
 
 Effects Scheduler::TakeEffects() { return std::exchange(effects_, Effects{}); }

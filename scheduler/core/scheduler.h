@@ -1,6 +1,12 @@
 // Scheduler: the state of every task and agent, and every decision about
 // them. Pure logic: no gRPC, no SQLite, no threads; time from a Clock.
 //
+// The orchestrator of the core's components (the map is at the top of
+// docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
+// QueueControls, TaskKeys (merge and unique keys), ScheduleBook (periodic
+// tasks) and DeadlineTables, each owning its state; it routes every
+// operation to them and runs the invariant checker over all of them.
+//
 // Every operation mutates memory at once and records what must follow in
 // Effects: the rows to commit (one transaction) and the messages to send to
 // agents. The caller (service/Engine) commits the rows and only then sends
@@ -39,11 +45,14 @@
 #include "scheduler/core/agent_registry.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/dependency_graph.h"
+#include "scheduler/core/effects.h"
 #include "scheduler/core/metrics.h"
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "scheduler/core/queue_controls.h"
+#include "scheduler/core/schedule_book.h"
+#include "scheduler/core/task_keys.h"
 #include "scheduler/core/task_table.h"
 #include "scheduler/core/validate.h"
 #include "taskgrid/v1/agent_service.pb.h"
@@ -54,20 +63,6 @@
 #include "taskgrid/v1/task_service.pb.h"
 
 namespace taskgrid::core {
-
-struct Outgoing {
-  uint64_t conn = 0;  // the agent stream to send on
-  v1::SchedulerMessage msg;
-};
-
-struct Effects {
-  WriteBatch batch;
-  std::vector<Outgoing> messages;     // send after `batch` committed, in order
-  std::vector<uint64_t> close_conns;  // streams to end (agent went silent)
-  // Lines for the scheduler's log (warnings an operator should see, such
-  // as schedule fires skipped); the core itself has no logger.
-  std::vector<std::string> notices;
-};
 
 struct ListFilter {
   std::string queue;                  // empty: all
@@ -183,7 +178,7 @@ class Scheduler {
   int64_t ClaimableCount(const std::string& queue,
                          const google::protobuf::Map<std::string, std::string>& labels) const;
 
-  // --- Delivery by merge key (merge.cc). Submit joins a task of the same
+  // --- Delivery by merge key (TaskKeys). Submit joins a task of the same
   // queue and merge key that was never dispatched; this cancels that task
   // (NOT_FOUND when there is none). ---
   absl::StatusOr<const TaskRecord*> DeleteByMergeKey(const std::string& queue,
@@ -211,7 +206,7 @@ class Scheduler {
   // The queues told something other than the defaults, by name.
   std::vector<std::string> ControlledQueues() const;
 
-  // --- Periodic tasks (schedules.cc). Tick fires the schedules that are
+  // --- Periodic tasks (ScheduleBook). Tick fires the schedules that are
   // due, each fire through Submit with an id derived from the schedule and
   // the fire time (FireTaskId), the task and the schedule's row in one
   // batch. On error nothing changed. ---
@@ -220,22 +215,24 @@ class Scheduler {
   // definition again; ALREADY_EXISTS for another one under its id.
   absl::StatusOr<const ScheduleRecord*> CreateSchedule(v1::Schedule def);
   // nullptr when unknown.
-  const ScheduleRecord* FindSchedule(const std::string& id) const;
+  const ScheduleRecord* FindSchedule(const std::string& id) const { return schedules_.Find(id); }
   absl::StatusOr<const ScheduleRecord*> PauseSchedule(const std::string& id);
   // Fires again from the next fire time after now.
   absl::StatusOr<const ScheduleRecord*> ResumeSchedule(const std::string& id);
   // Returns the schedule as it was.
   absl::StatusOr<ScheduleRecord> DeleteSchedule(const std::string& id);
   // Up to `limit` schedules with ids after `after_id`, in id order.
-  std::vector<const ScheduleRecord*> ListSchedules(const std::string& after_id, int limit) const;
-  void DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) const;
+  std::vector<const ScheduleRecord*> ListSchedules(const std::string& after_id, int limit) const {
+    return schedules_.List(after_id, limit);
+  }
+  void DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) const {
+    ScheduleBook::Describe(s, out);
+  }
   // Start-up, after FinishRestore: the stored schedules. One whose fire
   // time passed while the scheduler was down is left to its misfire
   // policy at the next Tick.
   absl::Status RestoreSchedules(std::vector<ScheduleRow> rows);
   size_t schedule_count() const { return schedules_.size(); }
-  // "<schedule id>:<fire time in UTC as YYYYMMDDTHHMMSSZ>".
-  static std::string FireTaskId(const std::string& schedule_id, absl::Time fire);
 
   // --- Finished tasks on disk (cold.cc). A finished task leaves memory
   // (Evict) and lives on in the store; what the indexes need of it stays
@@ -579,44 +576,6 @@ class Scheduler {
   };
   Closed CloseAttempt(TaskRecord& t, v1::TaskResult result, bool interrupted, bool holds_slot);
 
-  // --- Delivery by merge key (merge.cc). ---
-  using MergeKey = std::pair<std::string, std::string>;  // (queue, merge_key)
-  static MergeKey MergeKeyOf(const TaskRecord& t) { return {t.queue(), t.spec.merge_key()}; }
-  // A later submit with its merge key may join `t`: it has one, was never
-  // dispatched, and waits (SCHEDULED, PENDING or PAUSED).
-  static bool Joinable(const TaskRecord& t);
-  // A submit joins a merge key's task only with the same steps (where the
-  // gathered payloads go).
-  static bool SameSteps(const v1::TaskSpec& a, const v1::TaskSpec& b);
-  // Keeps merge_index_ true to Joinable(t) after t changed.
-  void IndexMerge(TaskRecord& t);
-  // The joinable task of `key`, or nullptr.
-  TaskRecord* JoinableTask(const MergeKey& key) const;
-  // A new task with a merge key gathers its own payload first.
-  void StartMerge(TaskRecord& t, absl::Time now);
-  // RESOURCE_EXHAUSTED when `t` (nullptr: a task of this batch, with
-  // `count` payloads of `bytes` so far) cannot take `spec`'s payload too.
-  absl::Status CheckMergeRoom(const MergeKey& key, int64_t count, int64_t bytes,
-                              const v1::TaskSpec& spec, const FieldPath& field) const;
-  // `spec` joins `t`: its payload is appended, and with MERGE_UPDATE_ALWAYS
-  // a SCHEDULED task fires at the spec's not_before (now when unset).
-  void Merge(TaskRecord& t, const v1::TaskSpec& spec, absl::Time now);
-
-  // --- Unique by key (unique.cc). ---
-  // The seq of the task holding (queue, unique key) at `now`, or 0.
-  int64_t UniqueHolder(const MergeKey& key, absl::Time now) const;
-  // A new or restored task with a unique key holds it until `until`
-  // (UniqueUntil); a later holder of the key (by seq) wins.
-  void HoldUniqueKey(const MergeKey& key, int64_t seq, absl::Time until);
-  void HoldUniqueKey(const TaskRecord& t);
-  // A deleted task lets go of its key.
-  void DropUniqueKey(const MergeKey& key, int64_t seq);
-  // A task that succeeded or was cancelled lets go of its key, unless its
-  // spec keeps it for the whole ttl.
-  void ReleaseUniqueKey(TaskRecord& t);
-  // Lets go of the keys whose time is up.
-  void ExpireUniqueKeys(absl::Time now);
-
   // --- One task on N workers (replicas.cc). ---
   // Makes the replicas of `t` (new, with replicas in its spec), appending
   // them to `created`.
@@ -716,29 +675,9 @@ class Scheduler {
   // memory. FAILED_PRECONDITION saying why not.
   absl::Status ToDiskForDelete(TaskRecord& t);
 
-  // --- Periodic tasks (schedules.cc). ---
-  // Fires the due schedules, at most opts_.max_schedule_fires_per_tick.
+  // --- Periodic tasks. ---
+  // Fires the due schedules (ScheduleBook::FireDue), each through Submit.
   void FireSchedules(absl::Time now);
-  // One fire: a task for `fire` through Submit, recorded on `s`. False
-  // when it must wait for tasks on disk to be read back (warm_wanted_).
-  bool FireSchedule(ScheduleRecord& s, absl::Time fire);
-  // The first fire time of `s` strictly after `t`.
-  absl::Time NextFire(const ScheduleRecord& s, absl::Time t) const;
-  // The latest fire time of `s` at or before `now`, `due` (one) at least.
-  absl::Time LatestFire(const ScheduleRecord& s, absl::Time due, absl::Time now) const;
-  void PersistSchedule(const ScheduleRecord& s);
-  // The fires of `s` from `from` to `to` (both fire times), counted up to
-  // kMaxSkippedFiresCounted.
-  int64_t CountFires(const ScheduleRecord& s, absl::Time from, absl::Time to) const;
-  // The fires from `from` to `to` did not run: counted on `s` and in
-  // counters_, and logged.
-  void SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now);
-  // The fires from `from` up to the one before `fired` (which ran) did not.
-  void SkipFiresBefore(ScheduleRecord& s, absl::Time from, absl::Time fired, absl::Time now);
-  // Skipped fires of one outage are counted up to this many (a minutely
-  // cron schedule down for 70 days is not walked minute by minute).
-  static constexpr int64_t kMaxSkippedFiresCounted = 100'000;
-  absl::StatusOr<ScheduleRecord*> LookupSchedule(const std::string& id);
 
   // --- Pull mode (board.cc). ---
   // A result as it may be stored: tails and error cut to max_output_bytes
@@ -877,16 +816,8 @@ class Scheduler {
   // PENDING tasks by queue, in the order Claim takes them (pull mode);
   // not those pinned to agent ids, which no claim may take.
   absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
-  // The task each (queue, merge key) joins: Joinable ones only.
-  absl::flat_hash_map<MergeKey, TaskRecord*> merge_index_;
-  // The task holding each (queue, unique key) (its seq: it may be on disk),
-  // and until when; and the keys by that time, to let them go.
-  struct UniqueHold {
-    int64_t seq = 0;
-    absl::Time until;
-  };
-  absl::flat_hash_map<MergeKey, UniqueHold> unique_index_;
-  absl::btree_set<std::pair<absl::Time, MergeKey>> unique_expiry_;
+  // Merge and unique keys.
+  TaskKeys keys_{opts_.max_merged_payloads, opts_.max_merged_payload_bytes};
   // RUNNING tasks a pull worker holds, by queue (QueueStats.claimed).
   absl::flat_hash_map<std::string, int64_t> claimed_by_queue_;
   // When each claim ends: wall time since the Unix epoch, as stored, so a
@@ -902,9 +833,7 @@ class Scheduler {
   int64_t placement_attempts_ = 0;
   int64_t agents_examined_ = 0;
 
-  // Schedules by id, and the unpaused ones by (next fire, id).
-  absl::btree_map<std::string, std::unique_ptr<ScheduleRecord>> schedules_;
-  absl::btree_set<std::pair<absl::Time, std::string>> schedule_timer_;
+  ScheduleBook schedules_{&opts_, &counters_};
 
   // Between BeginRestore and FinishRestore: the few tasks FinishRestore
   // needs, so a large table is walked once.

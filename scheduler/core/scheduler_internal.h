@@ -1,6 +1,6 @@
-// Helpers shared by the files that implement the Scheduler (scheduler.cc,
-// dependencies.cc, dispatch.cc, attempts.cc, agent_session.cc, restore.cc,
-// views.cc, invariants.cc). Not for code outside the Scheduler.
+// Helpers shared by the files of the core: the Scheduler's own and its
+// components' (task_keys.cc uses TASKGRID_CHECK). Not for code outside
+// scheduler/core.
 #pragma once
 
 #include <cstdint>

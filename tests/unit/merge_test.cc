@@ -1,4 +1,4 @@
-// Delivery by merge key in the core (scheduler/core/merge.cc): submits with
+// Delivery by merge key in the core (scheduler/core/task_keys.h): submits with
 // one key gather into one task until it is dispatched; always vs once
 // decide its fire time, on the fake clock.
 #include <gmock/gmock.h>

@@ -1,10 +1,4 @@
-// Periodic tasks: schedules, and their fires from Tick.
-//
-// A fire is an ordinary Submit of the schedule's template under an id
-// derived from (schedule id, fire time), so a fire made twice (a restart,
-// a RUN_ONCE of a time that already fired) returns the existing task. The
-// task's rows and the schedule's row go into the same pending batch, one
-// transaction: a crash either keeps both or neither.
+#include "scheduler/core/schedule_book.h"
 
 #include <algorithm>
 #include <utility>
@@ -15,7 +9,6 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "scheduler/core/scheduler.h"
 #include "scheduler/core/validate.h"
 
 namespace taskgrid::core {
@@ -113,7 +106,7 @@ absl::Status Compile(const v1::Schedule& def, const SchedulerOptions& opts, absl
   }
   // Checked as the fires' tasks will be, with an id as long as theirs.
   v1::TaskSpec probe = def.task_template();
-  probe.set_id(Scheduler::FireTaskId(def.id(), absl::UnixEpoch()));
+  probe.set_id(ScheduleBook::FireTaskId(def.id(), absl::UnixEpoch()));
   RETURN_IF_ERROR(ValidateSpec(probe, opts, FieldPath(tf.c_str())));
   r->def = def;
   return absl::OkStatus();
@@ -121,17 +114,17 @@ absl::Status Compile(const v1::Schedule& def, const SchedulerOptions& opts, absl
 
 }  // namespace
 
-std::string Scheduler::FireTaskId(const std::string& schedule_id, absl::Time fire) {
+std::string ScheduleBook::FireTaskId(const std::string& schedule_id, absl::Time fire) {
   return absl::StrCat(schedule_id, ":",
                       absl::FormatTime("%Y%m%dT%H%M%SZ", fire, absl::UTCTimeZone()));
 }
 
-absl::Time Scheduler::NextFire(const ScheduleRecord& s, absl::Time t) const {
+absl::Time ScheduleBook::NextFire(const ScheduleRecord& s, absl::Time t) {
   if (s.interval > absl::ZeroDuration()) return cron::NextInterval(s.anchor(), s.interval, t);
   return s.cron.Next(t, s.zone);
 }
 
-absl::Time Scheduler::LatestFire(const ScheduleRecord& s, absl::Time due, absl::Time now) const {
+absl::Time ScheduleBook::LatestFire(const ScheduleRecord& s, absl::Time due, absl::Time now) {
   if (s.interval > absl::ZeroDuration()) {
     return std::max(due, cron::NextInterval(s.anchor(), s.interval, now) - s.interval);
   }
@@ -147,7 +140,7 @@ absl::Time Scheduler::LatestFire(const ScheduleRecord& s, absl::Time due, absl::
   return due;
 }
 
-int64_t Scheduler::CountFires(const ScheduleRecord& s, absl::Time from, absl::Time to) const {
+int64_t ScheduleBook::CountFires(const ScheduleRecord& s, absl::Time from, absl::Time to) {
   if (to < from) return 0;
   if (s.interval > absl::ZeroDuration()) {
     absl::Duration rest;
@@ -162,13 +155,14 @@ int64_t Scheduler::CountFires(const ScheduleRecord& s, absl::Time from, absl::Ti
   return n;
 }
 
-void Scheduler::SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now) {
+void ScheduleBook::SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, absl::Time now,
+                             Effects* out) {
   const int64_t n = CountFires(s, from, to);
   if (n == 0) return;
   s.skipped_fires += n;
   s.last_skipped = std::max(s.last_skipped, to);
-  counters_.schedule_fires_skipped += n;
-  effects_.notices.push_back(
+  counters_->schedule_fires_skipped += n;
+  out->notices.push_back(
       absl::StrCat("schedule ", s.id(), ": skipped ", n, " fire(s) from ",
                    absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", from, absl::UTCTimeZone()), " to ",
                    absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", to, absl::UTCTimeZone()), " (the last ",
@@ -176,12 +170,14 @@ void Scheduler::SkipFires(ScheduleRecord& s, absl::Time from, absl::Time to, abs
                    " late; misfire policy ", v1::MisfirePolicy_Name(s.def.misfire_policy()), ")"));
 }
 
-void Scheduler::SkipFiresBefore(ScheduleRecord& s, absl::Time from, absl::Time fired,
-                                absl::Time now) {
-  if (fired > from) SkipFires(s, from, LatestFire(s, from, fired - absl::Nanoseconds(1)), now);
+void ScheduleBook::SkipFiresBefore(ScheduleRecord& s, absl::Time from, absl::Time fired,
+                                   absl::Time now, Effects* out) {
+  if (fired > from) {
+    SkipFires(s, from, LatestFire(s, from, fired - absl::Nanoseconds(1)), now, out);
+  }
 }
 
-void Scheduler::PersistSchedule(const ScheduleRecord& s) {
+void ScheduleBook::Persist(const ScheduleRecord& s, Effects* out) {
   ScheduleRow r;
   r.id = s.id();
   if (s.skipped_fires == 0) {
@@ -201,10 +197,10 @@ void Scheduler::PersistSchedule(const ScheduleRecord& s) {
   r.last_error = s.last_error;
   r.create_us = ToUnixMicrosOrZero(s.create_time);
   r.update_us = ToUnixMicrosOrZero(s.update_time);
-  effects_.batch.schedules.push_back(std::move(r));
+  out->batch.schedules.push_back(std::move(r));
 }
 
-absl::StatusOr<ScheduleRecord*> Scheduler::LookupSchedule(const std::string& id) {
+absl::StatusOr<ScheduleRecord*> ScheduleBook::Lookup(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id is empty");
   auto it = schedules_.find(id);
   if (it == schedules_.end()) {
@@ -213,71 +209,72 @@ absl::StatusOr<ScheduleRecord*> Scheduler::LookupSchedule(const std::string& id)
   return it->second.get();
 }
 
-const ScheduleRecord* Scheduler::FindSchedule(const std::string& id) const {
+const ScheduleRecord* ScheduleBook::Find(const std::string& id) const {
   auto it = schedules_.find(id);
   return it == schedules_.end() ? nullptr : it->second.get();
 }
 
-absl::StatusOr<const ScheduleRecord*> Scheduler::CreateSchedule(v1::Schedule given) {
+absl::StatusOr<const ScheduleRecord*> ScheduleBook::Create(v1::Schedule given, absl::Time now,
+                                                           Effects* out) {
   bool paused = false;
   v1::Schedule def = Definition(std::move(given), &paused);
   auto owned = std::make_unique<ScheduleRecord>();
-  RETURN_IF_ERROR(Compile(def, opts_, "schedule", owned.get()));
-  if (const ScheduleRecord* existing = FindSchedule(def.id())) {
+  RETURN_IF_ERROR(Compile(def, *opts_, "schedule", owned.get()));
+  if (const ScheduleRecord* existing = Find(def.id())) {
     if (!google::protobuf::util::MessageDifferencer::Equals(existing->def, def)) {
       return absl::AlreadyExistsError(
           absl::StrCat("schedule \"", def.id(), "\" already exists with another definition"));
     }
     return existing;  // the same create again
   }
-  const absl::Time now = Now();
   ScheduleRecord& s = *owned;
   s.paused = paused;
   s.create_time = now;
   s.update_time = now;
   s.next_fire = NextFire(s, now);
-  if (!s.paused) schedule_timer_.emplace(s.next_fire, s.id());
-  PersistSchedule(s);
+  if (!s.paused) timer_.emplace(s.next_fire, s.id());
+  Persist(s, out);
   return schedules_.emplace(s.id(), std::move(owned)).first->second.get();
 }
 
-absl::StatusOr<const ScheduleRecord*> Scheduler::PauseSchedule(const std::string& id) {
-  ASSIGN_OR_RETURN(ScheduleRecord * s, LookupSchedule(id));
+absl::StatusOr<const ScheduleRecord*> ScheduleBook::Pause(const std::string& id, absl::Time now,
+                                                          Effects* out) {
+  ASSIGN_OR_RETURN(ScheduleRecord * s, Lookup(id));
   if (s->paused) return s;
-  schedule_timer_.erase({s->next_fire, s->id()});
+  timer_.erase({s->next_fire, s->id()});
   s->paused = true;
-  s->update_time = Now();
-  PersistSchedule(*s);
+  s->update_time = now;
+  Persist(*s, out);
   return s;
 }
 
-absl::StatusOr<const ScheduleRecord*> Scheduler::ResumeSchedule(const std::string& id) {
-  ASSIGN_OR_RETURN(ScheduleRecord * s, LookupSchedule(id));
+absl::StatusOr<const ScheduleRecord*> ScheduleBook::Resume(const std::string& id, absl::Time now,
+                                                           Effects* out) {
+  ASSIGN_OR_RETURN(ScheduleRecord * s, Lookup(id));
   if (!s->paused) return s;
-  const absl::Time now = Now();
   s->paused = false;
   s->missed = false;
   s->next_fire = NextFire(*s, now);  // what fell while paused is not made up
   s->update_time = now;
-  schedule_timer_.emplace(s->next_fire, s->id());
-  PersistSchedule(*s);
+  timer_.emplace(s->next_fire, s->id());
+  Persist(*s, out);
   return s;
 }
 
-absl::StatusOr<ScheduleRecord> Scheduler::DeleteSchedule(const std::string& id) {
-  ASSIGN_OR_RETURN(ScheduleRecord * s, LookupSchedule(id));
-  if (!s->paused) schedule_timer_.erase({s->next_fire, s->id()});
+absl::StatusOr<ScheduleRecord> ScheduleBook::Delete(const std::string& id, Effects* out) {
+  ASSIGN_OR_RETURN(ScheduleRecord * s, Lookup(id));
+  if (!s->paused) timer_.erase({s->next_fire, s->id()});
   ScheduleRecord gone = std::move(*s);
   schedules_.erase(id);
   ScheduleRow r;
   r.erase = true;
   r.id = id;
-  effects_.batch.schedules.push_back(std::move(r));
+  out->batch.schedules.push_back(std::move(r));
   return gone;
 }
 
-std::vector<const ScheduleRecord*> Scheduler::ListSchedules(const std::string& after_id,
-                                                            int limit) const {
+std::vector<const ScheduleRecord*> ScheduleBook::List(const std::string& after_id,
+                                                      int limit) const {
   std::vector<const ScheduleRecord*> out;
   for (auto it = schedules_.upper_bound(after_id);
        it != schedules_.end() && static_cast<int>(out.size()) < limit; ++it) {
@@ -286,7 +283,7 @@ std::vector<const ScheduleRecord*> Scheduler::ListSchedules(const std::string& a
   return out;
 }
 
-void Scheduler::DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) const {
+void ScheduleBook::Describe(const ScheduleRecord& s, v1::Schedule* out) {
   *out = s.def;
   out->set_paused(s.paused);
   if (!s.paused) SetTimestamp(s.next_fire, out->mutable_next_fire_time());
@@ -302,53 +299,47 @@ void Scheduler::DescribeSchedule(const ScheduleRecord& s, v1::Schedule* out) con
   SetTimestamp(s.update_time, out->mutable_update_time());
 }
 
-bool Scheduler::FireSchedule(ScheduleRecord& s, absl::Time fire) {
+bool ScheduleBook::Fire(ScheduleRecord& s, absl::Time fire, absl::Time now, Submit submit) {
   v1::TaskSpec spec = s.def.task_template();
   spec.set_id(FireTaskId(s.id(), fire));
-  if (const ColdTask* c = table_.FindCold(spec.id())) {
-    // This fire's task exists and finished (a fire repeated after a
-    // clock went back): it fired.
-    s.last_fire = fire;
-    s.last_task_id = std::string(c->id());
-    s.last_error.clear();
-    return true;
-  }
-  google::protobuf::RepeatedPtrField<v1::TaskSpec> one;
-  *one.Add() = spec;
-  if (std::vector<int64_t> cold = ColdSeqsOfSpecs(one); !cold.empty()) {
-    // Its dependencies, or its unique key's holder, are on disk: the
-    // Engine reads them back and the fire comes on a later tick.
-    warm_wanted_.insert(warm_wanted_.end(), cold.begin(), cold.end());
-    return false;
-  }
-  std::vector<v1::TaskSpec> specs;
-  specs.push_back(std::move(spec));
-  absl::StatusOr<std::vector<const TaskRecord*>> made = Submit(std::move(specs));
-  if (!made.ok()) {
-    // Recorded, and the schedule goes on to its next fire: a refusal (a
-    // full queue) is never retried in a loop.
-    ++counters_.schedule_fires_refused;
-    s.last_error =
-        absl::StrCat("fire at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", fire, absl::UTCTimeZone()),
-                     " refused: ", absl::StatusCodeToString(made.status().code()), ": ",
-                     made.status().message());
-    return true;
+  Fired made = submit(std::move(spec));
+  switch (made.kind) {
+    case Fired::Kind::kWait:
+      return false;
+    case Fired::Kind::kExisted:
+      // This fire's task exists and finished (a fire repeated after a
+      // clock went back): it fired.
+      s.last_fire = fire;
+      s.last_task_id = std::move(made.task_id);
+      s.last_error.clear();
+      return true;
+    case Fired::Kind::kRefused:
+      // Recorded, and the schedule goes on to its next fire: a refusal (a
+      // full queue) is never retried in a loop.
+      ++counters_->schedule_fires_refused;
+      s.last_error = absl::StrCat("fire at ",
+                                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", fire, absl::UTCTimeZone()),
+                                  " refused: ", absl::StatusCodeToString(made.refused.code()), ": ",
+                                  made.refused.message());
+      return true;
+    case Fired::Kind::kMade:
+      break;
   }
   s.last_fire = fire;
-  s.last_task_id = made->front()->id();
+  s.last_task_id = std::move(made.task_id);
   ++s.fire_count;
-  ++counters_.schedule_fires;
-  counters_.schedule_fire_lag.Observe(std::max(0.0, absl::ToDoubleSeconds(Now() - fire)));
+  ++counters_->schedule_fires;
+  counters_->schedule_fire_lag.Observe(std::max(0.0, absl::ToDoubleSeconds(now - fire)));
   s.last_error.clear();
   return true;
 }
 
-void Scheduler::FireSchedules(absl::Time now) {
+void ScheduleBook::FireDue(absl::Time now, Submit submit, Effects* out) {
   std::vector<std::string> later;  // waiting for tasks read back from disk
-  for (int budget = opts_.max_schedule_fires_per_tick;
-       budget > 0 && !schedule_timer_.empty() && schedule_timer_.begin()->first <= now; --budget) {
-    const std::string id = schedule_timer_.begin()->second;
-    schedule_timer_.erase(schedule_timer_.begin());
+  for (int budget = opts_->max_schedule_fires_per_tick;
+       budget > 0 && !timer_.empty() && timer_.begin()->first <= now; --budget) {
+    const std::string id = timer_.begin()->second;
+    timer_.erase(timer_.begin());
     ScheduleRecord& s = *schedules_.at(id);
     const absl::Time due = s.next_fire;
     // An interval schedule's next fire is a whole interval on even when
@@ -365,13 +356,13 @@ void Scheduler::FireSchedules(absl::Time now) {
       const v1::MisfirePolicy policy = s.def.misfire_policy();
       const bool run =
           policy == v1::MISFIRE_POLICY_RUN_ONCE ||
-          (policy == v1::MISFIRE_POLICY_CATCH_UP && now - latest <= opts_.schedule_catch_up);
-      if (run) fired = FireSchedule(s, latest);
+          (policy == v1::MISFIRE_POLICY_CATCH_UP && now - latest <= opts_->schedule_catch_up);
+      if (run) fired = Fire(s, latest, now, submit);
       if (fired) {
         if (!run) {
-          SkipFires(s, due, latest, now);
+          SkipFires(s, due, latest, now, out);
         } else {
-          SkipFiresBefore(s, due, latest, now);
+          SkipFiresBefore(s, due, latest, now, out);
         }
       }
       next = NextFire(s, now);
@@ -379,11 +370,11 @@ void Scheduler::FireSchedules(absl::Time now) {
       // Behind by more than one fire while running (a stall, a clock
       // jump): one task, for the latest; the ones before it are skipped.
       const absl::Time latest = LatestFire(s, due, now);
-      fired = FireSchedule(s, latest);
-      if (fired) SkipFiresBefore(s, due, latest, now);
+      fired = Fire(s, latest, now, submit);
+      if (fired) SkipFiresBefore(s, due, latest, now, out);
       next = NextFire(s, now);
     } else {
-      fired = FireSchedule(s, due);
+      fired = Fire(s, due, now, submit);
     }
     if (!fired) {
       later.push_back(id);
@@ -392,14 +383,13 @@ void Scheduler::FireSchedules(absl::Time now) {
     s.missed = false;
     s.next_fire = next;
     s.update_time = now;
-    schedule_timer_.emplace(s.next_fire, s.id());
-    PersistSchedule(s);
+    timer_.emplace(s.next_fire, s.id());
+    Persist(s, out);
   }
-  for (const std::string& id : later) schedule_timer_.emplace(schedules_.at(id)->next_fire, id);
+  for (const std::string& id : later) timer_.emplace(schedules_.at(id)->next_fire, id);
 }
 
-absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
-  const absl::Time now = Now();
+absl::Status ScheduleBook::Restore(std::vector<ScheduleRow> rows, absl::Time now) {
   for (ScheduleRow& row : rows) {
     v1::Schedule def;
     if (!def.ParseFromString(row.definition)) {
@@ -413,7 +403,8 @@ absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
     def.clear_skipped_fires();
     def.clear_last_skipped_time();
     auto owned = std::make_unique<ScheduleRecord>();
-    if (absl::Status s = Compile(def, opts_, absl::StrCat("stored schedule ", row.id), owned.get());
+    if (absl::Status s =
+            Compile(def, *opts_, absl::StrCat("stored schedule ", row.id), owned.get());
         !s.ok()) {
       // E.g. a time zone the zone database no longer has.
       return absl::FailedPreconditionError(s.message());
@@ -430,12 +421,29 @@ absl::Status Scheduler::RestoreSchedules(std::vector<ScheduleRow> rows) {
     s.create_time = FromUnixMicrosOrZero(row.create_us);
     s.update_time = FromUnixMicrosOrZero(row.update_us);
     s.missed = !s.paused && s.next_fire <= now;
-    if (!s.paused) schedule_timer_.emplace(s.next_fire, s.id());
+    if (!s.paused) timer_.emplace(s.next_fire, s.id());
     if (!schedules_.emplace(s.id(), std::move(owned)).second) {
       return absl::DataLossError(absl::StrCat("schedule ", row.id, " is stored twice"));
     }
   }
   return absl::OkStatus();
+}
+
+std::string ScheduleBook::CheckInvariants() const {
+  size_t armed = 0;
+  for (const auto& [id, sp] : schedules_) {
+    if (sp->id() != id) return absl::StrCat("schedule ", sp->id(), " is listed under ", id);
+    if (sp->paused) continue;
+    ++armed;
+    if (!timer_.contains({sp->next_fire, id})) {
+      return absl::StrCat("schedule ", id, " is not in the timer at its next fire");
+    }
+  }
+  if (armed != timer_.size()) {
+    return absl::StrCat("the schedule timer holds ", timer_.size(), " entries for ", armed,
+                        " unpaused schedules");
+  }
+  return "";
 }
 
 }  // namespace taskgrid::core
