@@ -127,9 +127,7 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
   Closed c;
   c.claimed = t.claimed();
   if (c.claimed) {
-    --claimed_by_queue_[t.queue()];
-    if (claimed_by_queue_[t.queue()] == 0) claimed_by_queue_.erase(t.queue());
-    claim_deadlines_.Remove(t.id());
+    board_.Released(t);
     t.claim_until = absl::InfinitePast();
   } else {
     AgentRecord* holder = agents_.Find(t.agent_id);

@@ -21,33 +21,6 @@
 
 namespace taskgrid::core {
 
-namespace {
-absl::Duration SinceEpoch(absl::Time t) { return t - absl::UnixEpoch(); }
-
-// The most ready tasks one Claim (or count) looks at: a worker whose labels
-// match none of a long queue's first tasks costs a bounded walk, and may
-// miss a matching task further back (the queue's own order, priority then
-// submit order, decides which tasks are looked at).
-constexpr int kMaxClaimScan = 10'000;
-
-using Labels = google::protobuf::Map<std::string, std::string>;
-
-// The first label `p` requires that `labels` lack (or carry another value
-// of), or nullptr.
-const Labels::value_type* MissingLabel(const v1::Placement& p, const Labels& labels) {
-  for (const auto& required : p.required_labels()) {
-    auto it = labels.find(required.first);
-    if (it == labels.end() || it->second != required.second) return &required;
-  }
-  return nullptr;
-}
-}  // namespace
-
-bool Scheduler::Claimable(const v1::Placement& p, const Labels& labels) {
-  // A task pinned to agent ids is meant for those agents alone.
-  return p.agent_ids().empty() && MissingLabel(p, labels) == nullptr;
-}
-
 absl::StatusOr<absl::Duration> Scheduler::LeaseOf(const google::protobuf::Duration& lease,
                                                   absl::string_view field) const {
   const absl::Duration d = FromProto(lease);
@@ -87,7 +60,7 @@ absl::StatusOr<TaskRecord*> Scheduler::ClaimableById(const v1::ClaimRequest& req
   if (!p.agent_ids().empty()) {
     return refuse("it is pinned to agents ", absl::StrJoin(p.agent_ids(), ", "));
   }
-  if (const auto* missing = MissingLabel(p, req.labels())) {
+  if (const auto* missing = ClaimBoard::MissingLabel(p, req.labels())) {
     return refuse("it requires the label ", missing->first, "=", missing->second,
                   ", which the worker's labels lack");
   }
@@ -117,15 +90,7 @@ absl::StatusOr<std::vector<v1::ClaimedTask>> Scheduler::Claim(const v1::ClaimReq
     queue = t->queue();
     picked.push_back(t);
   } else {
-    auto q = ready_by_queue_.find(queue);
-    if (q == ready_by_queue_.end()) return out;
-    int examined = 0;
-    for (auto it = q->second.begin();
-         it != q->second.end() && static_cast<int>(picked.size()) < max && examined < kMaxClaimScan;
-         ++it, ++examined) {
-      TaskRecord* t = std::get<2>(*it);
-      if (Claimable(t->spec.placement(), req.labels())) picked.push_back(t);
-    }
+    picked = board_.Pick(queue, max, req.labels());
   }
   const absl::Time now = Now();
   const absl::Time until = now + lease;
@@ -150,8 +115,7 @@ absl::StatusOr<std::vector<v1::ClaimedTask>> Scheduler::Claim(const v1::ClaimReq
     t.dispatch_time = now;
     t.start_time = now;
     t.claim_until = until;
-    ++claimed_by_queue_[queue];
-    claim_deadlines_.Set(t.id(), SinceEpoch(until));
+    board_.Claimed(t, until);
     start_deadlines_.Remove(t.id());  // it has started
     Transition(t, v1::TASK_STATE_RUNNING,
                absl::StrCat("attempt ", t.attempt, " claimed by ", req.owner()));
@@ -174,7 +138,7 @@ absl::StatusOr<absl::Time> Scheduler::ExtendClaim(const v1::ClaimRef& ref,
   ASSIGN_OR_RETURN(const absl::Duration d, LeaseOf(lease, "lease"));
   ASSIGN_OR_RETURN(TaskRecord * t, LiveClaim(ref));
   t->claim_until = Now() + d;
-  claim_deadlines_.Set(t->id(), SinceEpoch(t->claim_until));
+  board_.Extended(*t, t->claim_until);
   PersistRow(*t);
   return t->claim_until;
 }
@@ -256,16 +220,9 @@ absl::StatusOr<const TaskRecord*> Scheduler::RestoreTask(const std::string& id) 
 int64_t Scheduler::ClaimableCount(
     const std::string& queue, const google::protobuf::Map<std::string, std::string>& labels) const {
   const std::string name = queue.empty() ? std::string(kDefaultQueue) : queue;
-  auto q = ready_by_queue_.find(name);
-  if (q == ready_by_queue_.end()) return 0;
   // A queue that may not start a task now has nothing to claim.
   if (!queue_controls_.empty() && GateOf(name) != QueueControls::Gate::kOpen) return 0;
-  int64_t n = 0, examined = 0;
-  for (auto it = q->second.begin(); it != q->second.end() && examined < kMaxClaimScan;
-       ++it, ++examined) {
-    n += Claimable(std::get<2>(*it)->spec.placement(), labels) ? 1 : 0;
-  }
-  return n;
+  return board_.Count(name, labels);
 }
 
 }  // namespace taskgrid::core

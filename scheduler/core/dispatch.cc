@@ -76,10 +76,7 @@ void Scheduler::AddReady(TaskRecord& t) {
     InsertHead({key, &c});
   }
   c.tasks.insert(key);
-  // Not claimable: pinned to agents, or a replica (each on its own agent).
-  if (t.spec.placement().agent_ids().empty() && t.spec.replica_of().empty()) {
-    ready_by_queue_[t.queue()].insert(key);
-  }
+  board_.AddReady(t);
 }
 
 void Scheduler::RemoveReady(const TaskRecord& t) {
@@ -90,10 +87,7 @@ void Scheduler::RemoveReady(const TaskRecord& t) {
   const bool was_head = *c.tasks.begin() == key;
   if (was_head && c.where == ReadyClass::Where::kHeads) EraseHead({key, &c});
   c.tasks.erase(key);
-  if (auto q = ready_by_queue_.find(t.queue()); q != ready_by_queue_.end()) {
-    q->second.erase(key);
-    if (q->second.empty()) ready_by_queue_.erase(q);
-  }
+  board_.RemoveReady(t);
   if (c.tasks.empty()) {
     parked_.erase(&c);
     if (c.where == ReadyClass::Where::kHeld) {

@@ -61,11 +61,9 @@ absl::Status Scheduler::CheckInvariants() const {
     if (!t.spec.replica_of().empty() && t.replica_of == nullptr) {
       return fail("replica ", id, " is not linked to its task");
     }
-    if (t.state == v1::TASK_STATE_PENDING && t.spec.placement().agent_ids().empty() &&
-        t.spec.replica_of().empty()) {
+    if (t.state == v1::TASK_STATE_PENDING && ClaimBoard::OnBoard(t)) {
       ++claimable;
-      auto q = ready_by_queue_.find(t.queue());
-      if (q == ready_by_queue_.end() || !q->second.contains(ReadyKeyOf(t))) {
+      if (!board_.Indexed(t)) {
         return fail("PENDING task ", id, " is not in its queue's ready index");
       }
     }
@@ -73,7 +71,7 @@ absl::Status Scheduler::CheckInvariants() const {
       if (t.attempt < 1) return fail("claimed task ", id, " has attempt ", t.attempt);
       if (t.state != v1::TASK_STATE_RUNNING) return fail("claimed task ", id, " is not RUNNING");
       if (t.agent_id.empty()) return fail("claimed task ", id, " names no owner");
-      if (!claim_deadlines_.Contains(id)) return fail("claimed task ", id, " has no claim end");
+      if (!board_.HasEnd(id)) return fail("claimed task ", id, " has no claim end");
       if (task_deadlines_.Contains(id)) return fail("claimed task ", id, " has an agent deadline");
       ++claimed[t.queue()];
     } else if (IsInFlight(t.state)) {
@@ -295,24 +293,11 @@ absl::Status Scheduler::CheckInvariants() const {
     return fail(listed_over, " classes listed over quota, not ", over_quota);
   }
   if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
-  size_t in_queues = 0;
-  for (const auto& [queue, set] : ready_by_queue_) {
-    if (set.empty()) return fail("the ready index of queue ", queue, " is empty but kept");
-    in_queues += set.size();
+  if (std::string broken = board_.CheckInvariants(claimable, claimed); !broken.empty()) {
+    return fail(broken);
   }
-  if (in_queues != claimable) {
-    return fail("queue ready indexes hold ", in_queues, " tasks, not ", claimable);
-  }
-  if (claimed != claimed_by_queue_) return fail("claims are counted wrongly by queue");
   if (keys_.joinable_count() != joinable) {
     return fail("the merge index holds ", keys_.joinable_count(), " keys, not ", joinable);
-  }
-  if (claim_deadlines_.size() != [&] {
-        size_t n = 0;
-        for (const auto& [q, c] : claimed) n += static_cast<size_t>(c);
-        return n;
-      }()) {
-    return fail("claim ends are kept for ", claim_deadlines_.size(), " tasks");
   }
   if (table_.scheduled().size() != scheduled) {
     return fail("timer holds ", table_.scheduled().size(), " tasks");

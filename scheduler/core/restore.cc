@@ -171,8 +171,7 @@ absl::Status Scheduler::FinishRestore() {
         return absl::DataLossError(
             absl::StrCat("task ", t.id(), " is claimed but ", StateName(t.state)));
       }
-      ++claimed_by_queue_[t.queue()];
-      claim_deadlines_.Set(t.id(), t.claim_until - absl::UnixEpoch());
+      board_.Claimed(t, t.claim_until);
       continue;
     }
     // A chain link still waiting on its agent for its predecessor (in

@@ -689,7 +689,7 @@ void Scheduler::Tick() {
                absl::StrCat("expired before start: not started within schedule_timeout ",
                             absl::FormatDuration(FromProto(t->spec.schedule_timeout()))));
   }
-  for (const std::string& id : claim_deadlines_.PopExpired(now - absl::UnixEpoch())) {
+  for (const std::string& id : board_.Expired(now)) {
     TaskRecord* t = Mutable(id);
     if (t == nullptr || !t->claimed()) continue;
     FinishAttempt(*t, LostResult(absl::StrCat("the claim by ", t->agent_id,

@@ -4,7 +4,7 @@
 // The orchestrator of the core's components (the map is at the top of
 // docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
 // QueueControls, TaskKeys (merge and unique keys), ScheduleBook (periodic
-// tasks) and DeadlineTables, each owning its state; it routes every
+// tasks), ClaimBoard (pull mode's index and claims) and DeadlineTables, each owning its state; it routes every
 // operation to them and runs the invariant checker over all of them.
 //
 // Every operation mutates memory at once and records what must follow in
@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "scheduler/core/agent_registry.h"
+#include "scheduler/core/claim_board.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/dependency_graph.h"
 #include "scheduler/core/effects.h"
@@ -51,6 +52,7 @@
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "scheduler/core/queue_controls.h"
+#include "scheduler/core/ready_key.h"
 #include "scheduler/core/schedule_book.h"
 #include "scheduler/core/task_keys.h"
 #include "scheduler/core/task_table.h"
@@ -378,10 +380,6 @@ class Scheduler {
   absl::Status CheckInvariants() const;
 
  private:
-  using ReadyKey = std::tuple<int64_t, int64_t, TaskRecord*>;  // -priority, seq
-  // B-trees: a million pending tasks take a third of the memory of
-  // std::set nodes, and submit-order inserts are cheap.
-  using ReadySet = absl::btree_set<ReadyKey>;
   // The PENDING tasks of one placement class (one placement, as
   // PlacementClass spells it), erased when the last one leaves.
   struct ReadyClass {
@@ -410,9 +408,6 @@ class Scheduler {
   };
   // A class in heads_, by its first task.
   using Head = std::pair<ReadyKey, ReadyClass*>;
-  static ReadyKey ReadyKeyOf(const TaskRecord& t) {
-    return {-int64_t{t.spec.priority()}, t.seq, const_cast<TaskRecord*>(&t)};
-  }
   static constexpr int kNumStates = kNumTaskStates;
 
   // While alive, dependents are not settled as tasks change (a batch of
@@ -701,9 +696,6 @@ class Scheduler {
   // `ref` was completed with `result` already (a CompleteClaim repeated
   // after its answer was lost), as opposed to ended some other way.
   bool Completed(const v1::ClaimRef& ref, const v1::TaskResult& result) const;
-  // Whether a worker with `labels` may claim a task placed so.
-  static bool Claimable(const v1::Placement& p,
-                        const google::protobuf::Map<std::string, std::string>& labels);
   // The lease asked for, or the default; INVALID_ARGUMENT past the bounds.
   absl::StatusOr<absl::Duration> LeaseOf(const google::protobuf::Duration& lease,
                                          absl::string_view field) const;
@@ -813,17 +805,10 @@ class Scheduler {
   AgentRegistry agents_{&opts_};
   uint64_t assign_counter_ = 0;
 
-  // PENDING tasks by queue, in the order Claim takes them (pull mode);
-  // not those pinned to agent ids, which no claim may take.
-  absl::flat_hash_map<std::string, ReadySet> ready_by_queue_;
+  // Pull mode: the claimable tasks by queue and the live claims.
+  ClaimBoard board_;
   // Merge and unique keys.
   TaskKeys keys_{opts_.max_merged_payloads, opts_.max_merged_payload_bytes};
-  // RUNNING tasks a pull worker holds, by queue (QueueStats.claimed).
-  absl::flat_hash_map<std::string, int64_t> claimed_by_queue_;
-  // When each claim ends: wall time since the Unix epoch, as stored, so a
-  // restart arms it where it was.
-  DeadlineTable claim_deadlines_;
-
   DeadlineTable task_deadlines_;   // DISPATCHED: ack; RUNNING: attempt timeout
   DeadlineTable start_deadlines_;  // schedule_timeout, wall time since the Unix epoch
   std::mt19937_64 rng_{std::random_device{}()};

@@ -358,9 +358,7 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
         (*qs.mutable_counts())[StateName(static_cast<v1::TaskState>(s))] = counts[s];
       }
     }
-    if (auto it = claimed_by_queue_.find(name); it != claimed_by_queue_.end()) {
-      qs.set_claimed(it->second);
-    }
+    qs.set_claimed(board_.ClaimedIn(name));
     if (const v1::QueueSettings* s = queue_controls_.Find(name)) *qs.mutable_settings() = *s;
     qs.set_held(held_.contains(name) || over_quota_.contains(name));
     if (auto it = held_by_queue_.find(name); it != held_by_queue_.end()) {
