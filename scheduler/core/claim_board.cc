@@ -32,29 +32,35 @@ void ClaimBoard::RemoveReady(const TaskRecord& t) {
   }
 }
 
+template <typename F>
+void ClaimBoard::Walk(const std::string& queue, const Labels& labels, F&& take) const {
+  auto q = ready_.find(queue);
+  if (q == ready_.end()) return;
+  int examined = 0;
+  for (auto it = q->second.begin(); it != q->second.end() && examined < kMaxScan;
+       ++it, ++examined) {
+    TaskRecord* t = std::get<2>(*it);
+    if (Claimable(t->spec.placement(), labels) && !take(t)) return;
+  }
+}
+
 std::vector<TaskRecord*> ClaimBoard::Pick(const std::string& queue, int max,
                                           const Labels& labels) const {
   std::vector<TaskRecord*> picked;
-  auto q = ready_.find(queue);
-  if (q == ready_.end()) return picked;
-  int examined = 0;
-  for (auto it = q->second.begin();
-       it != q->second.end() && static_cast<int>(picked.size()) < max && examined < kMaxScan;
-       ++it, ++examined) {
-    TaskRecord* t = std::get<2>(*it);
-    if (Claimable(t->spec.placement(), labels)) picked.push_back(t);
-  }
+  if (max <= 0) return picked;
+  Walk(queue, labels, [&](TaskRecord* t) {
+    picked.push_back(t);
+    return static_cast<int>(picked.size()) < max;
+  });
   return picked;
 }
 
 int64_t ClaimBoard::Count(const std::string& queue, const Labels& labels) const {
-  auto q = ready_.find(queue);
-  if (q == ready_.end()) return 0;
-  int64_t n = 0, examined = 0;
-  for (auto it = q->second.begin(); it != q->second.end() && examined < kMaxScan;
-       ++it, ++examined) {
-    n += Claimable(std::get<2>(*it)->spec.placement(), labels) ? 1 : 0;
-  }
+  int64_t n = 0;
+  Walk(queue, labels, [&](TaskRecord*) {
+    ++n;
+    return true;
+  });
   return n;
 }
 

@@ -88,6 +88,11 @@ class ClaimBoard {
                               const absl::flat_hash_map<std::string, int64_t>& claimed) const;
 
  private:
+  // Hands `take` each task of the queue's first kMaxScan that a worker
+  // with `labels` may claim, best first, until it returns false.
+  template <typename F>
+  void Walk(const std::string& queue, const Labels& labels, F&& take) const;
+
   // PENDING tasks on the board, by queue; a queue without any is erased.
   absl::flat_hash_map<std::string, ReadySet> ready_;
   // Live claims by queue (no entry for none).

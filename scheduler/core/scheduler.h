@@ -4,8 +4,8 @@
 // The orchestrator of the core's components (the map is at the top of
 // docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
 // QueueControls, TaskKeys (merge and unique keys), ScheduleBook (periodic
-// tasks), ClaimBoard (pull mode's index and claims) and DeadlineTables, each owning its state; it routes every
-// operation to them and runs the invariant checker over all of them.
+// tasks), ClaimBoard (pull mode's index and claims) and DeadlineTables, each owning its state; it
+// routes every operation to them and runs the invariant checker over all of them.
 //
 // Every operation mutates memory at once and records what must follow in
 // Effects: the rows to commit (one transaction) and the messages to send to
