@@ -55,12 +55,12 @@ absl::StatusOr<const AgentRecord*> Scheduler::Undrain(const std::string& agent_i
   }
   a.draining = false;
   agents_.Changed();
-  Grew(a);
+  ready_.Grew(a);
   v1::SchedulerMessage msg;
   msg.mutable_undrain();
   Send(a.conn, std::move(msg));
   // Classes no agent could take until now: this one may.
-  UnparkFor(a);
+  ready_.UnparkFor(a);
   Dispatch();
   return &a;
 }
@@ -152,7 +152,7 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
   a.slots = hello.slots();
   a.resources = ParseResourceMap(hello.resources()).value_or(Resources{});  // validated
   agents_.Changed();
-  Grew(a);
+  ready_.Grew(a);
   a.last_seen = Mono();
   a.connect_time = Now();
   a.last_seen_time = a.connect_time;
@@ -227,22 +227,9 @@ absl::Status Scheduler::Connect(uint64_t conn, const v1::Hello& hello) {
     Send(conn, std::move(msg));
   }
   // Classes no agent could take until now: this one may.
-  UnparkFor(a);
+  ready_.UnparkFor(a);
   Dispatch();
   return absl::OkStatus();
-}
-
-void Scheduler::UnparkFor(const AgentRecord& a) {
-  if (!a.takes_work()) return;
-  for (auto it = parked_.begin(); it != parked_.end();) {
-    ReadyClass& c = **it;
-    if (!Matches(c.placement, c.need, a)) {
-      ++it;
-      continue;
-    }
-    parked_.erase(it++);
-    BackToHeads(c);
-  }
 }
 
 void Scheduler::Disconnect(uint64_t conn) {

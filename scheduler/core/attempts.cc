@@ -84,8 +84,8 @@ void Scheduler::FinishAttempt(TaskRecord& t, v1::TaskResult result, bool interru
       next->agent_id == agent && holder != nullptr) {
     // The next link starts on the agent now, in the slot t freed: from here
     // on it is an ordinary dispatched attempt.
-    TakeResources(*holder, next->queue(), SlotsOf(next->spec.placement()),
-                  NeedOf(next->spec.placement()));
+    ready_.TakeResources(*holder, next->queue(), SlotsOf(next->spec.placement()),
+                         NeedOf(next->spec.placement()));
     task_deadlines_.Set(next->id(), Mono() + AckTimeout(*next));
     next->ready_time = Now();
     if (next->link_started) ImpliedAccept(*holder, *next);
@@ -134,7 +134,8 @@ Scheduler::Closed Scheduler::CloseAttempt(TaskRecord& t, v1::TaskResult result, 
     TASKGRID_CHECK(holder != nullptr, absl::StrCat("task ", t.id(), ": unknown agent"));
     AgentRecord& a = *holder;
     if (holds_slot) {
-      GiveBackResources(a, t.queue(), SlotsOf(t.spec.placement()), NeedOf(t.spec.placement()));
+      ready_.GiveBackResources(a, t.queue(), SlotsOf(t.spec.placement()),
+                               NeedOf(t.spec.placement()));
     }
     a.tasks.erase(t.id());
     task_deadlines_.Remove(t.id());

@@ -286,7 +286,7 @@ std::vector<int64_t> Scheduler::Warm(std::vector<std::unique_ptr<TaskRecord>>* t
   for (auto& r : records) {
     TaskRecord* t = table_.Warm(std::move(r));
     if (t == nullptr) continue;  // deleted, or in memory already
-    SetClass(*t);
+    ready_.SetClass(*t);
     warmed.push_back(t);
   }
   for (JobRecord* j : jobs) {

@@ -42,35 +42,6 @@ std::vector<TaskRecord*> Scheduler::GangMembers(const TaskRecord& group) const {
   return out;
 }
 
-void Scheduler::MoveGangClasses(const TaskRecord& group, ReadyClass::Where where,
-                                std::vector<std::string>* aside) {
-  for (const TaskRecord* r : group.replicas) {
-    if (r->state != v1::TASK_STATE_PENDING) continue;
-    auto it = ready_.find(r->placement_class());
-    if (it == ready_.end() || it->second->where != ReadyClass::Where::kHeads) continue;
-    ReadyClass& c = *it->second;
-    EraseHead({*c.tasks.begin(), &c});
-    switch (where) {
-      case ReadyClass::Where::kAside:
-        c.where = where;
-        aside->push_back(c.key);
-        break;
-      case ReadyClass::Where::kParked:
-        c.where = where;
-        parked_.insert(&c);
-        break;
-      case ReadyClass::Where::kHeld:
-        Hold(c);
-        break;
-      case ReadyClass::Where::kOverQuota:
-        OverQuota(c);
-        break;
-      case ReadyClass::Where::kHeads:
-        TASKGRID_CHECK(false, "a gang's classes leave the heads");
-    }
-  }
-}
-
 void Scheduler::ReleaseGang(const std::string& group_id) {
   auto it = gangs_.find(group_id);
   if (it == gangs_.end()) return;
@@ -85,7 +56,7 @@ void Scheduler::Unreserve(GangState& g) {
     a->reserved_for.clear();
     a->reserved_slots = 0;
     a->reserved.clear();
-    Grew(*a);
+    ready_.Grew(*a);
   }
   g.reserved.clear();
 }
@@ -99,7 +70,7 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   if (std::any_of(members.begin(), members.end(),
                   [](const TaskRecord* r) { return r->state != v1::TASK_STATE_PENDING; })) {
     ReleaseGang(group.id());
-    MoveGangClasses(group, ReadyClass::Where::kParked, aside);
+    ready_.MoveClassesOf(group, ReadyClass::Where::kParked, aside);
     return;
   }
   const int64_t k = static_cast<int64_t>(members.size());
@@ -107,14 +78,14 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   if (!queue_controls_.empty() &&
       queue_controls_.Check(group.queue(), InFlight(group.queue()) + k - 1, mono) !=
           QueueControls::Gate::kOpen) {
-    MoveGangClasses(group, ReadyClass::Where::kHeld, aside);
+    ready_.MoveClassesOf(group, ReadyClass::Where::kHeld, aside);
     return;
   }
   Resources total;
   for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
-  if (!total.empty() && !WithinQuota(group.queue(), total)) {
+  if (!total.empty() && !ready_.WithinQuota(group.queue(), total)) {
     ReleaseGang(group.id());
-    MoveGangClasses(group, ReadyClass::Where::kOverQuota, aside);
+    ready_.MoveClassesOf(group, ReadyClass::Where::kOverQuota, aside);
     return;
   }
   // Each on an agent of its own, none where a sibling succeeded: where
@@ -144,7 +115,7 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   g.agents_could = GangAgentsCould(group, members);
   if (g.agents_could < g.size) {
     Unreserve(g);
-    MoveGangClasses(group, ReadyClass::Where::kParked, aside);
+    ready_.MoveClassesOf(group, ReadyClass::Where::kParked, aside);
     return;
   }
   const absl::Duration wait = GangWait(group);
@@ -162,7 +133,7 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   }
   Unreserve(g);
   if (g.reserving) Reserve(group, members, &g);
-  MoveGangClasses(group, ReadyClass::Where::kAside, aside);
+  ready_.MoveClassesOf(group, ReadyClass::Where::kAside, aside);
 }
 
 int32_t Scheduler::GangAgentsCould(const TaskRecord& group,
@@ -243,7 +214,7 @@ std::string Scheduler::GangReason(const TaskRecord& group) const {
   }
   Resources total;
   for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
-  if (const std::string over = QuotaReason(group.queue(), total); !over.empty()) {
+  if (const std::string over = ready_.QuotaReason(group.queue(), total); !over.empty()) {
     return head + over;
   }
   auto it = gangs_.find(group.id());

@@ -28,10 +28,7 @@ absl::Status Scheduler::CheckInvariants() const {
     if (t.state == v1::TASK_STATE_PENDING) {
       ++pending;
       oldest_pending.try_emplace(t.queue(), &t);
-      auto it = ready_.find(t.placement_class());
-      if (it == ready_.end() || !it->second->tasks.contains(ReadyKeyOf(t))) {
-        return fail("PENDING task ", id, " is not in its ready queue");
-      }
+      if (!ready_.Holds(t)) return fail("PENDING task ", id, " is not in its ready queue");
     }
     if (t.state == v1::TASK_STATE_SCHEDULED) {
       ++scheduled;
@@ -165,134 +162,6 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("task ", id, " counts more interrupted dropped attempts than dropped ones");
     }
   }
-  size_t in_ready = 0;
-  size_t in_heads = 0, parked = 0, held = 0, over_quota = 0;
-  for (const auto& [key, c] : ready_) {
-    if (c->tasks.empty()) return fail("ready class ", key, " is empty but kept");
-    if (c->key != key) return fail("ready class ", key, " is keyed as ", c->key);
-    in_ready += c->tasks.size();
-    switch (c->where) {
-      case ReadyClass::Where::kHeads:
-        ++in_heads;
-        if (!heads_.contains({*c->tasks.begin(), c.get()})) {
-          return fail("ready class ", key, " is not in the heads by its first task");
-        }
-        if (!c->settled) break;
-        if (!c->replica_of.empty()) return fail("replica class ", key, " is settled");
-        // Dispatch looks for a settled class only on the agents that got
-        // room back: no other may have room for it.
-        for (const auto& [aid, a] : agents_.all()) {
-          if (!a->takes_work() || grown_.contains(aid)) continue;
-          if (a->HasRoom(SlotsOf(c->placement), c->need, "") &&
-              Matches(c->placement, c->need, *a)) {
-            return fail("ready class ", key, " is settled, but agent ", aid,
-                        " has room for it and did not get room back since");
-          }
-        }
-        break;
-      case ReadyClass::Where::kAside:
-        return fail("ready class ", key, " was left aside after a dispatch");
-      case ReadyClass::Where::kParked: {
-        ++parked;
-        if (!parked_.contains(c.get())) return fail("parked class ", key, " is not listed");
-        absl::flat_hash_set<std::string> taken;
-        const TaskRecord* group = c->replica_of.empty() ? nullptr : table_.Find(c->replica_of);
-        if (group != nullptr && group->spec.replicas().gang()) {
-          // A gang's class waits parked while a member is not ready, or
-          // while too few agents could run one each.
-          const std::vector<TaskRecord*> members = GangMembers(*group);
-          const bool all_ready =
-              std::all_of(members.begin(), members.end(),
-                          [](const TaskRecord* r) { return r->state == v1::TASK_STATE_PENDING; });
-          if (all_ready &&
-              GangAgentsCould(*group, members) >= static_cast<int32_t>(members.size())) {
-            return fail("gang class ", key, " is parked, but its gang could be placed");
-          }
-          break;
-        }
-        if (group != nullptr) taken = ReplicaAgents(*group);
-        if (AnyAgentCouldTake(c->placement, c->replica_of.empty() ? nullptr : &taken)) {
-          return fail("parked class ", key, " could be taken by a connected agent");
-        }
-        break;
-      }
-      case ReadyClass::Where::kHeld: {
-        ++held;
-        auto h = held_.find(c->queue);
-        if (h == held_.end() || !h->second.contains(c.get())) {
-          return fail("held class ", key, " is not listed under its queue ", c->queue);
-        }
-        if (queue_controls_.Find(c->queue) == nullptr) {
-          return fail("class ", key, " is held, but its queue ", c->queue, " has no controls");
-        }
-        break;
-      }
-      case ReadyClass::Where::kOverQuota: {
-        ++over_quota;
-        auto h = over_quota_.find(c->queue);
-        if (h == over_quota_.end() || !h->second.contains(c.get())) {
-          return fail("class ", key, " over quota is not listed under its queue ", c->queue);
-        }
-        // Nothing waits that its queue's quota has room for now (a
-        // gang's class: for the whole gang).
-        Resources need = c->need;
-        const TaskRecord* group = c->replica_of.empty() ? nullptr : table_.Find(c->replica_of);
-        if (group != nullptr && group->spec.replicas().gang()) {
-          need.clear();
-          for (const TaskRecord* r : GangMembers(*group)) {
-            AddResources(NeedOf(r->spec.placement()), &need);
-          }
-        }
-        if (WithinQuota(c->queue, need)) {
-          return fail("class ", key, " waits over the quota of ", c->queue, " but fits it");
-        }
-        break;
-      }
-    }
-  }
-  if (heads_.size() != in_heads)
-    return fail("heads hold ", heads_.size(), " classes, not ", in_heads);
-  if (heads_by_queue_on_ != queue_controls_.weighted()) {
-    return fail("heads are indexed by queue ", heads_by_queue_on_ ? "without" : "with",
-                " queue weights");
-  }
-  size_t by_queue = 0;
-  for (const auto& [queue, heads] : heads_by_queue_) {
-    if (heads.empty()) return fail("queue ", queue, " has no head but is listed");
-    for (const Head& h : heads) {
-      if (h.second->queue != queue || !heads_.contains(h)) {
-        return fail("a head of queue ", queue, " is not among the heads");
-      }
-    }
-    by_queue += heads.size();
-  }
-  if (heads_by_queue_on_ && by_queue != heads_.size()) {
-    return fail("heads by queue hold ", by_queue, " classes, not ", heads_.size());
-  }
-  if (parked_.size() != parked) return fail(parked_.size(), " classes listed parked, not ", parked);
-  if (capacity_at_changes_ == agents_.changes()) {
-    const Capacity now = CapacityNow();
-    if (now.slots != capacity_.slots || now.resources != capacity_.resources) {
-      return fail("the capacity kept (", capacity_.slots, " slots, ",
-                  FormatResources(capacity_.resources), ") is not the agents' (", now.slots,
-                  " slots, ", FormatResources(now.resources), ")");
-    }
-  }
-  size_t listed_held = 0;
-  for (const auto& [queue, classes] : held_) {
-    if (classes.empty()) return fail("queue ", queue, " holds no class but is listed");
-    listed_held += classes.size();
-  }
-  if (listed_held != held) return fail(listed_held, " classes listed held, not ", held);
-  size_t listed_over = 0;
-  for (const auto& [queue, classes] : over_quota_) {
-    if (classes.empty()) return fail("queue ", queue, " has no class over quota but is listed");
-    listed_over += classes.size();
-  }
-  if (listed_over != over_quota) {
-    return fail(listed_over, " classes listed over quota, not ", over_quota);
-  }
-  if (in_ready != pending) return fail("ready queues hold ", in_ready, " tasks, not ", pending);
   if (std::string broken = board_.CheckInvariants(claimable, claimed); !broken.empty()) {
     return fail(broken);
   }
@@ -432,17 +301,49 @@ absl::Status Scheduler::CheckInvariants() const {
       return fail("gang ", gid, " holds ", holding, " reservations but lists ", g.reserved.size());
     }
   }
-  if (held_by_queue != held_by_queue_) {
-    for (const auto& [queue, r] : held_by_queue_) {
-      auto it = held_by_queue.find(queue);
-      if (it == held_by_queue.end() || it->second != r) {
-        return fail("queue ", queue, " is said to hold ", FormatResources(r), ", not ",
-                    it == held_by_queue.end() ? "nothing" : FormatResources(it->second));
+  // A class waits parked only while nothing could place it, and over its
+  // queue's quota only while it (a gang's class: the whole gang) does not
+  // fit it.
+  auto waits_rightly = [&](const ReadyClass& c) -> std::string {
+    const TaskRecord* group = c.replica_of.empty() ? nullptr : table_.Find(c.replica_of);
+    const bool gang = group != nullptr && group->spec.replicas().gang();
+    if (c.where == ReadyClass::Where::kOverQuota) {
+      Resources need = c.need;
+      if (gang) {
+        need.clear();
+        for (const TaskRecord* r : GangMembers(*group)) {
+          AddResources(NeedOf(r->spec.placement()), &need);
+        }
       }
+      if (ready_.WithinQuota(c.queue, need)) {
+        return absl::StrCat("class ", c.key, " waits over the quota of ", c.queue, " but fits it");
+      }
+      return "";
     }
-    return fail("a queue holds resources it is not said to");
+    if (gang) {
+      // A gang's class waits parked while a member is not ready, or while
+      // too few agents could run one each.
+      const std::vector<TaskRecord*> members = GangMembers(*group);
+      const bool all_ready = std::all_of(members.begin(), members.end(), [](const TaskRecord* r) {
+        return r->state == v1::TASK_STATE_PENDING;
+      });
+      if (all_ready && GangAgentsCould(*group, members) >= static_cast<int32_t>(members.size())) {
+        return absl::StrCat("gang class ", c.key, " is parked, but its gang could be placed");
+      }
+      return "";
+    }
+    absl::flat_hash_set<std::string> taken;
+    if (group != nullptr) taken = ReplicaAgents(*group);
+    if (ready_.AnyAgentCouldTake(c.placement, c.replica_of.empty() ? nullptr : &taken)) {
+      return absl::StrCat("parked class ", c.key, " could be taken by a connected agent");
+    }
+    return "";
+  };
+  if (std::string broken =
+          ready_.CheckInvariants(pending, held_by_queue, slots_by_queue, waits_rightly);
+      !broken.empty()) {
+    return fail(broken);
   }
-  if (slots_by_queue != slots_by_queue_) return fail("slots held by queue are counted wrongly");
   if (std::string broken = schedules_.CheckInvariants(); !broken.empty()) return fail(broken);
   return absl::OkStatus();
 }

@@ -1,6 +1,6 @@
 // Queue controls: pausing a queue, its concurrency and rate limits (the
-// classes of a queue that may not start a task wait in held_), and bulk
-// cancel and retry by filter.
+// classes of a queue that may not start a task wait held in ReadyQueues),
+// and bulk cancel and retry by filter.
 
 #include <algorithm>
 #include <utility>
@@ -41,101 +41,17 @@ QueueControls::Gate Scheduler::GateOf(const std::string& queue) const {
   return queue_controls_.Check(queue, InFlight(queue), Mono());
 }
 
-void Scheduler::Hold(ReadyClass& c) {
-  c.where = ReadyClass::Where::kHeld;
-  held_[c.queue].insert(&c);
-}
-
-void Scheduler::ReleaseHeld(const std::string& queue) {
-  auto it = held_.find(queue);
-  if (it == held_.end()) return;
-  for (ReadyClass* c : it->second) BackToHeads(*c);
-  held_.erase(it);
-}
-
-bool Scheduler::WithinQuota(const std::string& queue, const Resources& need) const {
-  // Strings are made only for a class over its quota.
-  return need.empty() || QuotaReason(queue, need).empty();
-}
-
-std::string Scheduler::QuotaReason(const std::string& queue, const Resources& need) const {
-  const Resources* quota = queue_controls_.QuotaOf(queue);
-  if (quota == nullptr) return "";
-  const auto held = held_by_queue_.find(queue);
-  for (const auto& [name, cap] : *quota) {
-    auto n = need.find(name);
-    if (n == need.end()) continue;
-    const int64_t have = held == held_by_queue_.end() ? 0 : AmountOf(held->second, name);
-    if (have + n->second <= cap) continue;
-    const std::string asks = absl::StrCat(name, "=", FormatResourceAmount(name, n->second));
-    const std::string quota_text = absl::StrCat(name, "=", FormatResourceAmount(name, cap));
-    if (n->second > cap) {
-      return absl::StrCat("needs ", asks, "; the quota of queue ", queue, " is ", quota_text);
-    }
-    return absl::StrCat("queue ", queue, " is at its quota of ", quota_text, " (",
-                        FormatResourceAmount(name, have), " held; this task needs ",
-                        FormatResourceAmount(name, n->second), ")");
-  }
-  return "";
-}
-
-void Scheduler::TakeResources(AgentRecord& a, const std::string& queue, int32_t slots,
-                              const Resources& need) {
-  a.used += slots;
-  slots_by_queue_[queue] += slots;
-  if (need.empty()) return;
-  AddResources(need, &a.held);
-  AddResources(need, &held_by_queue_[queue]);
-}
-
-void Scheduler::GiveBackResources(AgentRecord& a, const std::string& queue, int32_t slots,
-                                  const Resources& need) {
-  a.used -= slots;
-  Grew(a);
-  if (auto it = slots_by_queue_.find(queue); it != slots_by_queue_.end()) {
-    it->second -= slots;
-    if (it->second == 0) slots_by_queue_.erase(it);
-  }
-  if (need.empty()) return;
-  SubtractResources(need, &a.held);
-  if (auto it = held_by_queue_.find(queue); it != held_by_queue_.end()) {
-    SubtractResources(need, &it->second);
-    if (it->second.empty()) held_by_queue_.erase(it);
-  }
-  ReleaseOverQuota(queue);
-}
-
-void Scheduler::OverQuota(ReadyClass& c) {
-  c.where = ReadyClass::Where::kOverQuota;
-  over_quota_[c.queue].insert(&c);
-}
-
-void Scheduler::ReleaseOverQuota(const std::string& queue) {
-  auto it = over_quota_.find(queue);
-  if (it == over_quota_.end()) return;
-  for (ReadyClass* c : it->second) BackToHeads(*c);
-  over_quota_.erase(it);
-}
-
-void Scheduler::ReleaseOpened() {
-  std::vector<std::string> opened;
-  for (const auto& [queue, classes] : held_) {
-    if (GateOf(queue) == QueueControls::Gate::kOpen) opened.push_back(queue);
-  }
-  for (const std::string& q : opened) ReleaseHeld(q);
-}
-
 v1::QueueStats Scheduler::ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s) {
   queue_controls_.Set(queue, s, Mono());
-  IndexHeadsByQueue();
+  ready_.IndexHeadsByQueue();
   QueueRow row;
   row.queue = queue;
   if (!IsDefault(s)) row.settings = s.SerializeAsString();
   effects_.batch.queues.push_back(std::move(row));
   // Looser or tighter, Dispatch judges the held classes again.
-  ReleaseHeld(queue);
-  ReleaseOverQuota(queue);
-  look_again_ = true;  // a class in the heads may be closed now
+  ready_.ReleaseHeld(queue);
+  ready_.ReleaseOverQuota(queue);
+  ready_.LookAgain();  // a class in the heads may be closed now
   Dispatch();
   return Stats(queue).front();
 }
@@ -194,7 +110,7 @@ absl::Status Scheduler::RestoreQueues(const std::vector<QueueRow>& rows) {
     }
     queue_controls_.Set(row.queue, s, Mono());
   }
-  IndexHeadsByQueue();
+  ready_.IndexHeadsByQueue();
   return absl::OkStatus();
 }
 

@@ -60,7 +60,7 @@ void Scheduler::MakeReplicas(TaskRecord& t, absl::Time now, std::vector<TaskReco
     }
     TaskRecord& r = table_.Insert(std::move(owned));
     r.create_time = now;
-    SetClass(r);
+    ready_.SetClass(r);
     r.replica_of = &t;
     t.replicas.push_back(&r);
     created->push_back(&r);
@@ -145,15 +145,6 @@ void Scheduler::RestartReplicas(TaskRecord& t, bool all, const std::string& why)
     const v1::TaskState to = NextWaitingState(*r);
     Transition(*r, to, to == v1::TASK_STATE_BLOCKED ? why + "; " + BlockedReason(*r) : why);
     ArmStartDeadline(*r, Now());
-  }
-}
-
-void Scheduler::UnparkReplicas(const TaskRecord& group) {
-  for (const TaskRecord* r : group.replicas) {
-    auto it = ready_.find(r->placement_class());
-    if (it == ready_.end() || it->second->where != ReadyClass::Where::kParked) continue;
-    parked_.erase(it->second.get());
-    BackToHeads(*it->second);
   }
 }
 

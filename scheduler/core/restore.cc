@@ -47,7 +47,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       }
       table_.UnadoptCold(owned->seq);
     }
-    SetClass(*owned);
+    ready_.SetClass(*owned);
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
     TaskRecord& t = *adopted;
     if (!t.spec.depends_on().empty()) restoring_->with_deps.push_back(&t);
@@ -186,7 +186,7 @@ absl::Status Scheduler::FinishRestore() {
     AgentRecord* a = &agents_.Restored(t.agent_id, Mono(), agent_grace_end);
     a->tasks.insert(t.id());
     if (t.chained_after == nullptr) {
-      TakeResources(*a, t.queue(), SlotsOf(t.spec.placement()), NeedOf(t.spec.placement()));
+      ready_.TakeResources(*a, t.queue(), SlotsOf(t.spec.placement()), NeedOf(t.spec.placement()));
       if (t.start_time == absl::InfinitePast()) {
         // Not accepted yet (DISPATCHED, or cancelled before it was): its
         // agent's Hello settles it; should the agent come back without

@@ -42,7 +42,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   keys_.Index(t);
   // Room under its queue's concurrency limit.
-  if (!held_.empty() && IsInFlight(from) && !IsInFlight(to)) ReleaseHeld(t.queue());
+  if (ready_.any_held() && IsInFlight(from) && !IsInFlight(to)) ready_.ReleaseHeld(t.queue());
   if (t.replica_of != nullptr) {
     // Its task counts the replicas that ended; an agent it let go of may
     // take a sibling now.
@@ -51,10 +51,10 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
       settle_queue_.push_back(t.replica_of);
     }
     if ((IsInFlight(from) && !IsInFlight(to)) || from == v1::TASK_STATE_SUCCEEDED) {
-      UnparkReplicas(*t.replica_of);
+      ready_.UnparkClassesOf(*t.replica_of);
     } else if (IsGangMember(t)) {
       // A gang waits for all its members: any change may complete it.
-      UnparkReplicas(*t.replica_of);
+      ready_.UnparkClassesOf(*t.replica_of);
     }
     // A member stops waiting other than by the gang's start: the gang no
     // longer waits as a whole, and reserves nothing.
@@ -307,7 +307,7 @@ absl::StatusOr<std::vector<const TaskRecord*>> Scheduler::AddTasks(std::vector<v
     owned->spec = std::move(specs[i]);
     TaskRecord& t = table_.Insert(std::move(owned));
     t.create_time = now;
-    SetClass(t);
+    ready_.SetClass(t);
     if (!t.spec.merge_key().empty()) TaskKeys::StartMerge(t, now, &effects_.batch);
     if (!t.spec.unique_key().empty()) keys_.Hold(t);
     t.job = job;
@@ -748,7 +748,9 @@ void Scheduler::Tick() {
     }
   }
   FireSchedules(now);
-  if (!held_.empty()) ReleaseOpened();
+  if (ready_.any_held()) {
+    ready_.ReleaseOpened([this](const std::string& q) { return GateOf(q); });
+  }
   keys_.Expire(now);
   DeleteExpired(now);
   Dispatch();

@@ -3,9 +3,11 @@
 //
 // The orchestrator of the core's components (the map is at the top of
 // docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
-// QueueControls, TaskKeys (merge and unique keys), ScheduleBook (periodic
-// tasks), ClaimBoard (pull mode's index and claims) and DeadlineTables, each owning its state; it
-// routes every operation to them and runs the invariant checker over all of them.
+// QueueControls, ReadyQueues (placement: the ready classes, where each
+// waits, what each queue holds, Dispatch's loop), TaskKeys (merge and
+// unique keys), ScheduleBook (periodic tasks), ClaimBoard (pull mode's
+// index and claims) and DeadlineTables, each owning its state; it routes
+// every operation to them and runs the invariant checker over all of them.
 //
 // Every operation mutates memory at once and records what must follow in
 // Effects: the rows to commit (one transaction) and the messages to send to
@@ -52,7 +54,7 @@
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "scheduler/core/queue_controls.h"
-#include "scheduler/core/ready_key.h"
+#include "scheduler/core/ready_queues.h"
 #include "scheduler/core/schedule_book.h"
 #include "scheduler/core/task_keys.h"
 #include "scheduler/core/task_table.h"
@@ -364,50 +366,22 @@ class Scheduler {
   int64_t oldest_revision() const { return table_.oldest_revision(); }
   size_t task_count() const { return table_.size(); }
   // Placement classes holding PENDING tasks.
-  size_t ready_classes() const { return ready_.size(); }
+  size_t ready_classes() const { return ready_.classes(); }
   // Placement class names the records share (SetClass), swept ones aside.
-  size_t class_names() const { return class_names_.size(); }
+  size_t class_names() const { return ready_.class_names(); }
   // Of those, the ones set aside because no connected agent could ever
   // take them (an agent that can connects, and they are looked at again).
-  size_t parked_classes() const { return parked_.size(); }
+  size_t parked_classes() const { return ready_.parked(); }
   // Times Dispatch has looked for an agent for the head of a class: what
   // dispatching costs, whatever the clock says.
-  int64_t placement_attempts() const { return placement_attempts_; }
+  int64_t placement_attempts() const { return ready_.placement_attempts(); }
   // Agents looked at by those attempts (the candidates each was given).
-  int64_t agents_examined() const { return agents_examined_; }
+  int64_t agents_examined() const { return ready_.agents_examined(); }
   // Checks the cross-structure invariants (each in-flight task held by a
   // known agent, queues hold exactly their states, slot and state counts).
   absl::Status CheckInvariants() const;
 
  private:
-  // The PENDING tasks of one placement class (one placement, as
-  // PlacementClass spells it), erased when the last one leaves.
-  struct ReadyClass {
-    std::string key;
-    v1::Placement placement;
-    Resources need;  // NeedOf(placement)
-    ReadySet tasks;
-    // kHeads: its head is in heads_, Dispatch looks at it. kAside: no agent
-    // has room for it in this Dispatch (back in heads_ when it ends).
-    // kParked: no connected agent could take it; in parked_ until one
-    // that can connects. kHeld: its queue may not start a task now
-    // (paused, at its concurrency or rate limit); in held_ until it may.
-    // kOverQuota: its head's start would pass its queue's quota; in
-    // over_quota_ until the queue's tasks give some back or the quota
-    // changes.
-    enum class Where { kHeads, kAside, kParked, kHeld, kOverQuota } where = Where::kHeads;
-    std::string queue;
-    // A class of replicas: the id of their task (whose other replicas'
-    // agents it may not take).
-    std::string replica_of;
-    // Dispatch found no room for it on any agent, and since then only the
-    // agents in grown_ got room back (or joined): the next Dispatch looks
-    // for it there alone. Never for gangs and replicas (their room depends
-    // on their siblings too).
-    bool settled = false;
-  };
-  // A class in heads_, by its first task.
-  using Head = std::pair<ReadyKey, ReadyClass*>;
   static constexpr int kNumStates = kNumTaskStates;
 
   // While alive, dependents are not settled as tasks change (a batch of
@@ -456,7 +430,12 @@ class Scheduler {
   bool FillAssignment(const TaskRecord& t, const TaskRecord* run_after, v1::Assignment* as,
                       int64_t* input_bytes) const;
 
+  // Hands ready tasks to agents (ReadyQueues::Dispatch, with a DispatchRun
+  // as its host) and sends the Assigns.
   void Dispatch();
+  // One Dispatch's side of the ready queues' loop: starts tasks into the
+  // run's Assigns (dispatch.cc).
+  class DispatchRun;
   // Per agent, the Assign messages one Dispatch sends (with their sizes).
   using Assigns = absl::flat_hash_map<AgentRecord*, std::vector<std::pair<v1::Assign, size_t>>>;
   // Dispatches PENDING `t` (and the chain below it) to `a`, into `assigns`.
@@ -465,74 +444,18 @@ class Scheduler {
   // Drops an agent that holds nothing (after its Goodbye): it ends its
   // stream and leaves the agent list at once.
   void ForgetAgent(AgentRecord& a);
-  // A parked or set-aside class that Dispatch looks at again.
-  void BackToHeads(ReadyClass& c);
-  // `a` takes work now (it connected, or was undrained): the parked
-  // classes it matches go back to the heads.
-  void UnparkFor(const AgentRecord& a);
 
   // --- Queue controls (queues.cc). ---
   // Whether a task of `queue` may start now.
   QueueControls::Gate GateOf(const std::string& queue) const;
   // Tasks of the queue DISPATCHED or RUNNING.
   int64_t InFlight(const std::string& queue) const;
-  // Dispatch found the queue closed: its class waits in held_.
-  void Hold(ReadyClass& c);
-  // The queue may start tasks again (or may have): its held classes go
-  // back to the heads, to be looked at by the next Dispatch.
-  void ReleaseHeld(const std::string& queue);
-  // Held queues whose gate opened meanwhile (a rate's token came).
-  void ReleaseOpened();
-  // Whether `need` fits under the quota of `queue` beside what its tasks
-  // hold; and if not, why ("queue q is at its quota of gpu=4 ...", empty
-  // when it fits).
-  bool WithinQuota(const std::string& queue, const Resources& need) const;
-  std::string QuotaReason(const std::string& queue, const Resources& need) const;
-  // An attempt of `queue` on `a` starts or stops holding `slots` and
-  // `need` (its agent's and its queue's held amounts); giving back lets the
-  // queue's classes over its quota be looked at again.
-  void TakeResources(AgentRecord& a, const std::string& queue, int32_t slots,
-                     const Resources& need);
-  void GiveBackResources(AgentRecord& a, const std::string& queue, int32_t slots,
-                         const Resources& need);
-  // The heads, and the same by queue.
-  void InsertHead(const Head& h);
-  void EraseHead(const Head& h);
-  // Fills or drops heads_by_queue_ as queue weights start or stop.
-  void IndexHeadsByQueue();
-  // What the agents that take work offer: slots, and each resource.
-  struct Capacity {
-    int64_t slots = 0;
-    Resources resources;
-  };
-  Capacity CapacityNow() const;
-  // CapacityNow(), computed again only after the agents changed.
-  const Capacity& CapacityCached();
-  // `a` has more room than before (it connected or was undrained, an
-  // attempt ended there, a gang's reservation went): Dispatch looks there
-  // for the settled classes.
-  void Grew(const AgentRecord& a) { grown_.insert(a.id); }
-  // The largest fraction of `cap` that `queue`'s attempts hold, over slots
-  // and every resource (its dominant share).
-  double DominantShare(const std::string& queue, const Capacity& cap) const;
-  // While queues share by weight: the head Dispatch takes next, the best
-  // of the queue with the least dominant share per weight (queues of
-  // weight 0 only when no other has a head).
-  absl::btree_set<Head>::iterator FairHead(const Capacity& cap);
-  // Dispatch found the class's head over its queue's quota.
-  void OverQuota(ReadyClass& c);
-  void ReleaseOverQuota(const std::string& queue);
   // Stores the queue's settings and applies them.
   v1::QueueStats ApplyQueueSettings(const std::string& queue, const v1::QueueSettings& s);
-  // The ready-queue doors, shared by Transition and restore.
-  // Sets t.class_name to TaskClass(t.spec), interned in class_names_.
-  void SetClass(TaskRecord& t);
+  // The ready-queue doors, shared by Transition and restore: the ready
+  // queues and the claim board.
   void AddReady(TaskRecord& t);
   void RemoveReady(const TaskRecord& t);
-  // Whether any connected agent that takes work could ever run `p` (free
-  // slots aside).
-  bool AnyAgentCouldTake(const v1::Placement& p,
-                         const absl::flat_hash_set<std::string>* exclude = nullptr) const;
   // Ends the live attempt with `result` and moves the task on (retry, done,
   // paused, re-queued). `interrupted`: ended by a pause or a drain, so it
   // does not count against max_attempts.
@@ -589,9 +512,6 @@ class Scheduler {
   // Runs again, each with a fresh budget, the replicas of `t` that did not
   // succeed (all of them when `all`).
   void RestartReplicas(TaskRecord& t, bool all, const std::string& why);
-  // A replica of `group` stopped holding an agent: its siblings' classes
-  // parked for want of another agent may now take that one.
-  void UnparkReplicas(const TaskRecord& group);
   // A finished task is made like new for a reset: a fresh budget of
   // attempts, no history, no result (the attempt counter keeps rising).
   void ClearForRerun(TaskRecord& t);
@@ -618,9 +538,6 @@ class Scheduler {
   // (aside, parked, held or over quota), reserving room while it waits.
   void DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents, absl::Duration mono,
                     absl::Time now, Assigns* assigns, std::vector<std::string>* aside);
-  // The PENDING members' classes that are in the heads go `where`.
-  void MoveGangClasses(const TaskRecord& group, ReadyClass::Where where,
-                       std::vector<std::string>* aside);
   // The gang lets go of its reservation and its state (it started, or
   // stopped waiting as a whole).
   void ReleaseGang(const std::string& group_id);
@@ -760,49 +677,13 @@ class Scheduler {
   int defer_settling_ = 0;
   bool settling_ = false;
 
-  // PENDING tasks by placement class; heads_ orders the classes Dispatch
-  // looks at by their first task, so each pick is O(log classes) and
-  // classes no agent can take cost nothing until one connects.
-  absl::flat_hash_map<std::string, std::unique_ptr<ReadyClass>> ready_;
-  // Every placement class a record holds, by name (SetClass): the records
-  // share the string. Entries whose records are all gone are swept when
-  // the map has doubled since the last sweep.
-  absl::flat_hash_map<std::string, std::weak_ptr<const std::string>> class_names_;
-  size_t class_names_swept_ = 0;  // its size after the last sweep
-  absl::btree_set<Head> heads_;
-  // The same heads by queue, kept only while queues share by weight
-  // (heads_by_queue_on_): Dispatch then takes the best head of the queue
-  // furthest below its share. Changed only with heads_ (InsertHead,
-  // EraseHead); filled or dropped when weighting starts or stops.
-  absl::flat_hash_map<std::string, absl::btree_set<Head>> heads_by_queue_;
-  bool heads_by_queue_on_ = false;
-  absl::flat_hash_set<ReadyClass*> parked_;
-  // What lets a Dispatch skip the agents where nothing changed (O(agents)
-  // per placement at 10,000 agents otherwise): the agents that got room
-  // back or connected since the last Dispatch, by id; whether a class that
-  // is not settled came into the heads (or a queue's controls changed)
-  // since; and agents_.changes() at that Dispatch (when it moved on, an
-  // agent may have gone: a settled class with no room is checked for an
-  // agent that could take it at all).
-  absl::flat_hash_set<std::string> grown_;
-  bool look_again_ = true;
-  uint64_t dispatched_at_changes_ = ~uint64_t{0};
-  Capacity capacity_;
-  uint64_t capacity_at_changes_ = ~uint64_t{0};
   // Gangs waiting to start that Dispatch has looked at, by their task's id.
   absl::flat_hash_map<std::string, GangState> gangs_;
-  // Classes whose queue may not start tasks now, by queue.
-  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
-  // Classes waiting for room under their queue's quota, by queue.
-  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> over_quota_;
-  // What each queue's attempts on agents hold (the attempts holding slots;
-  // no entry for a queue holding nothing). Changed with AgentRecord::held.
-  absl::flat_hash_map<std::string, Resources> held_by_queue_;
-  // Slots the same attempts hold, by queue (no entry for none).
-  absl::flat_hash_map<std::string, int64_t> slots_by_queue_;
   QueueControls queue_controls_;
 
   AgentRegistry agents_{&opts_};
+  // The ready classes, where each waits, what each queue holds.
+  ReadyQueues ready_{&queue_controls_, &agents_};
   uint64_t assign_counter_ = 0;
 
   // Pull mode: the claimable tasks by queue and the live claims.
@@ -815,8 +696,6 @@ class Scheduler {
   int64_t stale_messages_ = 0;
   TaskCounters counters_;
   QueueHistory history_;  // of counters_, sampled by Tick
-  int64_t placement_attempts_ = 0;
-  int64_t agents_examined_ = 0;
 
   ScheduleBook schedules_{&opts_, &counters_};
 

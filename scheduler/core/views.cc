@@ -74,7 +74,7 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     const Resources need = NeedOf(t.spec.placement());
     if (!why.empty()) {
       out->set_reason("waiting: " + why);
-    } else if (const std::string over = QuotaReason(t.queue(), need); !over.empty()) {
+    } else if (const std::string over = ready_.QuotaReason(t.queue(), need); !over.empty()) {
       out->set_reason("waiting: " + over);
     } else if (const std::string gang = IsGangMember(t) ? GangReason(*t.replica_of) : "";
                !gang.empty()) {
@@ -87,7 +87,7 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
           absl::StrCat("waiting: for ", FormatResources(need), " to be free on one agent"));
     } else if (t.replica_of != nullptr && !IsGangMember(t)) {
       const absl::flat_hash_set<std::string> taken = ReplicaAgents(*t.replica_of);
-      if (!AnyAgentCouldTake(t.spec.placement(), &taken)) {
+      if (!ready_.AnyAgentCouldTake(t.spec.placement(), &taken)) {
         out->set_reason(
             absl::StrCat("waiting: every agent that could take it holds another "
                          "replica of ",
@@ -336,10 +336,10 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
   // While queues share by weight: what each holds, and what its weight
   // gives it among the queues with work (pending, or on agents).
   const bool fair = queue_controls_.weighted();
-  const Capacity cap = fair ? CapacityNow() : Capacity();
+  const ReadyQueues::Capacity cap = fair ? ready_.CapacityNow() : ReadyQueues::Capacity();
   auto has_work = [&](const std::string& name) {
     const TaskTable::Counts& c = table_.CountsOf(name);
-    return c[v1::TASK_STATE_PENDING] > 0 || slots_by_queue_.contains(name);
+    return c[v1::TASK_STATE_PENDING] > 0 || ready_.HoldsSlots(name);
   };
   int64_t weights = 0;
   if (fair) {
@@ -360,12 +360,11 @@ std::vector<v1::QueueStats> Scheduler::Stats(const std::string& queue) const {
     }
     qs.set_claimed(board_.ClaimedIn(name));
     if (const v1::QueueSettings* s = queue_controls_.Find(name)) *qs.mutable_settings() = *s;
-    qs.set_held(held_.contains(name) || over_quota_.contains(name));
-    if (auto it = held_by_queue_.find(name); it != held_by_queue_.end()) {
-      ToResourceMap(it->second, qs.mutable_resources_held());
-    }
+    qs.set_held(ready_.QueueHeld(name));
+    if (const Resources* held = ready_.HeldBy(name))
+      ToResourceMap(*held, qs.mutable_resources_held());
     if (fair) {
-      qs.set_share(DominantShare(name, cap));
+      qs.set_share(ready_.DominantShare(name, cap));
       if (weights > 0 && has_work(name)) {
         qs.set_fair_share(static_cast<double>(queue_controls_.WeightOf(name)) /
                           static_cast<double>(weights));
