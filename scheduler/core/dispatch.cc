@@ -59,11 +59,11 @@ class Scheduler::DispatchRun final : public ReadyQueues::Host {
 
   QueueControls::Gate GateOf(const std::string& queue) const override { return s_->GateOf(queue); }
   absl::flat_hash_set<std::string> ReplicaAgents(const TaskRecord& group) const override {
-    return s_->ReplicaAgents(group);
+    return core::ReplicaAgents(group);
   }
   void DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents,
                     std::vector<std::string>* aside) override {
-    s_->DispatchGang(group, agents, mono_, now_, &assigns_, aside);
+    s_->gangs_.Dispatch(group, agents, s_->InFlight(group.queue()), mono_, *this, aside);
   }
   void StartOn(TaskRecord& t, const Resources& need, AgentRecord& a) override {
     s_->StartOn(t, need, a, mono_, now_, &assigns_);

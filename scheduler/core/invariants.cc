@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/core/replica_rules.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/core/state_machine.h"
 
@@ -247,17 +248,6 @@ absl::Status Scheduler::CheckInvariants() const {
                   FormatResources(held));
     }
     if (!agents_.ConnIndexAgrees(*a)) return fail("agent ", id, " conn mismatch");
-    // A reservation belongs to a gang that waits and lists it.
-    if (!a->reserved_for.empty()) {
-      auto g = gangs_.find(a->reserved_for);
-      if (g == gangs_.end() || !g->second.reserving ||
-          std::find(g->second.reserved.begin(), g->second.reserved.end(), id) ==
-              g->second.reserved.end()) {
-        return fail("agent ", id, " holds a reservation gang ", a->reserved_for, " does not list");
-      }
-    } else if (a->reserved_slots != 0 || !a->reserved.empty()) {
-      return fail("agent ", id, " has room reserved for no gang");
-    }
   }
   // A gang member in flight while a sibling waits to run is stopping.
   for (const auto& [id, t] : table_.by_seq()) {
@@ -280,26 +270,10 @@ absl::Status Scheduler::CheckInvariants() const {
       }
     }
   }
-  // A gang holds state only while every member waits to start (it starts
-  // as a whole, or a member's change releases it).
-  for (const auto& [gid, g] : gangs_) {
-    const TaskRecord* group = table_.Find(gid);
-    if (group == nullptr || !group->spec.replicas().gang() || g.group != gid) {
-      return fail("gang state for ", gid, ", which is no gang");
-    }
-    for (const TaskRecord* r : GangMembers(*group)) {
-      if (r->state != v1::TASK_STATE_PENDING) {
-        return fail("gang ", gid, " keeps its state while replica ", r->id(), " is ",
-                    StateName(r->state));
-      }
-    }
-    // (An agent it lists may have been forgotten, or be a new record
-    // under the same id, since: the gang drops it at its next look.)
-    size_t holding = 0;
-    for (const auto& [aid, a] : agents_.all()) holding += a->reserved_for == gid ? 1 : 0;
-    if (holding > g.reserved.size()) {
-      return fail("gang ", gid, " holds ", holding, " reservations but lists ", g.reserved.size());
-    }
+  if (std::string broken =
+          gangs_.CheckInvariants([this](const std::string& id) { return table_.Find(id); });
+      !broken.empty()) {
+    return fail(broken);
   }
   // A class waits parked only while nothing could place it, and over its
   // queue's quota only while it (a gang's class: the whole gang) does not
@@ -327,7 +301,8 @@ absl::Status Scheduler::CheckInvariants() const {
       const bool all_ready = std::all_of(members.begin(), members.end(), [](const TaskRecord* r) {
         return r->state == v1::TASK_STATE_PENDING;
       });
-      if (all_ready && GangAgentsCould(*group, members) >= static_cast<int32_t>(members.size())) {
+      if (all_ready &&
+          gangs_.AgentsCould(*group, members) >= static_cast<int32_t>(members.size())) {
         return absl::StrCat("gang class ", c.key, " is parked, but its gang could be placed");
       }
       return "";

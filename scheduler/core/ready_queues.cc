@@ -7,18 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/core/replica_rules.h"
 #include "scheduler/core/scheduler_internal.h"
 
 namespace taskgrid::core {
-
-namespace {
-
-// The head is a replica of a task whose replicas start as a gang.
-bool IsGangHead(const TaskRecord& t) {
-  return t.replica_of != nullptr && t.replica_of->spec.replicas().gang();
-}
-
-}  // namespace
 
 void ReadyQueues::SetClass(TaskRecord& t) {
   std::string name = TaskClass(t.spec);
@@ -374,7 +366,7 @@ void ReadyQueues::Dispatch(Host& host) {
     const Head next = fair ? *FairHead(cap) : *heads_.begin();
     auto [key, cls] = next;
     TaskRecord& t = *std::get<2>(key);
-    if (IsGangHead(t)) {
+    if (IsGangMember(t)) {
       ++placement_attempts_;
       host.DispatchGang(*t.replica_of, all_agents(), &aside);
       continue;

@@ -67,18 +67,6 @@ void Scheduler::MakeReplicas(TaskRecord& t, absl::Time now, std::vector<TaskReco
   }
 }
 
-absl::flat_hash_set<std::string> Scheduler::ReplicaAgents(const TaskRecord& group) const {
-  absl::flat_hash_set<std::string> out;
-  for (const TaskRecord* r : group.replicas) {
-    if (IsInFlight(r->state)) {
-      out.insert(r->agent_id);
-    } else if (r->state == v1::TASK_STATE_SUCCEEDED && !r->attempts.empty()) {
-      out.insert(r->attempts.back().agent_id());
-    }
-  }
-  return out;
-}
-
 std::string Scheduler::ReplicasReason(const TaskRecord& t) const {
   return absl::StrCat("waiting for its ", t.replicas.size(), " replicas (success: ", PolicyName(t),
                       ")");
@@ -145,6 +133,20 @@ void Scheduler::RestartReplicas(TaskRecord& t, bool all, const std::string& why)
     const v1::TaskState to = NextWaitingState(*r);
     Transition(*r, to, to == v1::TASK_STATE_BLOCKED ? why + "; " + BlockedReason(*r) : why);
     ArmStartDeadline(*r, Now());
+  }
+}
+
+void Scheduler::StopGang(TaskRecord& group, const TaskRecord& member) {
+  for (TaskRecord* r : group.replicas) {
+    if (r == &member || r->requeue_requested || r->pause_requested) continue;
+    if (r->state != v1::TASK_STATE_DISPATCHED && r->state != v1::TASK_STATE_RUNNING) continue;
+    r->requeue_requested = true;
+    r->reason = absl::StrCat("stopping: replica ", member.id(),
+                             " is to run again, so its gang starts again together; waiting for "
+                             "agent ",
+                             r->agent_id);
+    PersistRow(*r);
+    SendCancel(*r);
   }
 }
 

@@ -59,7 +59,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
     // A member stops waiting other than by the gang's start: the gang no
     // longer waits as a whole, and reserves nothing.
     if (from == v1::TASK_STATE_PENDING && to != v1::TASK_STATE_DISPATCHED && IsGangMember(t)) {
-      ReleaseGang(t.replica_of->id());
+      gangs_.Release(t.replica_of->id());
     }
     // A member is to run again: the rest of its gang stops, so that all of
     // it starts again together.
@@ -68,7 +68,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
       StopGang(*t.replica_of, t);
     }
   }
-  if (IsTerminal(to) && !t.replicas.empty()) ReleaseGang(t.id());
+  if (IsTerminal(to) && !t.replicas.empty()) gangs_.Release(t.id());
 
   // Dependents see the change; a task that starts waiting is looked at too.
   NoteStateChange(t, from, to, &settle_queue_);

@@ -4,7 +4,8 @@
 // The orchestrator of the core's components (the map is at the top of
 // docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
 // QueueControls, ReadyQueues (placement: the ready classes, where each
-// waits, what each queue holds, Dispatch's loop), TaskKeys (merge and
+// waits, what each queue holds, Dispatch's loop), Gangs (gang placement
+// and its reservations), TaskKeys (merge and
 // unique keys), ScheduleBook (periodic tasks), ClaimBoard (pull mode's
 // index and claims) and DeadlineTables, each owning its state; it routes
 // every operation to them and runs the invariant checker over all of them.
@@ -49,12 +50,14 @@
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/dependency_graph.h"
 #include "scheduler/core/effects.h"
+#include "scheduler/core/gangs.h"
 #include "scheduler/core/metrics.h"
 #include "scheduler/core/model.h"
 #include "scheduler/core/options.h"
 #include "scheduler/core/placement.h"
 #include "scheduler/core/queue_controls.h"
 #include "scheduler/core/ready_queues.h"
+#include "scheduler/core/replica_rules.h"
 #include "scheduler/core/schedule_book.h"
 #include "scheduler/core/task_keys.h"
 #include "scheduler/core/task_table.h"
@@ -498,9 +501,6 @@ class Scheduler {
   // Makes the replicas of `t` (new, with replicas in its spec), appending
   // them to `created`.
   void MakeReplicas(TaskRecord& t, absl::Time now, std::vector<TaskRecord*>* created);
-  // Agents a replica of `group` may not take: those holding another of its
-  // replicas, and those one succeeded on.
-  absl::flat_hash_set<std::string> ReplicaAgents(const TaskRecord& group) const;
   // A BLOCKED task with replicas: SUCCEEDED once its policy is met, FAILED
   // once it cannot be; the replicas still running are then cancelled.
   void SettleReplicas(TaskRecord& t);
@@ -516,44 +516,9 @@ class Scheduler {
   // attempts, no history, no result (the attempt counter keeps rising).
   void ClearForRerun(TaskRecord& t);
 
-  // --- Gang placement (gang.cc). ---
-  // What a waiting gang (by its task's id) reserved, and whether it is in
-  // a turn of reserving or of leaving the room to others.
-  struct GangState {
-    std::string group;
-    bool started = false;  // its first turn began (phase_end is set)
-    bool reserving = true;
-    absl::Duration phase_end;           // monotonic: the turn ends
-    std::vector<std::string> reserved;  // agents holding its reservation
-    int32_t size = 0;                   // its members at its last look
-    int32_t fit_now = 0;                // of them, how many had room
-    int32_t agents_could = 0;           // distinct agents that could run one
-  };
-  // A replica of a task whose replicas start as a gang.
-  static bool IsGangMember(const TaskRecord& t);
-  // The replicas of `group` that have not ended (the gang to start).
-  std::vector<TaskRecord*> GangMembers(const TaskRecord& group) const;
-  // Dispatch came to a class of the gang's: all of its members start on
-  // agents of their own, or none does and its classes leave the heads
-  // (aside, parked, held or over quota), reserving room while it waits.
-  void DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents, absl::Duration mono,
-                    absl::Time now, Assigns* assigns, std::vector<std::string>* aside);
-  // The gang lets go of its reservation and its state (it started, or
-  // stopped waiting as a whole).
-  void ReleaseGang(const std::string& group_id);
-  // How many of `members` distinct connected agents could run, one each
-  // (free room aside; not where a sibling succeeded).
-  int32_t GangAgentsCould(const TaskRecord& group, const std::vector<TaskRecord*>& members) const;
-  // Reserves an agent for each member, or none when not every one has an
-  // agent no other gang reserved.
-  void Reserve(const TaskRecord& group, const std::vector<TaskRecord*>& members, GangState* g);
-  void Unreserve(GangState& g);
   // `member` is to run again: every sibling in flight stops (its agent
   // kills it), to wait again uncounted, so the gang starts again whole.
   void StopGang(TaskRecord& group, const TaskRecord& member);
-  // Why a PENDING member of `group` has not started; empty when nothing
-  // about the gang holds it.
-  std::string GangReason(const TaskRecord& group) const;
 
   // --- Finished tasks on disk (cold.cc). ---
   // Which retention a finished state falls under: 1 for FAILED and
@@ -677,13 +642,14 @@ class Scheduler {
   int defer_settling_ = 0;
   bool settling_ = false;
 
-  // Gangs waiting to start that Dispatch has looked at, by their task's id.
-  absl::flat_hash_map<std::string, GangState> gangs_;
   QueueControls queue_controls_;
 
   AgentRegistry agents_{&opts_};
   // The ready classes, where each waits, what each queue holds.
   ReadyQueues ready_{&queue_controls_, &agents_};
+  // Gangs waiting to start that Dispatch has looked at, and their
+  // reservations.
+  Gangs gangs_{&queue_controls_, &agents_, &ready_};
   uint64_t assign_counter_ = 0;
 
   // Pull mode: the claimable tasks by queue and the live claims.

@@ -76,7 +76,7 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
       out->set_reason("waiting: " + why);
     } else if (const std::string over = ready_.QuotaReason(t.queue(), need); !over.empty()) {
       out->set_reason("waiting: " + over);
-    } else if (const std::string gang = IsGangMember(t) ? GangReason(*t.replica_of) : "";
+    } else if (const std::string gang = IsGangMember(t) ? gangs_.Reason(*t.replica_of, Mono()) : "";
                !gang.empty()) {
       out->set_reason("waiting: " + gang);
     } else if (!need.empty() && std::none_of(all.begin(), all.end(), [&](const AgentRecord* a) {
@@ -103,7 +103,8 @@ void Scheduler::Describe(const TaskRecord& t, v1::Task* out,
     out->set_reason(absl::StrCat(ReplicasReason(t), ": ", succeeded, " succeeded, ",
                                  ended - succeeded, " did not"));
     // A gang's waiting replicas say why the gang has not started.
-    if (const std::string gang = t.spec.replicas().gang() ? GangReason(t) : ""; !gang.empty()) {
+    if (const std::string gang = t.spec.replicas().gang() ? gangs_.Reason(t, Mono()) : "";
+        !gang.empty()) {
       for (v1::ReplicaStatus& rs : *out->mutable_replicas()) {
         if (rs.state() == v1::TASK_STATE_PENDING) rs.set_reason("waiting: " + gang);
       }

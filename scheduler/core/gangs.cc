@@ -1,16 +1,14 @@
-// Gang placement: the replicas of a task with `replicas.gang` start in one
-// Dispatch, each on its own agent, or none does. While they do not all
-// fit, the gang reserves room on the agents it would use (other work
-// leaves that room alone) for `gang_wait`, then lets it go for as long
-// before it reserves again: no gang holds capacity it cannot use forever,
-// and none starves behind a stream of smaller tasks.
+// Gangs: starting a gang whole, or reserving room for it in turns.
+
+#include "scheduler/core/gangs.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/proto_time.h"
-#include "scheduler/core/scheduler.h"
+#include "scheduler/core/replica_rules.h"
 #include "scheduler/core/scheduler_internal.h"
 #include "scheduler/core/state_machine.h"
 
@@ -30,62 +28,49 @@ std::string Seconds(absl::Duration d) {
 
 }  // namespace
 
-bool Scheduler::IsGangMember(const TaskRecord& t) {
-  return t.replica_of != nullptr && t.replica_of->spec.replicas().gang();
-}
-
-std::vector<TaskRecord*> Scheduler::GangMembers(const TaskRecord& group) const {
-  std::vector<TaskRecord*> out;
-  for (TaskRecord* r : group.replicas) {
-    if (!IsTerminal(r->state)) out.push_back(r);
-  }
-  return out;
-}
-
-void Scheduler::ReleaseGang(const std::string& group_id) {
+void Gangs::Release(const std::string& group_id) {
   auto it = gangs_.find(group_id);
   if (it == gangs_.end()) return;
   Unreserve(it->second);
   gangs_.erase(it);
 }
 
-void Scheduler::Unreserve(GangState& g) {
+void Gangs::Unreserve(GangState& g) {
   for (const std::string& id : g.reserved) {
-    AgentRecord* a = agents_.Find(id);
+    AgentRecord* a = agents_->Find(id);
     if (a == nullptr || a->reserved_for != g.group) continue;
     a->reserved_for.clear();
     a->reserved_slots = 0;
     a->reserved.clear();
-    ready_.Grew(*a);
+    ready_->Grew(*a);
   }
   g.reserved.clear();
 }
 
-void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>& agents,
-                             absl::Duration mono, absl::Time now, Assigns* assigns,
-                             std::vector<std::string>* aside) {
+void Gangs::Dispatch(TaskRecord& group, const std::vector<AgentRecord*>& agents, int64_t in_flight,
+                     absl::Duration mono, ReadyQueues::Host& host,
+                     std::vector<std::string>* aside) {
   const std::vector<TaskRecord*> members = GangMembers(group);
   // A sibling still running or waiting: the gang starts again only as a
   // whole, once every one of them waits to. Its transitions unpark these.
   if (std::any_of(members.begin(), members.end(),
                   [](const TaskRecord* r) { return r->state != v1::TASK_STATE_PENDING; })) {
-    ReleaseGang(group.id());
-    ready_.MoveClassesOf(group, ReadyClass::Where::kParked, aside);
+    Release(group.id());
+    ready_->MoveClassesOf(group, ReadyClass::Where::kParked, aside);
     return;
   }
   const int64_t k = static_cast<int64_t>(members.size());
   // Its queue must have room for all of them at once.
-  if (!queue_controls_.empty() &&
-      queue_controls_.Check(group.queue(), InFlight(group.queue()) + k - 1, mono) !=
-          QueueControls::Gate::kOpen) {
-    ready_.MoveClassesOf(group, ReadyClass::Where::kHeld, aside);
+  if (!controls_->empty() &&
+      controls_->Check(group.queue(), in_flight + k - 1, mono) != QueueControls::Gate::kOpen) {
+    ready_->MoveClassesOf(group, ReadyClass::Where::kHeld, aside);
     return;
   }
   Resources total;
   for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
-  if (!total.empty() && !ready_.WithinQuota(group.queue(), total)) {
-    ReleaseGang(group.id());
-    ready_.MoveClassesOf(group, ReadyClass::Where::kOverQuota, aside);
+  if (!total.empty() && !ready_->WithinQuota(group.queue(), total)) {
+    Release(group.id());
+    ready_->MoveClassesOf(group, ReadyClass::Where::kOverQuota, aside);
     return;
   }
   // Each on an agent of its own, none where a sibling succeeded: where
@@ -101,9 +86,9 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   }
   GangState& g = gangs_[group.id()];
   if (now_on.size() == members.size()) {
-    ReleaseGang(group.id());
+    Release(group.id());
     for (size_t i = 0; i < members.size(); ++i) {
-      StartOn(*members[i], NeedOf(members[i]->spec.placement()), *now_on[i], mono, now, assigns);
+      host.StartOn(*members[i], NeedOf(members[i]->spec.placement()), *now_on[i]);
     }
     return;
   }
@@ -112,10 +97,10 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   g.group = group.id();
   g.size = static_cast<int32_t>(members.size());
   g.fit_now = static_cast<int32_t>(now_on.size());
-  g.agents_could = GangAgentsCould(group, members);
+  g.agents_could = AgentsCould(group, members);
   if (g.agents_could < g.size) {
     Unreserve(g);
-    ready_.MoveClassesOf(group, ReadyClass::Where::kParked, aside);
+    ready_->MoveClassesOf(group, ReadyClass::Where::kParked, aside);
     return;
   }
   const absl::Duration wait = GangWait(group);
@@ -133,17 +118,16 @@ void Scheduler::DispatchGang(TaskRecord& group, const std::vector<AgentRecord*>&
   }
   Unreserve(g);
   if (g.reserving) Reserve(group, members, &g);
-  ready_.MoveClassesOf(group, ReadyClass::Where::kAside, aside);
+  ready_->MoveClassesOf(group, ReadyClass::Where::kAside, aside);
 }
 
-int32_t Scheduler::GangAgentsCould(const TaskRecord& group,
-                                   const std::vector<TaskRecord*>& members) const {
+int32_t Gangs::AgentsCould(const TaskRecord& group, const std::vector<TaskRecord*>& members) const {
   absl::flat_hash_set<std::string> used = ReplicaAgents(group);
   int32_t n = 0;
   for (const TaskRecord* r : members) {
     const v1::Placement& p = r->spec.placement();
     const Resources need = NeedOf(p);
-    for (const auto& [id, a] : agents_.all()) {
+    for (const auto& [id, a] : agents_->all()) {
       if (!a->takes_work() || used.contains(id) || !Matches(p, need, *a)) continue;
       used.insert(id);
       ++n;
@@ -153,8 +137,8 @@ int32_t Scheduler::GangAgentsCould(const TaskRecord& group,
   return n;
 }
 
-void Scheduler::Reserve(const TaskRecord& group, const std::vector<TaskRecord*>& members,
-                        GangState* g) {
+void Gangs::Reserve(const TaskRecord& group, const std::vector<TaskRecord*>& members,
+                    GangState* g) {
   // An agent for each member that no other gang reserved: those with room
   // for it now first, then those it reserved before, then the most free
   // slots. All or none: two gangs each holding part of what both need
@@ -169,7 +153,7 @@ void Scheduler::Reserve(const TaskRecord& group, const std::vector<TaskRecord*>&
                              -static_cast<int64_t>(a.last_assigned));
     };
     AgentRecord* best = nullptr;
-    for (const auto& [id, a] : agents_.all()) {
+    for (const auto& [id, a] : agents_->all()) {
       if (!a->takes_work() || used.contains(id) || !Matches(p, need, *a)) continue;
       if (!a->reserved_for.empty()) continue;
       if (best == nullptr || rank(*a) > rank(*best)) best = a.get();
@@ -187,21 +171,7 @@ void Scheduler::Reserve(const TaskRecord& group, const std::vector<TaskRecord*>&
   }
 }
 
-void Scheduler::StopGang(TaskRecord& group, const TaskRecord& member) {
-  for (TaskRecord* r : group.replicas) {
-    if (r == &member || r->requeue_requested || r->pause_requested) continue;
-    if (r->state != v1::TASK_STATE_DISPATCHED && r->state != v1::TASK_STATE_RUNNING) continue;
-    r->requeue_requested = true;
-    r->reason = absl::StrCat("stopping: replica ", member.id(),
-                             " is to run again, so its gang starts again together; waiting for "
-                             "agent ",
-                             r->agent_id);
-    PersistRow(*r);
-    SendCancel(*r);
-  }
-}
-
-std::string Scheduler::GangReason(const TaskRecord& group) const {
+std::string Gangs::Reason(const TaskRecord& group, absl::Duration mono) const {
   const std::vector<TaskRecord*> members = GangMembers(group);
   const size_t waiting = std::count_if(members.begin(), members.end(), [](const TaskRecord* r) {
     return r->state == v1::TASK_STATE_PENDING;
@@ -214,7 +184,7 @@ std::string Scheduler::GangReason(const TaskRecord& group) const {
   }
   Resources total;
   for (const TaskRecord* r : members) AddResources(NeedOf(r->spec.placement()), &total);
-  if (const std::string over = ready_.QuotaReason(group.queue(), total); !over.empty()) {
+  if (const std::string over = ready_->QuotaReason(group.queue(), total); !over.empty()) {
     return head + over;
   }
   auto it = gangs_.find(group.id());
@@ -224,7 +194,7 @@ std::string Scheduler::GangReason(const TaskRecord& group) const {
     return absl::StrCat(head, "only ", g.agents_could, " connected agent",
                         g.agents_could == 1 ? "" : "s", " could run one each");
   }
-  const absl::Duration left = g.phase_end - Mono();
+  const absl::Duration left = g.phase_end - mono;
   if (g.reserving && !g.reserved.empty()) {
     return absl::StrCat(head, g.fit_now, " of ", g.size, " fit now; room reserved on ",
                         absl::StrJoin(g.reserved, ", "), " for ", Seconds(left), " more");
@@ -236,6 +206,47 @@ std::string Scheduler::GangReason(const TaskRecord& group) const {
   return absl::StrCat(head, g.fit_now, " of ", g.size, " fit now; it held room for ",
                       Seconds(GangWait(group)), " without starting, so it reserves none for ",
                       Seconds(left), " more");
+}
+
+std::string Gangs::CheckInvariants(
+    absl::FunctionRef<const TaskRecord*(const std::string&)> find) const {
+  // A reservation belongs to a gang that waits and lists it.
+  for (const auto& [id, a] : agents_->all()) {
+    if (!a->reserved_for.empty()) {
+      auto g = gangs_.find(a->reserved_for);
+      if (g == gangs_.end() || !g->second.reserving ||
+          std::find(g->second.reserved.begin(), g->second.reserved.end(), id) ==
+              g->second.reserved.end()) {
+        return absl::StrCat("agent ", id, " holds a reservation gang ", a->reserved_for,
+                            " does not list");
+      }
+    } else if (a->reserved_slots != 0 || !a->reserved.empty()) {
+      return absl::StrCat("agent ", id, " has room reserved for no gang");
+    }
+  }
+  // A gang holds state only while every member waits to start (it starts
+  // as a whole, or a member's change releases it).
+  for (const auto& [gid, g] : gangs_) {
+    const TaskRecord* group = find(gid);
+    if (group == nullptr || !group->spec.replicas().gang() || g.group != gid) {
+      return absl::StrCat("gang state for ", gid, ", which is no gang");
+    }
+    for (const TaskRecord* r : GangMembers(*group)) {
+      if (r->state != v1::TASK_STATE_PENDING) {
+        return absl::StrCat("gang ", gid, " keeps its state while replica ", r->id(), " is ",
+                            StateName(r->state));
+      }
+    }
+    // (An agent it lists may have been forgotten, or be a new record
+    // under the same id, since: the gang drops it at its next look.)
+    size_t holding = 0;
+    for (const auto& [aid, a] : agents_->all()) holding += a->reserved_for == gid ? 1 : 0;
+    if (holding > g.reserved.size()) {
+      return absl::StrCat("gang ", gid, " holds ", holding, " reservations but lists ",
+                          g.reserved.size());
+    }
+  }
+  return "";
 }
 
 }  // namespace taskgrid::core
