@@ -175,8 +175,7 @@ absl::Status Scheduler::CheckInvariants() const {
   // Finished tasks on disk: found both ways, counted, in no index of
   // tasks in memory; each waits for its retention once (as itself, with
   // its job, or with its task for a replica).
-  size_t expiring = 0;
-  for (const auto& [queue, kinds] : expiring_) expiring += kinds[0].size() + kinds[1].size();
+  const size_t expiring = cold_.expiring();
   size_t should_expire = 0;
   int64_t last_seq = 0;
   for (TaskTable::ColdRef r : table_.cold_by_seq()) {

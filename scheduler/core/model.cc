@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
+#include "scheduler/core/state_machine.h"
 
 namespace taskgrid::core {
 
@@ -228,6 +229,20 @@ bool HasLabels(const v1::TaskSpec& spec,
     if (it == spec.labels().end() || it->second != v) return false;
   }
   return true;
+}
+
+v1::JobState JobStateOf(const JobRecord& j) {
+  for (int s = 1; s < kNumTaskStates; ++s) {
+    if (j.counts[s] > 0 && !IsTerminal(static_cast<v1::TaskState>(s))) {
+      return v1::JOB_STATE_RUNNING;
+    }
+  }
+  // A task put aside by its pull worker failed as far as its job goes.
+  if (j.counts[v1::TASK_STATE_FAILED] > 0 || j.counts[v1::TASK_STATE_TRASHED] > 0) {
+    return v1::JOB_STATE_FAILED;
+  }
+  if (j.counts[v1::TASK_STATE_CANCELLED] > 0) return v1::JOB_STATE_CANCELLED;
+  return v1::JOB_STATE_SUCCEEDED;
 }
 
 }  // namespace taskgrid::core

@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "common/cron.h"
 #include "common/ids.h"
+#include "taskgrid/v1/job_service.pb.h"
 #include "taskgrid/v1/schedule_service.pb.h"
 #include "taskgrid/v1/task.pb.h"
 
@@ -613,5 +614,10 @@ absl::StatusOr<std::unique_ptr<TaskRecord>> FromStored(TaskRow&& row,
 
 // The API view of a record.
 void ToTaskProto(const TaskRecord& t, v1::Task* out);
+
+// A job's state, from its tasks' counts: RUNNING while one has not
+// finished; then FAILED if one failed or was put aside (TRASHED),
+// CANCELLED if one was cancelled, else SUCCEEDED.
+v1::JobState JobStateOf(const JobRecord& j);
 
 }  // namespace taskgrid::core

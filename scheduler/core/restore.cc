@@ -42,10 +42,7 @@ absl::Status Scheduler::RestoreTasks(std::vector<std::unique_ptr<TaskRecord>>* t
       if (c->seq != owned->seq) {
         return absl::DataLossError(absl::StrCat("task ", owned->id(), " is stored twice"));
       }
-      if (c->job == nullptr && !c->replica) {
-        RemoveExpiring(*c->queue, RetentionKind(c->state()), c->finish, c->seq, false);
-      }
-      table_.UnadoptCold(owned->seq);
+      cold_.Unadopt(*c);
     }
     ready_.SetClass(*owned);
     ASSIGN_OR_RETURN(TaskRecord * adopted, table_.Adopt(std::move(owned)));
@@ -120,12 +117,12 @@ absl::Status Scheduler::FinishRestore() {
     if (!j->tasks.empty() && !j->cold.empty()) {
       return absl::DataLossError(absl::StrCat("job ", j->id, " came back in part"));
     }
-    if (j->tasks.empty()) JobExpiring(*j, /*add=*/true);
+    if (j->tasks.empty()) cold_.AdoptJob(*j);
   }
   // Finished tasks in memory (needed by unfinished ones, or in an
   // unfinished job) go to disk once nothing needs them.
   for (const auto& [seq, t] : table_.by_seq()) {
-    if (IsTerminal(t->state)) evict_queue_.push_back({0, seq});
+    if (IsTerminal(t->state)) cold_.LookAgain(seq);
   }
   restored_unexamined_.clear();
   // Replicas back to their task, in order (they were made in order).

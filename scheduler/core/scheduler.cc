@@ -38,7 +38,7 @@ void Scheduler::Transition(TaskRecord& t, v1::TaskState to, std::string reason,
   counters_.CountTransition(t, from, to, now);
   if (to == v1::TASK_STATE_RUNNING) t.ready_time = absl::InfinitePast();
   // Finished: to disk once the change is committed and old enough (Evict).
-  if (IsTerminal(to)) evict_queue_.push_back({t.revision, t.seq});
+  if (IsTerminal(to)) cold_.Finished(t);
   if (to == v1::TASK_STATE_PENDING) AddReady(t);
   keys_.Index(t);
   // Room under its queue's concurrency limit.
@@ -752,7 +752,7 @@ void Scheduler::Tick() {
     ready_.ReleaseOpened([this](const std::string& q) { return GateOf(q); });
   }
   keys_.Expire(now);
-  DeleteExpired(now);
+  cold_.DeleteExpired(now, &effects_.batch);
   Dispatch();
 }
 
@@ -791,7 +791,7 @@ void Scheduler::FireSchedules(absl::Time now) {
         if (std::vector<int64_t> cold = ColdSeqsOfSpecs(one); !cold.empty()) {
           // Its dependencies, or its unique key's holder, are on disk: the
           // Engine reads them back and the fire comes on a later tick.
-          warm_wanted_.insert(warm_wanted_.end(), cold.begin(), cold.end());
+          cold_.Want(cold);
           return {Fired::Kind::kWait, "", {}};
         }
         std::vector<v1::TaskSpec> specs;

@@ -5,7 +5,8 @@
 // docs/architecture.md): TaskTable (records and the one door), AgentRegistry,
 // QueueControls, ReadyQueues (placement: the ready classes, where each
 // waits, what each queue holds, Dispatch's loop), Gangs (gang placement
-// and its reservations), TaskKeys (merge and
+// and its reservations), ColdStore (finished tasks on disk, retention),
+// TaskKeys (merge and
 // unique keys), ScheduleBook (periodic tasks), ClaimBoard (pull mode's
 // index and claims) and DeadlineTables, each owning its state; it routes
 // every operation to them and runs the invariant checker over all of them.
@@ -47,6 +48,7 @@
 #include "common/clock.h"
 #include "scheduler/core/agent_registry.h"
 #include "scheduler/core/claim_board.h"
+#include "scheduler/core/cold_store.h"
 #include "scheduler/core/deadline_table.h"
 #include "scheduler/core/dependency_graph.h"
 #include "scheduler/core/effects.h"
@@ -256,7 +258,7 @@ class Scheduler {
   size_t Evict(int64_t committed);
   // Tasks on disk that time-driven work (a schedule's fire) waits for:
   // the Engine reads them back and Warms them.
-  std::vector<int64_t> TakeWarmWanted() { return std::exchange(warm_wanted_, {}); }
+  std::vector<int64_t> TakeWarmWanted() { return cold_.TakeWanted(); }
   // The task on disk under `id`, or nullptr.
   const ColdTask* FindCold(const std::string& id) const { return table_.FindCold(id); }
   size_t cold_task_count() const { return table_.cold_size(); }
@@ -307,7 +309,7 @@ class Scheduler {
   ListPage List(const ListFilter& filter) const;
   const JobRecord* FindJob(const std::string& id) const;
   void DescribeJob(const JobRecord& j, v1::Job* out) const;
-  static v1::JobState JobStateOf(const JobRecord& j);
+  static v1::JobState JobStateOf(const JobRecord& j) { return core::JobStateOf(j); }
   JobListPage ListJobs(const JobListFilter& filter) const;
   // Every queue that holds tasks, has a configured limit or is told
   // something (PauseQueue, SetQueueLimits); one when named.
@@ -363,7 +365,7 @@ class Scheduler {
   const AgentRecord* FindAgent(const std::string& id) const;
   int64_t stale_messages() const { return stale_messages_; }
   // Finished tasks deleted for good since start-up (retention and deletes).
-  int64_t tasks_deleted() const { return tasks_deleted_; }
+  int64_t tasks_deleted() const { return cold_.tasks_deleted(); }
   int64_t last_revision() const { return table_.last_revision(); }
   // The oldest event revision still kept (history before it was pruned).
   int64_t oldest_revision() const { return table_.oldest_revision(); }
@@ -520,38 +522,6 @@ class Scheduler {
   // kills it), to wait again uncounted, so the gang starts again whole.
   void StopGang(TaskRecord& group, const TaskRecord& member);
 
-  // --- Finished tasks on disk (cold.cc). ---
-  // Which retention a finished state falls under: 1 for FAILED and
-  // TRASHED (the dead letter), 0 for the others.
-  static int RetentionKind(v1::TaskState s);
-  // A task that went on disk (a job by its first task's queue, a task
-  // with replicas for them all) waits for its retention here.
-  void AddExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq, bool job);
-  void RemoveExpiring(const std::string& queue, int kind, absl::Time finish, int64_t seq, bool job);
-  // The expiry entry of a job on disk (its first task's queue, its state).
-  void JobExpiring(const JobRecord& j, bool add);
-  // Deletes what retention says is due, at most max_deletes_per_tick.
-  void DeleteExpired(absl::Time now);
-  // The tasks that leave or come back to memory together with `t`: its
-  // job's tasks, the task it is a replica of, and replicas, closed under
-  // those links.
-  std::vector<TaskRecord*> UnitOf(TaskRecord& t);
-  // Why the unit may not leave memory now (empty: it may). `force`: no
-  // age, no commit needed (a delete: nothing will read it back).
-  std::string Unevictable(const std::vector<TaskRecord*>& unit, int64_t committed,
-                          bool force) const;
-  // Moves a unit (UnitOf) out of memory.
-  void EvictUnit(const std::vector<TaskRecord*>& unit);
-  // Deletes a task on disk (not a replica, in no job) with its replicas;
-  // appends their ids.
-  void DeleteColdTask(const ColdTask& c, std::vector<std::string>* ids);
-  // Deletes a job on disk with its tasks and their replicas; returns how
-  // many went.
-  int64_t DeleteColdJob(JobRecord& j);
-  // A finished task (or job) DeleteTask may delete: moved to disk now if in
-  // memory. FAILED_PRECONDITION saying why not.
-  absl::Status ToDiskForDelete(TaskRecord& t);
-
   // --- Periodic tasks. ---
   // Fires the due schedules (ScheduleBook::FireDue), each through Submit.
   void FireSchedules(absl::Time now);
@@ -643,6 +613,8 @@ class Scheduler {
   bool settling_ = false;
 
   QueueControls queue_controls_;
+  // Finished tasks on disk: eviction, reading back, deletes, retention.
+  ColdStore cold_{&table_, &opts_, &queue_controls_};
 
   AgentRegistry agents_{&opts_};
   // The ready classes, where each waits, what each queue holds.
@@ -675,18 +647,6 @@ class Scheduler {
   std::unique_ptr<Restoring> restoring_;
   // Tasks restored since the last RestoreNeeds (start-up only).
   std::vector<TaskRecord*> restored_unexamined_;
-
-  // Finished tasks to look at for eviction: (revision of the change that
-  // finished them, or 0 for one to look at again; seq), in that order.
-  std::deque<std::pair<int64_t, int64_t>> evict_queue_;
-  // Tasks and jobs on disk waiting for their retention, by queue and kind
-  // (RetentionKind), in the order they finished: (finish, seq * 2 + 1 for
-  // a job or + 0 for a task), 16 bytes an entry in a set that holds every
-  // finished task on disk.
-  using ExpiringSet = absl::btree_set<std::pair<CompactTime, int64_t>>;
-  absl::flat_hash_map<std::string, std::array<ExpiringSet, 2>> expiring_;
-  int64_t tasks_deleted_ = 0;
-  std::vector<int64_t> warm_wanted_;
 };
 
 }  // namespace taskgrid::core

@@ -15,20 +15,6 @@ namespace taskgrid::core {
 
 const JobRecord* Scheduler::FindJob(const std::string& id) const { return table_.FindJob(id); }
 
-v1::JobState Scheduler::JobStateOf(const JobRecord& j) {
-  for (int s = 1; s < kNumStates; ++s) {
-    if (j.counts[s] > 0 && !IsTerminal(static_cast<v1::TaskState>(s))) {
-      return v1::JOB_STATE_RUNNING;
-    }
-  }
-  // A task put aside by its pull worker failed as far as its job goes.
-  if (j.counts[v1::TASK_STATE_FAILED] > 0 || j.counts[v1::TASK_STATE_TRASHED] > 0) {
-    return v1::JOB_STATE_FAILED;
-  }
-  if (j.counts[v1::TASK_STATE_CANCELLED] > 0) return v1::JOB_STATE_CANCELLED;
-  return v1::JOB_STATE_SUCCEEDED;
-}
-
 void Scheduler::DescribeJob(const JobRecord& j, v1::Job* out) const {
   out->set_id(j.id);
   out->set_state(JobStateOf(j));
@@ -205,7 +191,7 @@ SchedulerMetrics Scheduler::Metrics() const {
   m.counters = counters_;
   m.tasks_in_memory = static_cast<int64_t>(table_.size());
   m.tasks_on_disk = static_cast<int64_t>(table_.cold_size());
-  m.tasks_deleted = tasks_deleted_;
+  m.tasks_deleted = cold_.tasks_deleted();
   return m;
 }
 
