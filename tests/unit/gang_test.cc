@@ -1,4 +1,4 @@
-// Gang placement (scheduler/core/gang.cc): the replicas of a task with
+// Gang placement (scheduler/core/gangs.h): the replicas of a task with
 // `replicas.gang` start in one Dispatch, each on its own agent, or none
 // does; while they wait, room is reserved for them on the agents they will
 // use, for a bounded time. Every helper step runs the invariant checker,
