@@ -474,9 +474,13 @@ class JobDeepChainTest(JobCliTestCase):
     def test_long_chain_tree_is_capped(self):
         tasks = [noop("c0")] + [noop(f"c{i}", f"c{i - 1}") for i in range(1, self.LENGTH)]
         path = self.job_file({"job_id": "chain", "tasks": tasks})
-        first = summary(self.ok("job", "submit", path, timeout=120).strip())
+        # One call carries 100,000 tasks: under the sanitizers, with builds
+        # beside it, that takes longer than taskgridctl's default deadline
+        # (30 s), so each call gets the bound the process has.
+        deadline = "--timeout=110s"
+        first = summary(self.ok(deadline, "job", "submit", path, timeout=120).strip())
         self.assertEqual((first["id"], first["tasks"]), ("chain", self.LENGTH))
-        out = self.ok("job", "get", "chain", timeout=120)
+        out = self.ok(deadline, "job", "get", "chain", timeout=120)
         rows = tree_rows(out)
         self.assertEqual(len(rows), self.LENGTH)
         self.assertEqual([r["id"] for r in rows[:3]], ["c0", "c1", "c2"])
@@ -485,7 +489,7 @@ class JobDeepChainTest(JobCliTestCase):
             self.assertEqual((rows[i]["id"], rows[i]["depth"]), (f"c{i}", i))
             self.assertEqual(rows[i]["indent"], 2 * min(i, 20))
         self.assertIn(f"[{self.LENGTH - 1}] c{self.LENGTH - 1}", out.splitlines()[-1])
-        self.ok("job", "cancel", "chain", timeout=120)
+        self.ok(deadline, "job", "cancel", "chain", timeout=120)
 
 
 if __name__ == "__main__":
