@@ -60,7 +60,6 @@ class Gangs {
   // (free room aside; not where a sibling succeeded).
   int32_t AgentsCould(const TaskRecord& group, const std::vector<TaskRecord*>& members) const;
 
-  size_t size() const { return gangs_.size(); }
   // "" or what is broken. `find`: the task in memory by id, or nullptr.
   std::string CheckInvariants(absl::FunctionRef<const TaskRecord*(const std::string&)> find) const;
 

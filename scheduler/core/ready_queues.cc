@@ -58,16 +58,8 @@ void ReadyQueues::Remove(const TaskRecord& t) {
   c.tasks.erase(key);
   if (c.tasks.empty()) {
     parked_.erase(&c);
-    if (c.where == ReadyClass::Where::kHeld) {
-      auto h = held_.find(c.queue);
-      h->second.erase(&c);
-      if (h->second.empty()) held_.erase(h);
-    }
-    if (c.where == ReadyClass::Where::kOverQuota) {
-      auto h = over_quota_.find(c.queue);
-      h->second.erase(&c);
-      if (h->second.empty()) over_quota_.erase(h);
-    }
+    if (c.where == ReadyClass::Where::kHeld) Unlist(&held_, &c);
+    if (c.where == ReadyClass::Where::kOverQuota) Unlist(&over_quota_, &c);
     ready_.erase(it);
     return;
   }
@@ -165,12 +157,20 @@ void ReadyQueues::Hold(ReadyClass& c) {
   held_[c.queue].insert(&c);
 }
 
-void ReadyQueues::ReleaseHeld(const std::string& queue) {
-  auto it = held_.find(queue);
-  if (it == held_.end()) return;
+void ReadyQueues::ReleaseAll(ClassesByQueue* by_queue, const std::string& queue) {
+  auto it = by_queue->find(queue);
+  if (it == by_queue->end()) return;
   for (ReadyClass* c : it->second) BackToHeads(*c);
-  held_.erase(it);
+  by_queue->erase(it);
 }
+
+void ReadyQueues::Unlist(ClassesByQueue* by_queue, ReadyClass* c) {
+  auto it = by_queue->find(c->queue);
+  it->second.erase(c);
+  if (it->second.empty()) by_queue->erase(it);
+}
+
+void ReadyQueues::ReleaseHeld(const std::string& queue) { ReleaseAll(&held_, queue); }
 
 void ReadyQueues::ReleaseOpened(
     absl::FunctionRef<QueueControls::Gate(const std::string&)> gate_of) {
@@ -186,12 +186,7 @@ void ReadyQueues::OverQuota(ReadyClass& c) {
   over_quota_[c.queue].insert(&c);
 }
 
-void ReadyQueues::ReleaseOverQuota(const std::string& queue) {
-  auto it = over_quota_.find(queue);
-  if (it == over_quota_.end()) return;
-  for (ReadyClass* c : it->second) BackToHeads(*c);
-  over_quota_.erase(it);
-}
+void ReadyQueues::ReleaseOverQuota(const std::string& queue) { ReleaseAll(&over_quota_, queue); }
 
 void ReadyQueues::TakeResources(AgentRecord& a, const std::string& queue, int32_t slots,
                                 const Resources& need) {

@@ -199,6 +199,8 @@ class ReadyQueues {
  private:
   // A class in the heads, by its first task.
   using Head = std::pair<ReadyKey, ReadyClass*>;
+  // Classes waiting by queue (held, or over quota).
+  using ClassesByQueue = absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>>;
 
   // A parked, held or set-aside class that Dispatch looks at again.
   void BackToHeads(ReadyClass& c);
@@ -207,6 +209,10 @@ class ReadyQueues {
   // Dispatch found the queue closed, or the class's head over its quota.
   void Hold(ReadyClass& c);
   void OverQuota(ReadyClass& c);
+  // The queue's classes in `by_queue` go back to the heads.
+  void ReleaseAll(ClassesByQueue* by_queue, const std::string& queue);
+  // `c` leaves `by_queue` (its queue's entry goes with its last class).
+  static void Unlist(ClassesByQueue* by_queue, ReadyClass* c);
   // CapacityNow(), computed again only after the agents changed.
   const Capacity& CapacityCached();
   // While queues share by weight: the head Dispatch takes next, the best
@@ -248,9 +254,9 @@ class ReadyQueues {
   Capacity capacity_;
   uint64_t capacity_at_changes_ = ~uint64_t{0};
   // Classes whose queue may not start tasks now, by queue.
-  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> held_;
+  ClassesByQueue held_;
   // Classes waiting for room under their queue's quota, by queue.
-  absl::flat_hash_map<std::string, absl::flat_hash_set<ReadyClass*>> over_quota_;
+  ClassesByQueue over_quota_;
   // What each queue's attempts on agents hold (the attempts holding slots;
   // no entry for a queue holding nothing). Changed with AgentRecord::held.
   absl::flat_hash_map<std::string, Resources> held_by_queue_;
