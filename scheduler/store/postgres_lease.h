@@ -130,7 +130,6 @@ class PostgresLease {
   LeaseOptions opts_;
   std::string address_;
   int64_t epoch_ = 0;
-  bool reap_refused_ = false;  // the warning was logged
   std::unique_ptr<pg::Conn> conn_;
 };
 
