@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds every target with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang) and runs every test
-# through ctest; builds the tests that start threads (taskgrid_test(... TSAN), all
-# gRPC-free) with ThreadSanitizer and runs them again. Debian's gRPC is not
-# instrumented, which is why TSan covers only gRPC-free code (see
-# docs/architecture.md, "Testing"). Last, clang builds the libFuzzer targets
+# through ctest; builds the tests that start threads (taskgrid_test(...
+# TSAN), all gRPC-free) with ThreadSanitizer (GCC) and runs them again.
+# Debian's gRPC is not instrumented, which is why TSan covers only
+# gRPC-free code (see docs/architecture.md, "Testing"). Last, clang builds the libFuzzer targets
 # and tests/fuzz/run.sh runs each for TASKGRID_FUZZ_SECONDS (default 20) from
 # the seeds in tests/fuzz/corpus.
 #
@@ -75,12 +75,10 @@ background=""
 trap '[[ -z $background ]] || kill -- "-$background" 2>/dev/null || true' EXIT
 
 # The ASan + UBSan tree with clang: with the same sanitizers it compiles
-# these sources in half of GCC's time or less (a file: engine.cc 10.7 s
-# against 23.3 s; the whole tree 246 s on 2 cores, where GCC's took ~750 s
-# with other builds beside it), and the unit and integration tests ran in
-# 131 s against ~230 s. GCC still builds the TSan tree
-# below, so both compilers' -Wall -Wextra see the core, and the
-# production and development builds use GCC (Debian's default c++).
+# these sources in half of GCC's time or less, and its tests run faster.
+# GCC still builds the TSan tree below, so both compilers' -Wall -Wextra
+# see the core; the production and development builds use GCC (Debian's
+# default c++).
 phase "build: ASan + UBSan (clang), every target"
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build/asan" "${tree_flags[@]}" \
   -DSANITIZE=address,undefined >/dev/null
